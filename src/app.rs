@@ -1,0 +1,15 @@
+//! Program entry: ties configuration, logging and the server together.
+
+use crate::cli::Cli;
+use std::process::ExitCode;
+
+/// Runs oi with parsed command-line options; returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    match crate::config::load_resolved(&cli.conf_file) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

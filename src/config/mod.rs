@@ -1,0 +1,242 @@
+//! The rinetd configuration: its data model, the pure parser and the resolver.
+//!
+//! `parse` turns text into a [`Config`] without touching the file system or DNS;
+//! [`load`] adds the file; [`resolve`] turns names (hosts and services) into
+//! socket addresses, which is the only step that blocks.
+
+mod parse;
+mod resolve;
+pub mod services;
+
+pub use parse::parse;
+pub use resolve::{resolve, ResolvedConfig, ResolvedRule};
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Transport protocol of one side of a forwarding rule (`/tcp` or `/udp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    /// Stream side; the default when no suffix is written.
+    Tcp,
+    /// Datagram side, written `/udp`.
+    Udp,
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        })
+    }
+}
+
+/// A host as written in a rule: a literal address, or a name resolved later.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Host {
+    /// A numeric IPv4 or IPv6 address (brackets already removed).
+    Ip(IpAddr),
+    /// A host name, looked up when the configuration is resolved.
+    Name(String),
+}
+
+/// A port as written in a rule: a number, or a service name from /etc/services.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Port {
+    /// A port number, 1 to 65535.
+    Number(u16),
+    /// A service name such as `http`, looked up for the side's protocol.
+    Service(String),
+}
+
+/// One side (bind or connect) of a forwarding rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Where to bind or connect.
+    pub host: Host,
+    /// The host exactly as written in the file; the log file prints it this way.
+    pub host_text: String,
+    /// Which port, possibly still a service name.
+    pub port: Port,
+    /// Protocol of this side, from the `/tcp` or `/udp` suffix.
+    pub proto: Proto,
+}
+
+/// Whether a rule may use the splice(2) zero-copy path (an oi extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SpliceMode {
+    /// Use splice where the platform supports it and the benchmark favours it.
+    #[default]
+    Auto,
+    /// Always try splice (falling back to copying when pipes cannot be had).
+    On,
+    /// Always copy through user-space buffers.
+    Off,
+}
+
+/// The bracketed options after a forwarding rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleOptions {
+    /// `[timeout=N]`: UDP association idle time; `None` means the default (72 s).
+    pub timeout: Option<Duration>,
+    /// `[src=ADDR]`: local address to bind before connecting to the backend.
+    pub src: Option<Host>,
+    /// `[splice=on|off|auto]` (oi extension): per-rule override of `--splice`.
+    pub splice: Option<SpliceMode>,
+    /// `[maxassoc=N]` (oi extension): cap on live UDP associations of this rule.
+    pub max_assoc: Option<usize>,
+}
+
+/// Default UDP association idle timeout, as in rinetd.
+pub const DEFAULT_UDP_TIMEOUT: Duration = Duration::from_secs(72);
+/// Default cap on live UDP associations per rule.
+pub const DEFAULT_MAX_ASSOC: usize = 10_000;
+
+/// How an allow/deny pattern matches a client address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PatternKind {
+    /// rinetd's `*` and `?` wildcards over the numeric address text.
+    Wildcard,
+    /// An address block (oi extension), such as `10.0.0.0/8` or `fe80::/10`.
+    Cidr {
+        /// The network address, with host bits as written.
+        net: IpAddr,
+        /// Prefix length in bits.
+        prefix: u8,
+    },
+}
+
+/// One `allow` or `deny` pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    /// The pattern as written; wildcard matching works on this text.
+    pub text: String,
+    /// How to match it.
+    pub kind: PatternKind,
+}
+
+/// A set of allow and deny patterns, either global or belonging to one rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AclRules {
+    /// If non-empty, a client must match one of these.
+    pub allow: Vec<Pattern>,
+    /// A client matching one of these is refused.
+    pub deny: Vec<Pattern>,
+}
+
+impl AclRules {
+    /// True when neither allow nor deny patterns exist.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+}
+
+/// One forwarding rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// 1-based line number in the file, for messages.
+    pub line: usize,
+    /// Where to listen.
+    pub bind: Endpoint,
+    /// Where to forward.
+    pub connect: Endpoint,
+    /// Bracketed options.
+    pub options: RuleOptions,
+    /// allow/deny lines that follow this rule and apply to it only.
+    pub acl: AclRules,
+}
+
+/// A parsed configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Forwarding rules in file order.
+    pub rules: Vec<Rule>,
+    /// allow/deny lines before the first rule; they apply to every rule.
+    pub global_acl: AclRules,
+    /// `logfile PATH`: where rinetd-format connection logs go.
+    pub logfile: Option<PathBuf>,
+    /// `pidlogfile PATH`: where the daemon writes its pid.
+    pub pidlogfile: Option<PathBuf>,
+    /// `logcommon`: use the web-server common log format instead of tabs.
+    pub logcommon: bool,
+    /// Accepted-but-suspicious lines (such as `timeout` on a TCP rule), shown by `--check`.
+    pub warnings: Vec<ConfigError>,
+}
+
+/// One problem found in a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong, without the line text.
+    pub message: String,
+    /// The offending text (the line, trimmed, or the part at fault).
+    pub text: String,
+}
+
+/// Every problem found in one configuration file, reported together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The file name used as the prefix of each message.
+    pub file: String,
+    /// Errors in line order.
+    pub errors: Vec<ConfigError>,
+}
+
+impl ConfigErrors {
+    /// Formats one problem as `FILE:LINE: message: 'text'`.
+    pub fn format_one(file: &str, e: &ConfigError) -> String {
+        if e.line == 0 {
+            format!("{file}: {}", e.message)
+        } else {
+            format!("{file}:{}: {}: '{}'", e.line, e.message, e.text)
+        }
+    }
+
+    /// Names the file these errors belong to.
+    pub fn with_file(mut self, file: &str) -> Self {
+        self.file = file.to_string();
+        self
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            f.write_str(&Self::format_one(&self.file, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Reads and parses a configuration file. Errors carry the path as given.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read(path).map_err(|e| ConfigErrors {
+        file: file.clone(),
+        errors: vec![ConfigError {
+            line: 0,
+            message: format!("cannot read configuration: {e}"),
+            text: String::new(),
+        }],
+    })?;
+    // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
+    let text = String::from_utf8_lossy(&text);
+    parse(&text).map_err(|e| e.with_file(&file))
+}
+
+/// Loads and resolves a configuration file; the whole pipeline a start or a
+/// reload runs. Blocks on DNS: call it off the executor threads.
+pub fn load_resolved(path: &Path) -> Result<ResolvedConfig, ConfigErrors> {
+    let config = load(path)?;
+    let file = path.display().to_string();
+    resolve(config, &services::Services::system()).map_err(|e| e.with_file(&file))
+}

@@ -1,0 +1,10 @@
+//! oi: a rinetd-compatible TCP/UDP port forwarder.
+//!
+//! The library owns all logic; `main.rs` only parses the command line and
+//! calls [`app::run`].
+#![forbid(unsafe_code)]
+
+pub mod acl;
+pub mod app;
+pub mod cli;
+pub mod config;
