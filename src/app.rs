@@ -1,15 +1,177 @@
-//! Program entry: ties configuration, logging and the server together.
+//! Program entry: ties configuration, logging, signals and the server together.
 
 use crate::cli::Cli;
+use crate::config::{self, ResolvedConfig};
+use crate::logfile::{Format, LogHandle};
+use crate::server::{self, BoundSocket, Route, Server, Settings, Shared};
+use async_signal::{Signal, Signals};
+use futures_lite::StreamExt;
+use smol::Executor;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Runs oi with parsed command-line options; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    match crate::config::load_resolved(&cli.conf_file) {
-        Ok(_) => ExitCode::SUCCESS,
+    init_diagnostics();
+    let file = cli.conf_file.display().to_string();
+    let cfg = match config::load_resolved(&cli.conf_file) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    let sockets = match server::bind_all(&cfg, &file) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("{e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let log = match LogHandle::start() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot start the log writer: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = log.reopen(cfg.config.logfile.clone(), log_format(&cfg)) {
+        // rinetd carries on without its log file; so do we, loudly.
+        log::error!("cannot open log file {:?}: {e}", cfg.config.logfile);
+    }
+    let settings = Settings {
+        buffer_size: cli.buffer_size as usize,
+        connect_timeout: secs(cli.connect_timeout),
+        half_close_idle: secs(cli.half_close_timeout),
+    };
+    let shared = Shared::new(settings, log);
+    let threads = cli.threads.unwrap_or_else(num_cpus::get).max(1);
+    let ex: Arc<Executor<'static>> = Arc::new(Executor::new());
+    for i in 1..threads {
+        let ex = ex.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("oi-worker-{i}"))
+            .spawn(move || smol::block_on(ex.run(futures_lite::future::pending::<()>())));
+        if let Err(e) = spawned {
+            eprintln!("cannot start worker thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let main = serve_until_signalled(
+        ex.clone(),
+        shared,
+        cfg,
+        sockets,
+        &cli.conf_file,
+        secs(cli.drain),
+    );
+    smol::block_on(ex.run(main))
+}
+
+/// Diagnostics go to stderr at `info` unless RUST_LOG says otherwise.
+fn init_diagnostics() {
+    let env = env_logger::Env::default().default_filter_or("info");
+    let _ = env_logger::Builder::from_env(env).try_init();
+}
+
+/// Converts a seconds option to a Duration, treating nonsense as zero.
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)
+}
+
+/// The log file format a configuration asks for.
+fn log_format(cfg: &ResolvedConfig) -> Format {
+    if cfg.config.logcommon {
+        Format::Common
+    } else {
+        Format::Tab
+    }
+}
+
+/// Pairs bound sockets with their rules' routes.
+fn routes(cfg: &ResolvedConfig, sockets: Vec<BoundSocket>) -> Vec<(BoundSocket, Route)> {
+    let global = Arc::new(cfg.config.global_acl.clone());
+    sockets
+        .into_iter()
+        .zip(cfg.rules.iter())
+        .map(|(s, r)| (s, Route::new(r.clone(), global.clone())))
+        .collect()
+}
+
+/// Serves until SIGINT or SIGTERM; SIGHUP reloads the configuration file.
+async fn serve_until_signalled(
+    ex: Arc<Executor<'static>>,
+    shared: Arc<Shared>,
+    cfg: ResolvedConfig,
+    sockets: Vec<BoundSocket>,
+    path: &Path,
+    drain: Duration,
+) -> ExitCode {
+    let mut signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut server = Server::new(ex, shared.clone());
+    if let Err(e) = server.start(routes(&cfg, sockets)) {
+        eprintln!("cannot start listeners: {e}");
+        return ExitCode::FAILURE;
+    }
+    log::info!(
+        "oi {} serving {} rule(s)",
+        env!("CARGO_PKG_VERSION"),
+        cfg.rules.len()
+    );
+    while let Some(sig) = signals.next().await {
+        match sig {
+            Ok(Signal::Hup) => reload(&mut server, path).await,
+            Ok(_) => break,
+            Err(e) => log::warn!("signal stream: {e}"),
+        }
+    }
+    log::info!("stopping");
+    drop(server);
+    wait_for_drain(&shared, drain).await;
+    ExitCode::SUCCESS
+}
+
+/// Re-reads the configuration and applies it; on error keeps the old one running.
+async fn reload(server: &mut Server, path: &Path) {
+    let file = path.display().to_string();
+    let owned: PathBuf = path.to_path_buf();
+    match smol::unblock(move || config::load_resolved(&owned)).await {
+        Err(e) => {
+            for line in e.to_string().lines() {
+                log::error!("{line}");
+            }
+            log::error!("reload failed: keeping the previous configuration");
+        }
+        Ok(cfg) => {
+            let log = server.shared().log.clone();
+            let logfile = cfg.config.logfile.clone();
+            let format = log_format(&cfg);
+            if let Err(e) = smol::unblock(move || log.reopen(logfile, format)).await {
+                log::error!("cannot reopen the log file: {e}");
+            }
+            for e in server.apply(&cfg, &file) {
+                log::error!("{e}");
+            }
+            log::info!("reloaded {file}: {} rule(s)", cfg.rules.len());
+        }
+    }
+}
+
+/// Waits up to `drain` for open connections to finish.
+async fn wait_for_drain(shared: &Shared, drain: Duration) {
+    let deadline = Instant::now() + drain;
+    while shared.active.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+        async_io::Timer::after(Duration::from_millis(50)).await;
     }
 }

@@ -1,0 +1,441 @@
+//! Listeners, accept loops and per-connection tasks, plus the reload diff.
+//!
+//! The server never binds by itself on the hot path: [`bind_all`] turns rules
+//! into bound sockets (so startup can fail cleanly before serving) and
+//! [`Server::start`] takes sockets that are already bound, which is what lets
+//! tests run a server on port 0 in-process.
+
+use crate::acl::{self, Verdict};
+use crate::config::{AclRules, Proto, ResolvedConfig, ResolvedRule};
+use crate::connect::{self, ConnectError};
+use crate::logfile::{Event, LogEvent, LogHandle, RuleNames};
+use crate::pool::BufferPool;
+use crate::pump::{Pump, Side};
+use arc_swap::ArcSwap;
+use async_io::{Async, Timer};
+use smol::{Executor, Task};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Engine settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Size of each copy buffer (`--buffer-size`).
+    pub buffer_size: usize,
+    /// Per-address backend connect timeout (`--connect-timeout`).
+    pub connect_timeout: Duration,
+    /// Idle limit for half-closed connections (`--half-close-timeout`).
+    pub half_close_idle: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            buffer_size: 64 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            half_close_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// State shared by every listener and connection of one server.
+pub struct Shared {
+    /// Command-line settings.
+    pub settings: Settings,
+    /// Copy buffers, recycled between connections.
+    pub pool: BufferPool,
+    /// Where rinetd log events go.
+    pub log: LogHandle,
+    /// Connections currently open, for `--drain` and tests.
+    pub active: AtomicUsize,
+}
+
+impl Shared {
+    /// Shared state for a server with these settings and log.
+    pub fn new(settings: Settings, log: LogHandle) -> Arc<Self> {
+        let pool = BufferPool::new(settings.buffer_size, 1024);
+        Arc::new(Shared {
+            settings,
+            pool,
+            log,
+            active: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// Everything a new connection on one listener needs; replaced whole on reload.
+pub struct Route {
+    /// The rule with its resolved addresses.
+    pub rule: ResolvedRule,
+    /// The configuration's global allow/deny patterns.
+    pub global_acl: Arc<AclRules>,
+    /// The rule's names as the log file prints them.
+    pub names: Arc<RuleNames>,
+}
+
+impl Route {
+    /// The route for `rule` under `global_acl`.
+    pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        let names = Arc::new(RuleNames {
+            bind_host: rule.rule.bind.host_text.clone(),
+            bind_port: rule.bind.port(),
+            connect_host: rule.rule.connect.host_text.clone(),
+            connect_port: rule.connect.first().map_or(0, |a| a.port()),
+        });
+        Route {
+            rule,
+            global_acl,
+            names,
+        }
+    }
+}
+
+/// A socket bound for one rule, not yet serving.
+pub enum BoundSocket {
+    /// A listening TCP socket.
+    Tcp(TcpListener),
+    /// A bound UDP socket.
+    Udp(UdpSocket),
+}
+
+impl BoundSocket {
+    /// The address the socket is bound to (with the real port when bound to 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            BoundSocket::Tcp(l) => l.local_addr(),
+            BoundSocket::Udp(s) => s.local_addr(),
+        }
+    }
+}
+
+/// Identifies a listener across reloads: same address, port and protocol means same socket.
+pub type ListenerKey = (SocketAddr, Proto);
+
+/// Binds one rule's listening socket.
+pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
+    use socket2::{Domain, Socket, Type};
+    let addr = rule.bind;
+    let domain = Domain::for_address(addr);
+    match rule.rule.bind.proto {
+        Proto::Tcp => {
+            let s = Socket::new(domain, Type::STREAM.cloexec(), None)?;
+            // Restarting must not fail while old connections sit in TIME_WAIT.
+            s.set_reuse_address(true)?;
+            s.bind(&addr.into())?;
+            s.listen(1024)?;
+            s.set_nonblocking(true)?;
+            Ok(BoundSocket::Tcp(s.into()))
+        }
+        Proto::Udp => {
+            let s = Socket::new(domain, Type::DGRAM.cloexec(), None)?;
+            s.bind(&addr.into())?;
+            s.set_nonblocking(true)?;
+            Ok(BoundSocket::Udp(s.into()))
+        }
+    }
+}
+
+/// Binds every rule; on failure returns one message per rule that failed, naming its line.
+pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Vec<String>> {
+    let mut bound = Vec::new();
+    let mut errors = Vec::new();
+    for r in &cfg.rules {
+        match bind(r) {
+            Ok(s) => bound.push(s),
+            Err(e) => errors.push(format!(
+                "{file}:{}: cannot bind {}/{}: {e}",
+                r.rule.line, r.bind, r.rule.bind.proto
+            )),
+        }
+    }
+    if errors.is_empty() {
+        Ok(bound)
+    } else {
+        Err(errors)
+    }
+}
+
+/// One serving listener.
+struct Running {
+    /// The route new connections take; reload swaps it in place.
+    route: Arc<ArcSwap<Route>>,
+    /// The accept (or datagram) loop; dropping it closes the socket.
+    _task: Task<()>,
+}
+
+/// A running server: its listeners, keyed so a reload can tell what changed.
+pub struct Server {
+    /// Executor the loops and connections run on.
+    ex: Arc<Executor<'static>>,
+    /// State shared with every task.
+    shared: Arc<Shared>,
+    /// Serving listeners.
+    listeners: HashMap<ListenerKey, Running>,
+}
+
+impl Server {
+    /// An empty server on `ex`.
+    pub fn new(ex: Arc<Executor<'static>>, shared: Arc<Shared>) -> Self {
+        Server {
+            ex,
+            shared,
+            listeners: HashMap::new(),
+        }
+    }
+
+    /// State shared with connections (counters, log).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Starts serving already-bound sockets, each with its route.
+    pub fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
+        for (socket, route) in sockets {
+            let addr = socket.local_addr()?;
+            let proto = route.rule.rule.bind.proto;
+            log::info!(
+                "forwarding {addr}/{proto} -> {} ({}:{})",
+                fmt_addrs(&route.rule.connect, route.rule.rule.connect.proto),
+                route.names.connect_host,
+                route.names.connect_port
+            );
+            let route = Arc::new(ArcSwap::from_pointee(route));
+            let task = self.spawn_listener(socket, route.clone())?;
+            self.listeners
+                .insert((addr, proto), Running { route, _task: task });
+        }
+        Ok(())
+    }
+
+    fn spawn_listener(
+        &self,
+        socket: BoundSocket,
+        route: Arc<ArcSwap<Route>>,
+    ) -> io::Result<Task<()>> {
+        let shared = self.shared.clone();
+        let ex = self.ex.clone();
+        Ok(match socket {
+            BoundSocket::Tcp(l) => {
+                let l = Async::new(l)?;
+                self.ex.spawn(accept_loop(ex, l, route, shared))
+            }
+            BoundSocket::Udp(s) => {
+                let s = Async::new(s)?;
+                self.ex.spawn(crate::udp::serve(ex, s, route, shared))
+            }
+        })
+    }
+
+    /// Applies a new configuration: unchanged listeners keep their sockets and get
+    /// the new route; removed ones close; new ones are bound. Open connections are
+    /// untouched. Returns a message per listener that could not be bound.
+    pub fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
+        let global = Arc::new(cfg.config.global_acl.clone());
+        let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
+        let mut errors = Vec::new();
+        let mut fresh = Vec::new();
+        for r in &cfg.rules {
+            let key = (r.bind, r.rule.bind.proto);
+            let route = Route::new(r.clone(), global.clone());
+            match self.listeners.remove(&key) {
+                Some(running) => {
+                    running.route.store(Arc::new(route));
+                    keep.insert(key, running);
+                }
+                None => match bind(r) {
+                    Ok(s) => fresh.push((s, route)),
+                    Err(e) => errors.push(format!(
+                        "{file}:{}: cannot bind {}/{}: {e}",
+                        r.rule.line, r.bind, r.rule.bind.proto
+                    )),
+                },
+            }
+        }
+        for (key, _) in self.listeners.drain() {
+            log::info!("stopped listening on {}/{}", key.0, key.1);
+        }
+        self.listeners = keep;
+        if let Err(e) = self.start(fresh) {
+            errors.push(format!("cannot start a listener: {e}"));
+        }
+        errors
+    }
+
+    /// Addresses currently listened on.
+    pub fn local_addrs(&self) -> Vec<ListenerKey> {
+        self.listeners.keys().copied().collect()
+    }
+}
+
+/// Formats backend addresses for the startup line.
+fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| format!("{a}/{proto}")).collect();
+    list.join(", ")
+}
+
+/// The client address as rinetd prints and matches it: IPv4-mapped IPv6 shown as IPv4.
+pub fn client_ip(peer: SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Accepts connections forever; errors back off and never end the loop.
+async fn accept_loop(
+    ex: Arc<Executor<'static>>,
+    listener: Async<TcpListener>,
+    route: Arc<ArcSwap<Route>>,
+    shared: Arc<Shared>,
+) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(5);
+    const MAX_BACKOFF: Duration = Duration::from_secs(1);
+    let mut backoff = MIN_BACKOFF;
+    let mut failing = false;
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                if failing {
+                    log::warn!("accepting connections again");
+                    failing = false;
+                    backoff = MIN_BACKOFF;
+                }
+                let route = route.load_full();
+                ex.spawn(handle(stream, peer, route, shared.clone()))
+                    .detach();
+            }
+            // The client gave up between SYN and accept: nothing to report.
+            Err(e) if is_benign_accept_error(&e) => {}
+            Err(e) => {
+                if !failing {
+                    // Once per burst: a descriptor shortage would otherwise flood the logs.
+                    log::error!("accept failed, backing off: {e}");
+                    let names = route.load().names.clone();
+                    shared.log.log(LogEvent {
+                        time: SystemTime::now(),
+                        client: IpAddr::from([0, 0, 0, 0]),
+                        rule: names,
+                        from_client: 0,
+                        to_client: 0,
+                        event: Event::AcceptFailed,
+                    });
+                    failing = true;
+                }
+                Timer::after(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Accept errors that concern one aborted connection, not the listener.
+fn is_benign_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Counts a connection as open for as long as it lives.
+struct ActiveGuard(Arc<Shared>);
+
+impl ActiveGuard {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(shared.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves one accepted TCP connection from ACL check to the last log line.
+async fn handle(
+    client: Async<TcpStream>,
+    peer: SocketAddr,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+) {
+    let _active = ActiveGuard::new(&shared);
+    let ip = client_ip(peer);
+    let event = |event, from_client, to_client| LogEvent {
+        time: SystemTime::now(),
+        client: ip,
+        rule: route.names.clone(),
+        from_client,
+        to_client,
+        event,
+    };
+    match acl::check(&route.global_acl, &route.rule.rule.acl, ip) {
+        Verdict::Allowed => {}
+        Verdict::NotAllowed => {
+            log::debug!("{peer}: not allowed on {}", route.rule.bind);
+            return shared.log.log(event(Event::NotAllowed, 0, 0));
+        }
+        Verdict::Denied => {
+            log::debug!("{peer}: denied on {}", route.rule.bind);
+            return shared.log.log(event(Event::Denied, 0, 0));
+        }
+    }
+    if route.rule.rule.connect.proto == Proto::Udp {
+        return crate::udp::tcp_to_udp(client, peer, route, shared).await;
+    }
+    shared.log.log(event(Event::Opened, 0, 0));
+    let timeout = shared.settings.connect_timeout;
+    let backend = match connect::connect(&route.rule.connect, route.rule.src, timeout).await {
+        Ok(b) => b,
+        Err(e) => {
+            log::info!("{peer} -> {}: {e}", route.names.connect_host);
+            let ev = match e {
+                ConnectError::LocalSocket(_) => Event::LocalSocketFailed,
+                // rinetd logs a refused or unreachable backend this way; parsers count on it.
+                ConnectError::Connect(_) => Event::DoneLocalClosed,
+            };
+            return shared.log.log(event(ev, 0, 0));
+        }
+    };
+    connect::tune(client.get_ref());
+    connect::tune(backend.get_ref());
+    let outcome = Pump::new(
+        &client,
+        &backend,
+        &shared.pool,
+        shared.settings.half_close_idle,
+    )
+    .await;
+    if let Some(e) = &outcome.error {
+        log::debug!("{peer}: connection ended: {e}");
+    }
+    let ev = match outcome.first_closed {
+        Side::Backend => Event::DoneLocalClosed,
+        Side::Client => Event::DoneRemoteClosed,
+    };
+    shared
+        .log
+        .log(event(ev, outcome.from_client, outcome.to_client));
+}
+
+/// Serves already-bound sockets until `shutdown` completes, then closes the
+/// listeners (open connections are left to finish on the executor).
+/// This is the entry point tests use: bind on port 0, read the address back,
+/// and pass the sockets in.
+pub async fn serve(
+    ex: Arc<Executor<'static>>,
+    shared: Arc<Shared>,
+    sockets: Vec<(BoundSocket, Route)>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> io::Result<()> {
+    let mut server = Server::new(ex, shared);
+    server.start(sockets)?;
+    shutdown.await;
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Test harness: an in-process oi server on port 0 and simple blocking peers.
+#![allow(dead_code)]
+
+use oxidinetd::config::{AclRules, Endpoint, Host, Port, Proto, ResolvedRule, Rule, RuleOptions};
+use oxidinetd::logfile::LogHandle;
+use oxidinetd::server::{self, BoundSocket, Route, Settings, Shared};
+use smol::Executor;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A rule forwarding `bind` (its port only matters for the log) to `connect`.
+pub fn rule(
+    bind: SocketAddr,
+    bind_proto: Proto,
+    connect: SocketAddr,
+    connect_proto: Proto,
+) -> ResolvedRule {
+    let endpoint = |a: SocketAddr, proto| Endpoint {
+        host: Host::Ip(a.ip()),
+        host_text: a.ip().to_string(),
+        port: Port::Number(a.port()),
+        proto,
+    };
+    ResolvedRule {
+        rule: Rule {
+            line: 1,
+            bind: endpoint(bind, bind_proto),
+            connect: endpoint(connect, connect_proto),
+            options: RuleOptions::default(),
+            acl: AclRules::default(),
+        },
+        bind,
+        connect: vec![connect],
+        src: None,
+    }
+}
+
+/// A running in-process server; stops when dropped.
+pub struct TestServer {
+    /// Where each rule listens, in the order given.
+    pub addrs: Vec<SocketAddr>,
+    /// The server's shared state (open connection count, log).
+    pub shared: Arc<Shared>,
+    /// Closing this stops the server and its threads.
+    stop: async_channel::Sender<()>,
+    /// Executor threads.
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// The first listener's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a server on two executor threads. Each rule's listener is bound to its
+/// `bind` address (use port 0); the real addresses are in `TestServer::addrs`.
+pub fn start(rules: Vec<ResolvedRule>, settings: Settings, log: LogHandle) -> TestServer {
+    let shared = Shared::new(settings, log);
+    let mut sockets = Vec::new();
+    let mut addrs = Vec::new();
+    let global = Arc::new(AclRules::default());
+    for r in rules {
+        let s = server::bind(&r).expect("bind test listener");
+        let addr = s.local_addr().expect("local addr");
+        addrs.push(addr);
+        sockets.push((s, Route::new(r, global.clone())));
+    }
+    start_sockets(sockets, addrs, shared)
+}
+
+/// Starts a server on already-bound sockets with routes.
+pub fn start_sockets(
+    sockets: Vec<(BoundSocket, Route)>,
+    addrs: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+) -> TestServer {
+    let ex: Arc<Executor<'static>> = Arc::new(Executor::new());
+    let (stop, stopped) = async_channel::bounded::<()>(1);
+    ex.spawn({
+        let (ex, shared, stopped) = (ex.clone(), shared.clone(), stopped.clone());
+        async move {
+            let _ = server::serve(ex, shared, sockets, async move {
+                let _ = stopped.recv().await;
+            })
+            .await;
+        }
+    })
+    .detach();
+    let threads = (0..2)
+        .map(|_| {
+            let (ex, stopped) = (ex.clone(), stopped.clone());
+            std::thread::spawn(move || {
+                smol::block_on(ex.run(async move {
+                    let _ = stopped.recv().await;
+                }))
+            })
+        })
+        .collect();
+    TestServer {
+        addrs,
+        shared,
+        stop,
+        threads,
+    }
+}
+
+/// A TCP forwarding rule from 127.0.0.1:0 to `backend`.
+pub fn tcp_rule(backend: SocketAddr) -> ResolvedRule {
+    let any: SocketAddr = if backend.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    }
+    .parse()
+    .expect("literal");
+    rule(any, Proto::Tcp, backend, Proto::Tcp)
+}
+
+/// An echo backend: one thread per connection, echoes until EOF, then closes.
+pub fn echo_backend(bind: &str) -> SocketAddr {
+    let l = TcpListener::bind(bind).expect("bind echo backend");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let mut r = c.try_clone().expect("clone");
+                let _ = std::io::copy(&mut r, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures are reproducible.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// SHA-256 of some bytes, as hex.
+pub fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Connects with a generous timeout so a broken server fails the test instead of hanging it.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .expect("timeout");
+    s
+}
