@@ -71,9 +71,12 @@ pub fn start(rules: Vec<ResolvedRule>, settings: Settings, log: LogHandle) -> Te
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
     let global = Arc::new(AclRules::default());
-    for r in rules {
+    for mut r in rules {
         let s = server::bind(&r).expect("bind test listener");
         let addr = s.local_addr().expect("local addr");
+        // As if the configuration had named the port the kernel picked.
+        r.bind = addr;
+        r.rule.bind.port = Port::Number(addr.port());
         addrs.push(addr);
         sockets.push((s, Route::new(r, global.clone())));
     }
