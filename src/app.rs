@@ -2,12 +2,14 @@
 
 use crate::cli::Cli;
 use crate::config::{self, ResolvedConfig};
+use crate::daemon;
 use crate::logfile::{Format, LogHandle};
+use crate::notify;
 use crate::server::{self, BoundSocket, Route, Server, Settings, Shared};
 use async_signal::{Signal, Signals};
 use futures_lite::StreamExt;
 use smol::Executor;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,12 +17,16 @@ use std::time::{Duration, Instant};
 
 /// Runs oi with parsed command-line options; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    let as_rinetd = daemon::invoked_as_rinetd();
+    let background = (cli.daemon || as_rinetd) && !cli.foreground;
     init_diagnostics();
+    // The daemon changes to / before reading anything again: pin the path now.
+    let conf = std::path::absolute(&cli.conf_file).unwrap_or_else(|_| cli.conf_file.clone());
     let file = cli.conf_file.display().to_string();
-    let cfg = match config::load_resolved(&cli.conf_file) {
+    let cfg = match config::load_resolved(&conf) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{}", e.with_file(&file));
             return ExitCode::FAILURE;
         }
     };
@@ -33,10 +39,22 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let pidfile = pidfile_for(&cfg, as_rinetd || cli.daemon);
+    let write_pid = || pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+    let started = if background {
+        daemon::daemonize(write_pid)
+            .map(|()| daemon::init_syslog(if as_rinetd { "rinetd" } else { "oi" }))
+    } else {
+        write_pid()
+    };
+    if let Err(e) = started {
+        eprintln!("cannot start: {e}");
+        return ExitCode::FAILURE;
+    }
     let log = match LogHandle::start() {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("cannot start the log writer: {e}");
+            log::error!("cannot start the log writer: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -58,19 +76,38 @@ pub fn run(cli: Cli) -> ExitCode {
             .name(format!("oi-worker-{i}"))
             .spawn(move || smol::block_on(ex.run(futures_lite::future::pending::<()>())));
         if let Err(e) = spawned {
-            eprintln!("cannot start worker thread: {e}");
+            log::error!("cannot start worker thread: {e}");
             return ExitCode::FAILURE;
         }
     }
-    let main = serve_until_signalled(
-        ex.clone(),
-        shared,
-        cfg,
-        sockets,
-        &cli.conf_file,
-        secs(cli.drain),
-    );
+    let reloader = Reloader {
+        path: conf,
+        file,
+        pidfile,
+        default_pidfile: as_rinetd || cli.daemon,
+    };
+    let main = serve_until_signalled(ex.clone(), shared, cfg, sockets, reloader, secs(cli.drain));
     smol::block_on(ex.run(main))
+}
+
+/// The pid file to write: `pidlogfile`, else rinetd's default in drop-in mode.
+fn pidfile_for(cfg: &ResolvedConfig, default: bool) -> Option<PathBuf> {
+    cfg.config
+        .pidlogfile
+        .clone()
+        .or_else(|| default.then(|| PathBuf::from(daemon::DEFAULT_PIDFILE)))
+}
+
+/// What a reload needs to know besides the server.
+struct Reloader {
+    /// Absolute path of the configuration file.
+    path: PathBuf,
+    /// The path as the user gave it, for messages.
+    file: String,
+    /// The pid file currently written, if any.
+    pidfile: Option<PathBuf>,
+    /// Whether rinetd's default pid file applies (drop-in mode).
+    default_pidfile: bool,
 }
 
 /// Diagnostics go to stderr at `info` unless RUST_LOG says otherwise.
@@ -109,7 +146,7 @@ async fn serve_until_signalled(
     shared: Arc<Shared>,
     cfg: ResolvedConfig,
     sockets: Vec<BoundSocket>,
-    path: &Path,
+    mut reloader: Reloader,
     drain: Duration,
 ) -> ExitCode {
     let mut signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term]) {
@@ -124,46 +161,63 @@ async fn serve_until_signalled(
         eprintln!("cannot start listeners: {e}");
         return ExitCode::FAILURE;
     }
-    log::info!(
-        "oi {} serving {} rule(s)",
-        env!("CARGO_PKG_VERSION"),
-        cfg.rules.len()
-    );
+    let status = format!("serving {} rule(s)", cfg.rules.len());
+    log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
+    notify::ready(&status);
     while let Some(sig) = signals.next().await {
         match sig {
-            Ok(Signal::Hup) => reload(&mut server, path).await,
+            Ok(Signal::Hup) => {
+                notify::reloading();
+                let status = reload(&mut server, &mut reloader).await;
+                notify::ready(&status);
+            }
             Ok(_) => break,
             Err(e) => log::warn!("signal stream: {e}"),
         }
     }
     log::info!("stopping");
+    notify::stopping();
     drop(server);
     wait_for_drain(&shared, drain).await;
     ExitCode::SUCCESS
 }
 
-/// Re-reads the configuration and applies it; on error keeps the old one running.
-async fn reload(server: &mut Server, path: &Path) {
-    let file = path.display().to_string();
-    let owned: PathBuf = path.to_path_buf();
-    match smol::unblock(move || config::load_resolved(&owned)).await {
+/// Re-reads the configuration and applies it; on error keeps the old one
+/// running. Returns a status line for the service manager.
+async fn reload(server: &mut Server, r: &mut Reloader) -> String {
+    let path = r.path.clone();
+    match smol::unblock(move || config::load_resolved(&path)).await {
         Err(e) => {
-            for line in e.to_string().lines() {
+            for line in e.with_file(&r.file).to_string().lines() {
                 log::error!("{line}");
             }
             log::error!("reload failed: keeping the previous configuration");
+            "reload failed: previous configuration still serving".into()
         }
         Ok(cfg) => {
             let log = server.shared().log.clone();
             let logfile = cfg.config.logfile.clone();
             let format = log_format(&cfg);
-            if let Err(e) = smol::unblock(move || log.reopen(logfile, format)).await {
+            let pidfile = pidfile_for(&cfg, r.default_pidfile);
+            let (reopened, pid) = smol::unblock(move || {
+                let reopened = log.reopen(logfile, format);
+                let pid = pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+                (reopened, pid.map(|()| pidfile))
+            })
+            .await;
+            if let Err(e) = reopened {
                 log::error!("cannot reopen the log file: {e}");
             }
-            for e in server.apply(&cfg, &file) {
+            match pid {
+                Ok(p) => r.pidfile = p,
+                Err(e) => log::error!("cannot write the pid file: {e}"),
+            }
+            for e in server.apply(&cfg, &r.file) {
                 log::error!("{e}");
             }
-            log::info!("reloaded {file}: {} rule(s)", cfg.rules.len());
+            let status = format!("serving {} rule(s)", cfg.rules.len());
+            log::info!("reloaded {}: {status}", r.file);
+            status
         }
     }
 }

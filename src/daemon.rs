@@ -1,0 +1,78 @@
+//! rinetd drop-in mode: fork to the background, pid file, syslog.
+//!
+//! The fork happens before any thread exists (the executor, the log writer
+//! and async-io's reactor thread all start later), so the child is a clean
+//! copy. The parent waits until the child has written its pid file and then
+//! exits 0, which is what a `Type=forking` unit expects: when the parent is
+//! gone, the pid file is there and every listener is bound.
+
+use fork::Fork;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Where rinetd writes its pid when the configuration names no `pidlogfile`.
+pub const DEFAULT_PIDFILE: &str = "/var/run/rinetd.pid";
+
+/// True when the program was started under the name `rinetd` (a symlink or a copy).
+pub fn invoked_as_rinetd() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n == "rinetd"))
+        .unwrap_or(false)
+}
+
+/// Writes our pid, with a newline, replacing the file's contents.
+pub fn write_pidfile(path: &Path) -> io::Result<()> {
+    std::fs::write(path, format!("{}\n", std::process::id()))
+}
+
+/// Forks into the background. Returns only in the daemon; the original
+/// process exits 0 once the daemon reports that it is set up (pid file written),
+/// or 1 if the daemon failed first. `setup` runs in the daemon before that report.
+pub fn daemonize(setup: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    let (mut ready_rx, mut ready_tx) = pipe()?;
+    match fork::fork()? {
+        Fork::Parent(_) => {
+            drop(ready_tx);
+            let mut byte = [0u8; 1];
+            let ok = matches!(ready_rx.read(&mut byte), Ok(1));
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        Fork::Child => {
+            drop(ready_rx);
+            fork::setsid()?;
+            fork::chdir()?;
+            setup()?;
+            fork::redirect_stdio()?;
+            ready_tx.write_all(b"1")?;
+            Ok(())
+        }
+    }
+}
+
+/// A CLOEXEC pipe as two files.
+fn pipe() -> io::Result<(std::fs::File, std::fs::File)> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok((std::fs::File::from(r), std::fs::File::from(w)))
+}
+
+/// Sends diagnostics to syslog (facility daemon) as rinetd does; falls back to
+/// stderr-less silence if no syslog socket exists.
+pub fn init_syslog(name: &str) {
+    let formatter = syslog::Formatter3164 {
+        facility: syslog::Facility::LOG_DAEMON,
+        hostname: None,
+        process: name.into(),
+        pid: std::process::id(),
+    };
+    if let Ok(logger) = syslog::unix(formatter) {
+        let level = std::env::var("RUST_LOG")
+            .ok()
+            .and_then(|v| v.parse::<log::LevelFilter>().ok())
+            .unwrap_or(log::LevelFilter::Info);
+        if log::set_boxed_logger(Box::new(syslog::BasicLogger::new(logger))).is_ok() {
+            log::set_max_level(level);
+        }
+    }
+}
