@@ -67,10 +67,20 @@ impl Drop for TestServer {
 /// Starts a server on two executor threads. Each rule's listener is bound to its
 /// `bind` address (use port 0); the real addresses are in `TestServer::addrs`.
 pub fn start(rules: Vec<ResolvedRule>, settings: Settings, log: LogHandle) -> TestServer {
+    start_acl(rules, AclRules::default(), settings, log)
+}
+
+/// Like `start`, with global allow/deny patterns.
+pub fn start_acl(
+    rules: Vec<ResolvedRule>,
+    global: AclRules,
+    settings: Settings,
+    log: LogHandle,
+) -> TestServer {
     let shared = Shared::new(settings, log);
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
-    let global = Arc::new(AclRules::default());
+    let global = Arc::new(global);
     for mut r in rules {
         let s = server::bind(&r).expect("bind test listener");
         let addr = s.local_addr().expect("local addr");
