@@ -6,5 +6,6 @@
 
 pub mod acl;
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod config;
