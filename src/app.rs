@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// Runs oi with parsed command-line options; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    if cli.check {
+        return crate::check::run(&cli.conf_file);
+    }
     let as_rinetd = daemon::invoked_as_rinetd();
     let background = (cli.daemon || as_rinetd) && !cli.foreground;
     init_diagnostics();

@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod connect;

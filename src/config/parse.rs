@@ -14,7 +14,7 @@ mod address;
 mod options;
 mod pattern;
 
-pub(crate) use address::{parse_host, parse_port};
+use address::{parse_host, parse_port};
 use options::parse_options;
 use pattern::parse_pattern;
 

@@ -1,0 +1,111 @@
+//! `oi --check` through the built binary, on valid and invalid files.
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn check(contents: &str) -> (tempfile::NamedTempFile, Output) {
+    let mut file = tempfile::Builder::new()
+        .suffix(".conf")
+        .tempfile()
+        .expect("temp file");
+    file.write_all(contents.as_bytes()).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(file.path())
+        .output()
+        .expect("run oi");
+    (file, out)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn valid_file() {
+    let (file, out) = check(concat!(
+        "# test\n",
+        "allow 127.*\n",
+        "127.0.0.1 18080 127.0.0.1 18081 [timeout=30]\n",
+        "deny 127.0.0.9\n",
+        "[::1] 18082/udp localhost 18083/udp\n",
+        "logfile /tmp/oi-check-test.log\n",
+    ));
+    let name = file.path().display().to_string();
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("{name}:3: 127.0.0.1:18080/tcp -> 127.0.0.1:18081/tcp [timeout=30] deny 127.0.0.9 (+ global: allow 127.*)")
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "{name}:5: [::1]:18082/udp -> localhost:18083/udp ("
+        )),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].ends_with(") global: allow 127.*"), "{}", lines[1]);
+    assert_eq!(lines[2], "logfile /tmp/oi-check-test.log (tab-separated)");
+    assert_eq!(lines[3], "configuration OK (2 rules)");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("{name}:3: warning: option 'timeout' only applies to UDP; ignored on this TCP rule: '127.0.0.1 18080 127.0.0.1 18081 [timeout=30]'")
+    );
+}
+
+#[test]
+fn invalid_file_reports_every_error() {
+    let (file, out) = check(concat!(
+        "127.0.0.1 18080 127.0.0.1 18081\n",
+        "0.0.0.0 80 10.0.0.1 80 [timout=5]\n",
+        "allow localhost\n",
+        "127.0.0.1 70000 127.0.0.1 1\n",
+        "127.0.0.1 18080 127.0.0.1 18082\n",
+        "just three fields\n",
+    ));
+    let name = file.path().display().to_string();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let expected = [
+        format!("{name}:2: unknown option 'timout': '0.0.0.0 80 10.0.0.1 80 [timout=5]'"),
+        format!("{name}:3: invalid pattern 'localhost' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed): 'allow localhost'"),
+        format!("{name}:4: port out of range (1-65535) '70000': '127.0.0.1 70000 127.0.0.1 1'"),
+        format!("{name}:5: duplicate listener 127.0.0.1 18080/tcp, first defined at line 1: '127.0.0.1 18080 127.0.0.1 18082'"),
+        format!("{name}:6: expected 'bindaddr bindport connectaddr connectport [options]': 'just three fields'"),
+        "configuration invalid (5 errors)".to_string(),
+    ];
+    let got: Vec<&str> = stderr.lines().collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn unresolvable_host_is_an_error() {
+    let (file, out) = check("127.0.0.1 18090 nosuch.invalid 80\n");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    let name = file.path().display().to_string();
+    assert!(
+        stderr.starts_with(&format!("{name}:1: cannot resolve host 'nosuch.invalid': ")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["--check", "-c", "/nonexistent/oi.conf"])
+        .output()
+        .expect("run oi");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr)
+        .starts_with("/nonexistent/oi.conf: cannot read configuration: No such file or directory"));
+}
