@@ -182,6 +182,8 @@ async fn serve_until_signalled(
     notify::stopping();
     drop(server);
     wait_for_drain(&shared, drain).await;
+    let log = shared.log.clone();
+    smol::unblock(move || log.flush()).await;
     ExitCode::SUCCESS
 }
 

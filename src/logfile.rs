@@ -133,6 +133,8 @@ enum Msg {
     Line(LogEvent),
     /// Close the current file and open this one (or none) in this format.
     Reopen(Option<PathBuf>, Format, mpsc::Sender<std::io::Result<()>>),
+    /// Report back once everything sent before has been written.
+    Flush(mpsc::Sender<()>),
 }
 
 /// A cheap, cloneable handle for sending log events; sending never blocks.
@@ -161,6 +163,16 @@ impl LogHandle {
     pub fn log(&self, ev: LogEvent) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(Msg::Line(ev));
+        }
+    }
+
+    /// Waits until every event sent so far is written (used on exit).
+    /// Blocking: call it off the executor threads.
+    pub fn flush(&self) {
+        let Some(tx) = &self.tx else { return };
+        let (done_tx, done_rx) = mpsc::channel();
+        if tx.send(Msg::Flush(done_tx)).is_ok() {
+            let _ = done_rx.recv();
         }
     }
 
@@ -205,6 +217,10 @@ fn writer(rx: mpsc::Receiver<Msg>) {
                         }
                     };
                     let _ = done.send(result);
+                }
+                Msg::Flush(done) => {
+                    flush(&mut file, &mut buf);
+                    let _ = done.send(());
                 }
             }
             if buf.len() < 64 * 1024 {

@@ -264,11 +264,6 @@ impl Server {
         }
         errors
     }
-
-    /// Addresses currently listened on.
-    pub fn local_addrs(&self) -> Vec<ListenerKey> {
-        self.listeners.keys().copied().collect()
-    }
 }
 
 /// Formats backend addresses for the startup line.
@@ -394,7 +389,7 @@ async fn handle(
     let backend = match connect::connect(&route.rule.connect, route.rule.src, timeout).await {
         Ok(b) => b,
         Err(e) => {
-            log::info!("{peer} -> {}: {e}", route.names.connect_host);
+            log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match e {
                 ConnectError::LocalSocket(_) => Event::LocalSocketFailed,
                 // rinetd logs a refused or unreachable backend this way; parsers count on it.
