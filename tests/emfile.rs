@@ -11,6 +11,8 @@ use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn open_fds() -> u64 {
@@ -44,6 +46,61 @@ fn lines_with(log: &mut std::fs::File, needle: &str) -> usize {
     reread(log).lines().filter(|l| l.contains(needle)).count()
 }
 
+/// An echo backend that reports on the returned channel once each connection's
+/// descriptor is closed, so the test knows exactly which descriptors are still open.
+/// It costs one descriptor per connection (no clone).
+fn reporting_echo_backend() -> (SocketAddr, mpsc::Receiver<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let addr = l.local_addr().expect("backend addr");
+    let (closed_tx, closed) = mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { continue };
+            let closed_tx = closed_tx.clone();
+            std::thread::spawn(move || {
+                let (mut r, mut w) = (&c, &c);
+                let _ = std::io::copy(&mut r, &mut w);
+                drop(c);
+                let _ = closed_tx.send(());
+            });
+        }
+    });
+    (addr, closed)
+}
+
+/// Fills the descriptor table up to the (lowered) limit with copies of `/dev/null`,
+/// then frees exactly `room` of them: what remains free is known exactly, however
+/// many descriptors the runtime, the harness or the kernel's numbering hold.
+fn leave_exactly(room: usize) -> Vec<std::fs::File> {
+    let null = std::fs::File::open("/dev/null").expect("open /dev/null");
+    let mut filler = Vec::new();
+    // Bounded: the limit was set a few dozen above the open count.
+    for _ in 0..1000 {
+        match null.try_clone() {
+            Ok(f) => filler.push(f),
+            Err(e) => {
+                assert_eq!(
+                    e.raw_os_error(),
+                    Some(emfile_errno()),
+                    "filling stops at EMFILE"
+                );
+                break;
+            }
+        }
+    }
+    drop(null);
+    // `null` itself freed one slot.
+    for _ in 1..room {
+        filler.pop().expect("enough filler descriptors to free");
+    }
+    filler
+}
+
+/// EMFILE as an OS error number.
+fn emfile_errno() -> i32 {
+    rustix::io::Errno::MFILE.raw_os_error()
+}
+
 #[test]
 fn accept_emfile_backs_off_and_recovers() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -51,7 +108,7 @@ fn accept_emfile_backs_off_and_recovers() {
     let log = LogHandle::start().expect("log thread");
     log.reopen(Some(logpath.clone()), Format::Tab)
         .expect("open log");
-    let backend = echo_backend("127.0.0.1:0");
+    let (backend, backend_closed) = reporting_echo_backend();
     let srv = start(vec![tcp_rule(backend)], Settings::default(), log);
     let addr = srv.addr();
 
@@ -61,12 +118,19 @@ fn accept_emfile_backs_off_and_recovers() {
     let mut b = [0u8; 4];
     warm.read_exact(&mut b).expect("warm echo");
     drop(warm);
+    backend_closed
+        .recv_timeout(Duration::from_secs(10))
+        .expect("backend closes the warm-up connection");
     let deadline = Instant::now() + Duration::from_secs(5);
     while srv.shared.active.load(std::sync::atomic::Ordering::Relaxed) > 0
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(
+        srv.shared.active.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 
     // Client sockets are created before the limit is lowered; connecting needs no new descriptor.
     let first = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
@@ -74,16 +138,16 @@ fn accept_emfile_backs_off_and_recovers() {
     let mut logfile = std::fs::File::open(&logpath).expect("open log for reading");
     let mut stat = std::fs::File::open("/proc/self/stat").expect("open stat");
     let saved = getrlimit(Resource::Nofile);
-    // Room for exactly one forwarded connection: server accept + backend connect + backend accept.
-    let limit = open_fds() + 3;
     setrlimit(
         Resource::Nofile,
         Rlimit {
-            current: Some(limit),
+            current: Some(open_fds() + 32),
             maximum: saved.maximum,
         },
     )
     .expect("lower RLIMIT_NOFILE");
+    // Room for exactly one forwarded connection: server accept + backend connect + backend accept.
+    let filler = leave_exactly(3);
 
     first.connect(&addr.into()).expect("connect first");
     let mut first: TcpStream = first.into();
@@ -113,7 +177,7 @@ fn accept_emfile_backs_off_and_recovers() {
         "one log line per burst"
     );
 
-    // It must back off, not spin on the readable listener.
+    // It must back off, not spin on the readable listener (a measurement window, not a sync).
     let before = cpu_ticks(&mut stat);
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_millis(600));
@@ -132,5 +196,6 @@ fn accept_emfile_backs_off_and_recovers() {
         .expect("second is served once descriptors free up");
     assert_eq!(&b, b"two!");
     assert_eq!(lines_with(&mut logfile, "accept-failed -"), 1);
+    drop(filler);
     setrlimit(Resource::Nofile, saved).expect("restore limit");
 }
