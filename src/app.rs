@@ -180,7 +180,7 @@ async fn serve_until_signalled(
     }
     log::info!("stopping");
     notify::stopping();
-    drop(server);
+    server.close().await;
     wait_for_drain(&shared, drain).await;
     let log = shared.log.clone();
     smol::unblock(move || log.flush()).await;
@@ -217,7 +217,7 @@ async fn reload(server: &mut Server, r: &mut Reloader) -> String {
                 Ok(p) => r.pidfile = p,
                 Err(e) => log::error!("cannot write the pid file: {e}"),
             }
-            for e in server.apply(&cfg, &r.file) {
+            for e in server.apply(&cfg, &r.file).await {
                 log::error!("{e}");
             }
             let status = format!("serving {} rule(s)", cfg.rules.len());

@@ -163,8 +163,8 @@ pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Ve
 struct Running {
     /// The route new connections take; reload swaps it in place.
     route: Arc<ArcSwap<Route>>,
-    /// The accept (or datagram) loop; dropping it closes the socket.
-    _task: Task<()>,
+    /// The accept (or datagram) loop; it owns the socket, so cancelling it closes the socket.
+    task: Task<()>,
 }
 
 /// A running server: its listeners, keyed so a reload can tell what changed.
@@ -192,6 +192,14 @@ impl Server {
         &self.shared
     }
 
+    /// Stops every listener and waits until their sockets are closed; open
+    /// connections carry on (they are separate tasks).
+    pub async fn close(mut self) {
+        for (_, running) in self.listeners.drain() {
+            running.task.cancel().await;
+        }
+    }
+
     /// Starts serving already-bound sockets, each with its route.
     pub fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
         for (socket, route) in sockets {
@@ -206,7 +214,7 @@ impl Server {
             let route = Arc::new(ArcSwap::from_pointee(route));
             let task = self.spawn_listener(socket, route.clone())?;
             self.listeners
-                .insert((addr, proto), Running { route, _task: task });
+                .insert((addr, proto), Running { route, task });
         }
         Ok(())
     }
@@ -233,7 +241,10 @@ impl Server {
     /// Applies a new configuration: unchanged listeners keep their sockets and get
     /// the new route; removed ones close; new ones are bound. Open connections are
     /// untouched. Returns a message per listener that could not be bound.
-    pub fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
+    ///
+    /// Removed listeners are closed before this returns (not merely scheduled to
+    /// close), so once the service manager hears READY=1 the old ports refuse.
+    pub async fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
         let global = Arc::new(cfg.config.global_acl.clone());
         let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
         let mut errors = Vec::new();
@@ -255,10 +266,11 @@ impl Server {
                 },
             }
         }
-        for (key, _) in self.listeners.drain() {
+        let removed = std::mem::replace(&mut self.listeners, keep);
+        for (key, running) in removed {
+            running.task.cancel().await;
             log::info!("stopped listening on {}/{}", key.0, key.1);
         }
-        self.listeners = keep;
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
         }
@@ -432,5 +444,6 @@ pub async fn serve(
     let mut server = Server::new(ex, shared);
     server.start(sockets)?;
     shutdown.await;
+    server.close().await;
     Ok(())
 }
