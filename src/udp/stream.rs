@@ -115,7 +115,9 @@ async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Act
         }
         let mut buf = pool().take();
         let mut end = None;
-        for _ in 0..BATCH {
+        let mut moved = 0;
+        while moved < BATCH {
+            moved += 1;
             match socket.get_ref().recv(&mut buf) {
                 Ok(n) => {
                     a.touch();
@@ -125,7 +127,10 @@ async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Act
                     }
                     a.to_client.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    moved = 0;
+                    break;
+                }
                 Err(e) if is_transient(&e) => {}
                 Err(e) => {
                     log::debug!("receive from backend: {e}");
@@ -138,7 +143,9 @@ async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Act
         if let Some(end) = end {
             return end;
         }
-        futures_lite::future::yield_now().await;
+        if moved == BATCH {
+            futures_lite::future::yield_now().await;
+        }
     }
 }
 
