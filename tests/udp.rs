@@ -263,3 +263,35 @@ fn udp_to_tcp_keeps_datagram_order() {
     }
     assert_eq!(got, want, "datagrams reach the stream in order");
 }
+
+#[test]
+fn refused_clients_get_no_association_and_are_logged() {
+    use oxidinetd::config::{self, services::Services};
+    let (backend, seen) = udp_echo_backend("127.0.0.1:0");
+    let text = format!(
+        "127.0.0.1 1/udp 127.0.0.1 {}/udp\nallow 127.0.0.1\ndeny 127.0.0.1\n",
+        backend.port()
+    );
+    let cfg = config::parse(&text).expect("valid config");
+    let mut resolved = config::resolve(cfg, &Services::parse("")).expect("resolves");
+    let mut r = resolved.rules.remove(0);
+    r.bind.set_port(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("oi.log");
+    let log = LogHandle::start().expect("log thread");
+    log.reopen(Some(path.clone()), Format::Tab)
+        .expect("open log");
+    let srv = start(vec![r], Settings::default(), log);
+    for from in [[127, 0, 0, 2], [127, 0, 0, 1]] {
+        let c = std::net::UdpSocket::bind(SocketAddr::from((from, 0))).expect("bind client");
+        c.send_to(b"knock", srv.addr()).expect("send");
+    }
+    let text = wait_for_file(&path, |t| t.lines().count() >= 2);
+    let mut events: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit('\t').next().unwrap_or(""))
+        .collect();
+    events.sort();
+    assert_eq!(events, ["denied", "not-allowed"], "{text}");
+    assert!(seen.try_recv().is_err(), "no datagram reached the backend");
+}
