@@ -295,3 +295,61 @@ fn refused_clients_get_no_association_and_are_logged() {
     assert_eq!(events, ["denied", "not-allowed"], "{text}");
     assert!(seen.try_recv().is_err(), "no datagram reached the backend");
 }
+
+#[test]
+fn tcp_to_udp_closes_after_idle_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("oi.log");
+    let log = LogHandle::start().expect("log thread");
+    log.reopen(Some(path.clone()), Format::Tab)
+        .expect("open log");
+    let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
+    let mut r = tcp_rule_to_udp(backend);
+    r.rule.options.timeout = Some(Duration::from_secs(1));
+    let srv = start(vec![r], Settings::default(), log);
+    let mut c = connect(srv.addr());
+    c.write_all(b"ping").expect("write");
+    let mut back = [0u8; 4];
+    c.read_exact(&mut back).expect("echo");
+    // Idle from here on: oi closes the connection (read returns EOF; bounded by
+    // the 20 s read timeout `connect` sets).
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest)
+        .expect("EOF from oi after the idle timeout");
+    assert!(rest.is_empty());
+    let text = wait_for_file(&path, |t| t.contains("done-"));
+    assert!(text.contains("\t4\t4\tdone-local-closed"), "{text}");
+}
+
+#[test]
+fn udp_to_tcp_backend_close_ends_the_association_and_the_next_datagram_reconnects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("oi.log");
+    let log = LogHandle::start().expect("log thread");
+    log.reopen(Some(path.clone()), Format::Tab)
+        .expect("open log");
+    // Answers one 5-byte request per connection, then closes it.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let backend = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for _ in 0..2 {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let mut req = [0u8; 5];
+            if s.read_exact(&mut req).is_ok() {
+                let _ = s.write_all(b"bye");
+            }
+        }
+    });
+    let srv = start(
+        vec![udp_rule(backend, Proto::Tcp)],
+        Settings::default(),
+        log,
+    );
+    let c = udp_client(srv.addr());
+    assert_eq!(udp_roundtrip(&c, srv.addr(), b"hello"), b"bye");
+    let text = wait_for_file(&path, |t| t.contains("done-local-closed"));
+    assert!(text.contains("\t5\t3\tdone-local-closed"), "{text}");
+    assert_eq!(udp_roundtrip(&c, srv.addr(), b"again"), b"bye");
+    let text = wait_for_file(&path, |t| t.matches("opened").count() == 2);
+    assert_eq!(text.matches("opened").count(), 2, "{text}");
+}
