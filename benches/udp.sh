@@ -20,6 +20,7 @@ LEN=${LEN:-1400}
 BACKEND=${BACKEND:-5202}
 OI_PORT=${OI_PORT:-5211}
 RINETD_PORT=${RINETD_PORT:-5221}
+OI1_PORT=${OI1_PORT:-5231}
 RATE=${RATE:-200M}
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -33,9 +34,12 @@ rules() { # port
 }
 rules "$OI_PORT" > "$dir/oi.conf"
 rules "$RINETD_PORT" > "$dir/rinetd.conf"
+rules "$OI1_PORT" > "$dir/oi1.conf"
 iperf3 -s -p "$BACKEND" >/dev/null 2>&1 & pids+=($!)
 RUST_LOG=warn target/release/oi -c "$dir/oi.conf" 2>"$dir/oi.err" & oi_pid=$!; pids+=($oi_pid)
 rinetd -f -c "$dir/rinetd.conf" >/dev/null 2>&1 & rinetd_pid=$!; pids+=($rinetd_pid)
+# oi on one executor thread: shows what handing wake-ups between threads costs.
+RUST_LOG=warn target/release/oi -c "$dir/oi1.conf" --threads 1 2>"$dir/oi1.err" & oi1_pid=$!; pids+=($oi1_pid)
 sleep 1 # let the three servers bind (benchmark only; tests never sleep)
 
 tck=$(getconf CLK_TCK)
@@ -71,6 +75,7 @@ for r in $(seq "$ROUNDS"); do
   for rate in 0 "$RATE"; do
     run direct "$BACKEND" "" "$rate"
     run oi "$OI_PORT" "$oi_pid" "$rate"
+    run oi-threads1 "$OI1_PORT" "$oi1_pid" "$rate"
     run rinetd "$RINETD_PORT" "$rinetd_pid" "$rate"
   done
 done
