@@ -313,3 +313,71 @@ impl Drop for OiProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A UDP echo backend: sends every datagram back to its sender, and reports
+/// each datagram's source address and length on the returned channel (ignored if dropped).
+pub fn udp_echo_backend(
+    bind: &str,
+) -> (SocketAddr, std::sync::mpsc::Receiver<(SocketAddr, usize)>) {
+    let s = std::net::UdpSocket::bind(bind).expect("bind UDP echo backend");
+    let addr = s.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            let _ = tx.send((from, n));
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    (addr, rx)
+}
+
+/// A `/udp` listener rule on loopback port 0 (the backend's family) to `backend`.
+pub fn udp_rule(backend: SocketAddr, connect_proto: Proto) -> ResolvedRule {
+    let any: SocketAddr = if backend.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    }
+    .parse()
+    .expect("literal");
+    rule(any, Proto::Udp, backend, connect_proto)
+}
+
+/// A UDP client on loopback (the family of `server`) with a 5 s receive timeout.
+pub fn udp_client(server: SocketAddr) -> std::net::UdpSocket {
+    let s = std::net::UdpSocket::bind(if server.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    })
+    .expect("bind UDP client");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+/// Sends `payload` to `server` and returns the reply, checking it came from `server`.
+pub fn udp_roundtrip(s: &std::net::UdpSocket, server: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    s.send_to(payload, server).expect("send datagram");
+    let mut buf = vec![0u8; 65_536];
+    let (n, from) = s.recv_from(&mut buf).expect("reply datagram");
+    assert_eq!(from, server, "reply must come from the listening address");
+    buf.truncate(n);
+    buf
+}
+
+/// Polls `path` until its text satisfies `done` or 10 s pass; returns the last text read.
+pub fn wait_for_file(path: &std::path::Path, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if done(&text) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

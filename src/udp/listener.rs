@@ -1,0 +1,242 @@
+//! The `/udp` listener task: reads client datagrams, keeps the map of
+//! associations, expires idle ones and enforces the per-rule cap.
+
+use super::assoc::{timeout_of, Association};
+use super::{is_transient, BATCH, DATAGRAM_BUFFER};
+use crate::acl::{self, Verdict};
+use crate::config::DEFAULT_MAX_ASSOC;
+use crate::logfile::{Event, LogEvent};
+use crate::server::{client_ip, Route, Shared};
+use arc_swap::ArcSwap;
+use async_io::{Async, Timer};
+use futures_lite::FutureExt;
+use smol::Executor;
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Longest gap between expiry sweeps; an association ends at most this late.
+const MAX_SWEEP: Duration = Duration::from_secs(1);
+
+/// Serves a `/udp` listener until the task is dropped (listener removed by a
+/// reload, or server stopping); then every association ends and is logged.
+pub async fn serve(
+    ex: Arc<Executor<'static>>,
+    socket: Async<UdpSocket>,
+    route: Arc<ArcSwap<Route>>,
+    shared: Arc<Shared>,
+) {
+    let mut listener = Listener {
+        ex,
+        socket: Arc::new(socket),
+        route,
+        shared,
+        assocs: HashMap::new(),
+        epoch: Instant::now(),
+    };
+    listener.run().await
+}
+
+/// Why the listener task woke up.
+enum Wake {
+    /// The socket has datagrams (or an error) to read.
+    Readable(io::Result<()>),
+    /// Time to look for idle associations.
+    Sweep,
+}
+
+/// A listener's state, owned by its one task.
+struct Listener {
+    /// Spawns association tasks.
+    ex: Arc<Executor<'static>>,
+    /// The listening socket; association tasks send replies from it.
+    socket: Arc<Async<UdpSocket>>,
+    /// The rule's current route; read once per new association, so a reload
+    /// applies to new associations while existing ones keep theirs.
+    route: Arc<ArcSwap<Route>>,
+    /// Settings and the log.
+    shared: Arc<Shared>,
+    /// Live associations by client address.
+    /// Invariant: never more than the current route's cap after `open` returns.
+    assocs: HashMap<SocketAddr, Association>,
+    /// Clock origin for the associations' activity timestamps.
+    epoch: Instant,
+}
+
+impl Listener {
+    /// Reads datagrams and sweeps, forever.
+    async fn run(&mut self) {
+        let socket = self.socket.clone();
+        // Allocated once: every datagram is read into this buffer.
+        let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
+        let mut next_sweep = Instant::now() + self.sweep_period();
+        let mut timer = Timer::at(next_sweep);
+        loop {
+            // Checked on every wake, not only when the timer wins: under a
+            // steady flood the socket is always readable.
+            if Instant::now() >= next_sweep {
+                self.sweep();
+                next_sweep = Instant::now() + self.sweep_period();
+                timer.set_at(next_sweep);
+            }
+            let wake = async { Wake::Readable(socket.readable().await) }
+                .or(async {
+                    (&mut timer).await;
+                    Wake::Sweep
+                })
+                .await;
+            match wake {
+                Wake::Sweep => {}
+                Wake::Readable(Err(e)) => {
+                    log::error!("UDP listener: {e}");
+                    Timer::after(Duration::from_millis(100)).await;
+                }
+                Wake::Readable(Ok(())) => {
+                    let mut moved = 0;
+                    while moved < BATCH {
+                        match socket.get_ref().recv_from(&mut buf) {
+                            Ok((n, peer)) => self.datagram(&buf[..n], peer),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e) if is_transient(&e) => {}
+                            Err(e) => {
+                                log::debug!("UDP receive: {e}");
+                                break;
+                            }
+                        }
+                        moved += 1;
+                    }
+                    if moved == BATCH {
+                        futures_lite::future::yield_now().await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// How often to sweep: a quarter of the current timeout, at most [`MAX_SWEEP`].
+    fn sweep_period(&self) -> Duration {
+        (timeout_of(&self.route.load()) / 4).clamp(Duration::from_millis(10), MAX_SWEEP)
+    }
+
+    /// Passes one client datagram to its association, opening one if needed.
+    fn datagram(&mut self, payload: &[u8], mut peer: SocketAddr) {
+        if let SocketAddr::V6(v6) = &mut peer {
+            // The flow label is not part of who the client is.
+            v6.set_flowinfo(0);
+        }
+        if let Some(a) = self.assocs.get(&peer) {
+            if !a.activity.ended() {
+                return a.forward(payload);
+            }
+            if let Some(a) = self.assocs.remove(&peer) {
+                self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+            }
+        }
+        self.open(payload, peer);
+    }
+
+    /// Opens an association for a new client (after the ACL check), evicting
+    /// the oldest-idle one if the rule is at its cap, and forwards the first datagram.
+    fn open(&mut self, payload: &[u8], peer: SocketAddr) {
+        let route = self.route.load_full();
+        let ip = client_ip(peer);
+        let refused = match acl::check(&route.global_acl, &route.rule.rule.acl, ip) {
+            Verdict::Allowed => None,
+            Verdict::NotAllowed => Some(Event::NotAllowed),
+            Verdict::Denied => Some(Event::Denied),
+        };
+        if let Some(event) = refused {
+            log::debug!("{peer}: {} on {}/udp", event.as_str(), route.rule.bind);
+            return self.shared.log.log(LogEvent {
+                time: SystemTime::now(),
+                client: ip,
+                rule: route.names.clone(),
+                from_client: 0,
+                to_client: 0,
+                event,
+            });
+        }
+        let cap = route
+            .rule
+            .rule
+            .options
+            .max_assoc
+            .unwrap_or(DEFAULT_MAX_ASSOC)
+            .max(1);
+        while self.assocs.len() >= cap {
+            self.evict_oldest();
+        }
+        let opened = Association::open(
+            &self.ex,
+            route.clone(),
+            &self.socket,
+            peer,
+            ip,
+            self.epoch,
+            self.shared.settings.connect_timeout,
+        );
+        match opened {
+            Ok(a) => {
+                // As rinetd writes it: the opened line counts the first datagram.
+                let mut line = a.log_event(Event::Opened);
+                line.from_client = payload.len() as u64;
+                self.shared.log.log(line);
+                a.forward(payload);
+                self.assocs.insert(peer, a);
+            }
+            Err(e) => {
+                log::debug!("{peer}: cannot create the backend socket: {e}");
+                self.shared.log.log(LogEvent {
+                    time: SystemTime::now(),
+                    client: ip,
+                    rule: route.names.clone(),
+                    from_client: 0,
+                    to_client: 0,
+                    event: Event::LocalSocketFailed,
+                });
+            }
+        }
+    }
+
+    /// Ends the association idle the longest. O(associations), and only runs
+    /// when the cap is reached.
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .assocs
+            .iter()
+            .min_by_key(|(_, a)| a.activity.last_ms())
+            .map(|(k, _)| *k);
+        if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
+            log::debug!(
+                "evicting the oldest-idle association of {}",
+                a.route.rule.bind
+            );
+            self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+        }
+    }
+
+    /// Ends associations idle for their timeout, and those whose upstream ended.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let log = &self.shared.log;
+        self.assocs.retain(|_, a| {
+            let keep = !a.activity.ended() && a.activity.idle(now) < timeout_of(&a.route);
+            if !keep {
+                log.log(a.log_event(Event::DoneLocalClosed));
+            }
+            keep
+        });
+    }
+}
+
+impl Drop for Listener {
+    /// The listener is gone (removed by a reload, or the server stops): its
+    /// associations cannot receive from their clients any more, so they end too.
+    fn drop(&mut self) {
+        for (_, a) in self.assocs.drain() {
+            self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! UDP forwarding: `/udp` listeners with per-client associations, and the two
+//! cross-protocol directions rinetd allows (UDP→TCP and TCP→UDP).
+//!
+//! Design, per `/udp` listener ([`serve`]):
+//! - one task owns the listening socket and a map client address → association;
+//!   it reads client datagrams and hands each to its association's upstream
+//!   (a connected UDP socket, or a queue into a TCP connection), so no task is
+//!   spawned per datagram;
+//! - one task per association waits on its upstream and sends what comes back
+//!   to exactly its client, from the listening socket;
+//! - the listener task also expires idle associations (no traffic either way
+//!   for the rule's `[timeout=N]`) and evicts the oldest-idle one when the
+//!   rule's `[maxassoc=N]` cap is reached, so descriptors stay bounded.
+//!
+//! Buffers are 65,536 bytes (every IPv4/IPv6 UDP payload fits, the largest
+//! being 65,507 bytes over IPv4) and come from a pool, so steady-state traffic
+//! allocates nothing.
+
+mod assoc;
+mod listener;
+mod stream;
+
+pub use listener::serve;
+pub use stream::tcp_to_udp;
+
+use crate::pool::BufferPool;
+use async_io::Async;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::OnceLock;
+
+/// Size of every datagram buffer: larger than any UDP payload.
+pub const DATAGRAM_BUFFER: usize = 65_536;
+
+/// The largest UDP payload (IPv4: 65,535 − 20 IP − 8 UDP header bytes); also the
+/// most TCP→UDP reads at once, so each read fits in one datagram.
+pub const MAX_PAYLOAD: usize = 65_507;
+
+/// Datagrams one task moves before yielding: smol has no cooperative budget,
+/// and one busy client must not starve the others on the same thread.
+const BATCH: usize = 64;
+
+/// Datagram buffers shared by every UDP task of the process.
+fn pool() -> &'static BufferPool {
+    /// Created on first use; sized for full-size datagrams whatever `--buffer-size` says.
+    static POOL: OnceLock<BufferPool> = OnceLock::new();
+    POOL.get_or_init(|| BufferPool::new(DATAGRAM_BUFFER, 256))
+}
+
+/// The backend address to use: the first one of `src`'s family when a source is given.
+fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketAddr> {
+    addrs
+        .iter()
+        .copied()
+        .find(|a| src.map_or(true, |s| s.is_ipv4() == a.is_ipv4()))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                "no backend address of the source address's family",
+            )
+        })
+}
+
+/// A non-blocking UDP socket connected to `backend`, bound to `src` when given.
+/// Connected, so the kernel only delivers datagrams from the backend to it.
+fn connected_socket(backend: SocketAddr, src: Option<IpAddr>) -> io::Result<Async<UdpSocket>> {
+    let socket = Socket::new(Domain::for_address(backend), Type::DGRAM.cloexec(), None)?;
+    if let Some(ip) = src {
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    }
+    socket.connect(&SockAddr::from(backend))?;
+    Async::new(UdpSocket::from(socket))
+}
+
+/// Errors a connected UDP socket reports for an earlier datagram (an ICMP
+/// "port unreachable" while the backend is down); the socket stays usable.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+    ) || e.raw_os_error() == Some(rustix::io::Errno::HOSTUNREACH.raw_os_error())
+        || e.raw_os_error() == Some(rustix::io::Errno::NETUNREACH.raw_os_error())
+}

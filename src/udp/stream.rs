@@ -1,0 +1,160 @@
+//! TCP→UDP: one connected UDP socket per accepted TCP connection.
+//!
+//! Each read from the TCP stream (at most [`MAX_PAYLOAD`] bytes) becomes one
+//! datagram; each datagram from the backend is written to the stream. The
+//! connection ends when the client closes (or fails) or after the rule's
+//! timeout with no traffic either way.
+
+use super::assoc::{timeout_of, Activity};
+use super::{connected_socket, is_transient, pick_backend, pool, BATCH, MAX_PAYLOAD};
+use crate::connect;
+use crate::logfile::{Event, LogEvent};
+use crate::server::{client_ip, Route, Shared};
+use async_io::{Async, Timer};
+use futures_lite::{AsyncWriteExt, FutureExt};
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// How a TCP→UDP connection ended; decides the log event.
+enum End {
+    /// The TCP client closed or failed: `done-remote-closed`.
+    Client,
+    /// Idle timeout or a backend socket error: `done-local-closed`.
+    Local,
+}
+
+/// Forwards one TCP client to a `/udp` backend (ACL already checked).
+pub async fn tcp_to_udp(
+    client: Async<TcpStream>,
+    peer: SocketAddr,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+) {
+    let ip = client_ip(peer);
+    let activity = Activity::new(Instant::now());
+    let event = |event| LogEvent {
+        time: SystemTime::now(),
+        client: ip,
+        rule: route.names.clone(),
+        from_client: activity.from_client.load(Ordering::Relaxed),
+        to_client: activity.to_client.load(Ordering::Relaxed),
+        event,
+    };
+    shared.log.log(event(Event::Opened));
+    let socket = pick_backend(&route.rule.connect, route.rule.src)
+        .and_then(|backend| connected_socket(backend, route.rule.src));
+    let socket = match socket {
+        Ok(s) => s,
+        Err(e) => {
+            log::debug!("{peer}: cannot create the backend socket: {e}");
+            return shared.log.log(event(Event::LocalSocketFailed));
+        }
+    };
+    connect::tune(client.get_ref());
+    let end = to_backend(&client, &socket, &activity)
+        .or(to_client(&client, &socket, &activity))
+        .or(idle(&activity, timeout_of(&route)))
+        .await;
+    let ev = match end {
+        End::Client => Event::DoneRemoteClosed,
+        End::Local => Event::DoneLocalClosed,
+    };
+    shared.log.log(event(ev));
+}
+
+/// Reads the stream and sends each read as one datagram, until the client closes.
+async fn to_backend(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Activity) -> End {
+    loop {
+        if client.readable().await.is_err() {
+            return End::Client;
+        }
+        let mut buf = pool().take();
+        let read = (&mut client.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
+        let end = match read {
+            Ok(0) => Some(End::Client),
+            Ok(n) => {
+                a.touch();
+                a.from_client.fetch_add(n as u64, Ordering::Relaxed);
+                send(socket, &buf[..n]).await.err().map(|e| {
+                    log::debug!("send to backend: {e}");
+                    End::Local
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(_) => Some(End::Client),
+        };
+        pool().give(buf);
+        if let Some(end) = end {
+            return end;
+        }
+    }
+}
+
+/// Sends one datagram, waiting while the socket buffer is full. A datagram
+/// refused because of an earlier ICMP error is dropped, as the network would.
+async fn send(socket: &Async<UdpSocket>, payload: &[u8]) -> io::Result<()> {
+    loop {
+        match socket.get_ref().send(payload) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) if is_transient(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes every datagram from the backend to the stream, until writing fails.
+async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Activity) -> End {
+    let mut client_w = client;
+    loop {
+        if socket.readable().await.is_err() {
+            return End::Local;
+        }
+        let mut buf = pool().take();
+        let mut end = None;
+        let mut moved = 0;
+        while moved < BATCH {
+            moved += 1;
+            match socket.get_ref().recv(&mut buf) {
+                Ok(n) => {
+                    a.touch();
+                    if client_w.write_all(&buf[..n]).await.is_err() {
+                        end = Some(End::Client);
+                        break;
+                    }
+                    a.to_client.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    moved = 0;
+                    break;
+                }
+                Err(e) if is_transient(&e) => {}
+                Err(e) => {
+                    log::debug!("receive from backend: {e}");
+                    end = Some(End::Local);
+                    break;
+                }
+            }
+        }
+        pool().give(buf);
+        if let Some(end) = end {
+            return end;
+        }
+        if moved == BATCH {
+            futures_lite::future::yield_now().await;
+        }
+    }
+}
+
+/// Completes once there has been no traffic either way for `timeout`.
+async fn idle(a: &Activity, timeout: std::time::Duration) -> End {
+    loop {
+        Timer::at(a.last() + timeout).await;
+        if a.idle(Instant::now()) >= timeout {
+            return End::Local;
+        }
+    }
+}
