@@ -4,34 +4,41 @@ use crate::{raise_nofile_limit, request, IO_TIMEOUT};
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
-/// Opens `count` connections one after another, then holds them until stdin
-/// yields a line or EOF.
+/// Opens `count` connections one after another (for at most `open_time`),
+/// then holds them until stdin yields a line or EOF.
 ///
 /// Prints `result: held=N ...` as soon as every attempt is done, so a script
 /// can measure the forwarder while the connections are up.
-pub fn run(addr: SocketAddr, count: usize, ping: bool) -> Result<(), String> {
+pub fn run(addr: SocketAddr, count: usize, ping: bool, open_time: Duration) -> Result<(), String> {
     let limit = raise_nofile_limit();
     let req = request(64);
     let mut resp = vec![0u8; req.len()];
     let mut held = Vec::with_capacity(count);
     let mut errors = BTreeMap::<String, u64>::new();
+    let start = Instant::now();
     for _ in 0..count {
+        if start.elapsed() > open_time {
+            *errors.entry("OpenTimeExceeded".to_string()).or_default() += 1;
+            break;
+        }
         match open(addr, ping.then_some(&req[..]), &mut resp) {
             Ok(stream) => held.push(stream),
             Err(e) => *errors.entry(format!("{:?}", e.kind())).or_default() += 1,
         }
     }
+    let open_secs = start.elapsed().as_secs_f64();
     let error_total: u64 = errors.values().sum();
     println!(
-        "idle {addr}: holding {} of {count} connections (RLIMIT_NOFILE {limit}), {error_total} errors",
+        "idle {addr}: holding {} of {count} connections, opened in {open_secs:.1} s (RLIMIT_NOFILE {limit}), {error_total} errors",
         held.len()
     );
     for (kind, n) in &errors {
         println!("  error {kind}: {n}");
     }
     println!(
-        "result: held={} requested={count} errors={error_total}",
+        "result: held={} requested={count} errors={error_total} open_secs={open_secs:.1}",
         held.len()
     );
     // Flush before waiting: the script reads this line while we hold.

@@ -81,6 +81,10 @@ enum Command {
         /// Skip the one 64-byte round trip that proves each connection reaches the backend.
         #[arg(long)]
         no_ping: bool,
+        /// Stop opening connections after this many seconds (a slow forwarder
+        /// must not stall the benchmark); what is open by then is held.
+        #[arg(long, default_value_t = 60.0)]
+        open_secs: f64,
     },
 }
 
@@ -113,7 +117,13 @@ fn main() -> ExitCode {
             addr,
             count,
             no_ping,
-        } => idle::run(addr, count, !no_ping),
+            open_secs,
+        } => idle::run(
+            addr,
+            count,
+            !no_ping,
+            Duration::from_secs_f64(open_secs.max(0.1)),
+        ),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
