@@ -10,6 +10,10 @@
 # (connect, 64 B request/response, close), and forwarder RSS per idle
 # connection at 10,000 idle connections (fewer if the fd hard limit cannot
 # hold 2 x 10,000 descriptors; the table says how many).
+# Other helpers' compiles make the load swing within a run, so direct is
+# measured again right before each forwarder ("paired"): a forwarder's % is
+# against the direct run next to it, and the direct row shows the median of
+# all direct runs.
 # Below the table: per-thread CPU of oi during -P8 (are connections spread
 # over the executor threads?) and the connection rate while an iperf3 -P1
 # flows through the same forwarder (does a busy connection block accept?).
@@ -200,11 +204,10 @@ stop_forwarder() {
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-measure direct "$ECHO_PORT" "$IPERF_PORT" ""
-
 ROWS=(direct)
 run_forwarder() {
     local name=$1; shift
+    measure "direct-before-$name" "$ECHO_PORT" "$IPERF_PORT" ""
     free_port; local echo_fwd=$PORT
     free_port; local iperf_fwd=$PORT
     # The same two rules for every forwarder (rinetd.conf syntax).
@@ -247,10 +250,18 @@ def num(row, key):
     except (KeyError, ValueError):
         return math.nan
 
+# The direct row: the median of every direct run; each forwarder is compared
+# with the direct run taken just before it.
 d = "direct"
+res[d] = {}
+for key in {k for name, kv in res.items() if name.startswith("direct-") for k in kv}:
+    vals = sorted(float(res[n][key]) for n in res if n.startswith("direct-") and key in res[n])
+    res[d][key] = str(vals[len(vals) // 2]) if vals else "nan"
+def ref(row, key):
+    return num(d if row == d else f"direct-before-{row}", key)
 def pct(row, key):
-    v, ref = num(row, key), num(d, key)
-    return "" if row == d or not ref or math.isnan(v) else f" ({100 * v / ref:.0f}%)"
+    v, r = num(row, key), ref(row, key)
+    return "" if row == d or not r or math.isnan(v) else f" ({100 * v / r:.0f}%)"
 
 print(f"| forwarder | iperf3 -P1 Gbit/s | -P8 Gbit/s | fwd CPU s/GiB (P8) "
       f"| ping-pong p50 µs | p99 µs | conn/s | fwd RSS per idle conn |")
@@ -265,11 +276,11 @@ for row in rows:
     if row == d:
         cells += [f"{p50:.1f}", f"{p99:.1f}"]
     else:
-        cells.append(f"{p50:.1f} (+{p50 - num(d, 'p50_us'):.1f})")
-        cells.append(f"{p99:.1f} ({p99 / num(d, 'p99_us'):.1f}×)")
+        cells.append(f"{p50:.1f} (+{p50 - ref(row, 'p50_us'):.1f})")
+        cells.append(f"{p99:.1f} ({p99 / ref(row, 'p99_us'):.1f}×)")
     rate = num(row, "conns_per_sec")
-    errs = res.get(row, {}).get("conn_errors", "?")
-    cells.append(f"{rate:.0f}{pct(row, 'conns_per_sec')}" + ("" if errs == "0" else f", {errs} errors"))
+    errs = num(row, "conn_errors")
+    cells.append(f"{rate:.0f}{pct(row, 'conns_per_sec')}" + ("" if errs == 0 else f", {errs:.0f} errors"))
     if row == d:
         cells.append("—")
     else:
@@ -282,15 +293,18 @@ for row in rows:
 
 print()
 print(f"iperf3 runs {secs} s each; ping-pong: 64 B request/response on one connection; "
-      f"conn/s: connect, 64 B request/response, close. Percentages are of direct in this run. "
+      f"conn/s: connect, 64 B request/response, close. Percentages (and +µs, ×) are against "
+      f"the direct run taken just before that forwarder; the direct row is the median of "
+      f"{sum(n.startswith('direct-') for n in res)} direct runs. "
       f"Load average before {load_before}, after {load_after}.")
 print()
 print("Accept while busy (conn/s with an iperf3 -P1 flowing through the same forwarder):")
 for row in rows:
     busy, alone = num(row, "busy_conns_per_sec"), num(row, "conns_per_sec")
-    print(f"- {row}: {busy:.0f} conn/s ({100 * busy / alone:.0f}% of its idle-forwarder rate; "
-          f"{100 * busy / num(d, 'busy_conns_per_sec'):.0f}% of direct under the same load), "
-          f"bulk flow {num(row, 'busy_bg_gbps'):.2f} Gbit/s")
+    vs_direct = "" if row == d else (
+        f"; {100 * busy / ref(row, 'busy_conns_per_sec'):.0f}% of direct under the same load")
+    print(f"- {row}: {busy:.0f} conn/s ({100 * busy / alone:.0f}% of its rate without the bulk flow"
+          f"{vs_direct}), bulk flow {num(row, 'busy_bg_gbps'):.2f} Gbit/s")
 print()
 print("Forwarder CPU per thread during iperf3 -P8:")
 for row in rows:
