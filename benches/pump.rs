@@ -7,7 +7,8 @@
 //! threads alone and for the whole process (clients and sink included). Modes
 //! alternate run by run so background load hits both alike; medians of the
 //! runs are printed. Set `PUMP_BENCH_GIB` and `PUMP_BENCH_RUNS` to change the
-//! volume (default 1) and the repetitions (default 5).
+//! volume (default 1) and the repetitions (default 5), and `PUMP_BENCH_BUFFER`
+//! for `--buffer-size` (default 65536; pipes are at least 256 KiB).
 
 use oxidinetd::config::{
     AclRules, Endpoint, Host, Port, Proto, ResolvedRule, Rule, RuleOptions, SpliceMode,
@@ -30,11 +31,16 @@ const TICKS: f64 = 100.0;
 fn main() {
     let gib: u64 = env_or("PUMP_BENCH_GIB", 1);
     let runs: usize = env_or("PUMP_BENCH_RUNS", 5);
+    let buffer: usize = env_or("PUMP_BENCH_BUFFER", Settings::default().buffer_size);
     let total = gib << 30;
     let sink = sink();
-    let copy = forwarder(SpliceMode::Off, sink);
-    let splice = forwarder(SpliceMode::On, sink);
-    println!("pump bench: {gib} GiB per run, {runs} runs per row, medians; 2 executor threads");
+    let copy = forwarder(SpliceMode::Off, buffer, sink);
+    let splice = forwarder(SpliceMode::On, buffer, sink);
+    println!(
+        "pump bench: {gib} GiB per run, {runs} runs per row, medians; \
+         2 executor threads; buffer {buffer} bytes, pipe {} bytes",
+        oxidinetd::splice::pipe_size(buffer)
+    );
     println!("| mode | connections | GiB/s | forwarder CPU s/GiB | process CPU s/GiB |");
     println!("|---|---|---|---|---|");
     for conns in [1usize, 4] {
@@ -123,9 +129,10 @@ fn sink() -> SocketAddr {
 }
 
 /// Starts an in-process forwarder to `backend` with `--splice` = `mode`.
-fn forwarder(mode: SpliceMode, backend: SocketAddr) -> SocketAddr {
+fn forwarder(mode: SpliceMode, buffer_size: usize, backend: SocketAddr) -> SocketAddr {
     let settings = Settings {
         splice: mode,
+        buffer_size,
         ..Settings::default()
     };
     let shared = Shared::new(settings, LogHandle::disabled());

@@ -64,7 +64,10 @@ impl Shared {
     /// Shared state for a server with these settings and log.
     pub fn new(settings: Settings, log: LogHandle) -> Arc<Self> {
         let pool = BufferPool::new(settings.buffer_size, 1024);
-        let pipes = PipePool::new(crate::splice::pipe_size(settings.buffer_size), 64);
+        let pipes = PipePool::new(
+            crate::splice::pipe_size(settings.buffer_size),
+            crate::splice::PIPES_KEPT,
+        );
         Arc::new(Shared {
             settings,
             pool,
