@@ -45,20 +45,20 @@ use std::task::{ready, Context, Poll};
 
 /// What `--splice=auto` (and `[splice=auto]`) resolves to: splice.
 ///
-/// Measured on this project's 2-core VM over loopback (other builds and load
-/// tests running at the same time, so absolute figures are noisy; each
-/// comparison is within one run, repeated):
+/// Measured on this project's 2-core VM over loopback with 256 KiB pipes
+/// (other helpers' builds and load tests ran at the same time, so absolute
+/// figures are noisy; each comparison is within one run, repeated):
 /// - `cargo bench --bench pump` (1 GiB per run, 5 runs, medians): the
-///   forwarder's threads spent 0.26 CPU s/GiB splicing vs 0.44 copying on one
-///   connection (0.81 vs 0.59 GiB/s), and 0.36 vs 0.55 on four (1.40 vs 1.37 GiB/s).
-/// - iperf3 -t 5 through the release binary, 3 rounds: splice 0.22–0.32 CPU
-///   s/GiB vs copy 0.34–0.53 (rinetd 0.61–1.11); throughput differences
-///   between the two modes were within the run-to-run noise, either way.
-/// - strace -c -f, 1 GiB with iperf3 -n 1G: about the same number of
-///   system calls per GiB (43k splice vs 41k copy at -P1, 34k vs 36k at -P8):
-///   the saving is the two copies through user space, not fewer calls.
+///   forwarder's threads spent 0.17 CPU s/GiB splicing vs 0.38 copying on one
+///   connection (1.69 vs 1.50 GiB/s), and 0.20 vs 0.43 on four (3.53 vs 2.62 GiB/s).
+/// - iperf3 -t 5 through the release binary, 3 rounds of -P1 and -P8:
+///   splice 0.17–0.22 CPU s/GiB, copy 0.37–0.51, rinetd 0.68–0.77; splice
+///   had the higher throughput in 4 of the 6 pairs (the rest within noise).
+/// - strace -c -f, iperf3 -n 1G: 14k system calls per GiB splicing vs 49k
+///   copying at -P1, 9k vs 36k at -P8 (a 256 KiB pipe moves 256 KiB per
+///   splice pair, a read fills one 64 KiB buffer).
 ///
-/// Same or better throughput for about 40% less CPU per byte: splice.
+/// The same or better throughput for less than half the CPU per byte.
 pub const AUTO_SPLICES: bool = true;
 
 /// Whether a connection splices, given its rule's `[splice=...]` (if any) and
