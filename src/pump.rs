@@ -6,8 +6,8 @@
 //! and on EOF shuts down the write half of its destination (half-close) while
 //! the other direction carries on. An error on either side ends both.
 //!
-//! Each direction moves bytes with a [`Mover`]: a copy through a pooled buffer
-//! ([`copy`]) or splice(2) through a pooled pipe ([`crate::splice`]). Either
+//! Each direction moves bytes with a `Mover`: a copy through a pooled buffer
+//! (`copy.rs`) or splice(2) through a pooled pipe ([`crate::splice`]). Either
 //! holds its buffer or pipe only while bytes are in flight; the moment the
 //! source would block it gives it back, so an idle connection holds neither.
 //! smol has no cooperative budget, so one poll moves at most

@@ -26,7 +26,7 @@
 //! would block: idle connections hold no pipe. When no pipe can be had
 //! (EMFILE, ENFILE, EPERM at the per-user pipe limit), or splice says EINVAL
 //! (the socket does not support it), the direction switches to copying
-//! through a buffer for the rest of the connection ([`Step::Fallback`]). An
+//! through a buffer for the rest of the connection (`Step::Fallback`). An
 //! EINVAL on the way in leaves the pipe empty, so nothing is in flight. An
 //! EINVAL on the way out (not seen with TCP sockets, but possible in
 //! principle) leaves bytes in the pipe: the pipe is handed to the copy mover,
