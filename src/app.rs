@@ -69,6 +69,7 @@ pub fn run(cli: Cli) -> ExitCode {
         buffer_size: cli.buffer_size as usize,
         connect_timeout: secs(cli.connect_timeout),
         half_close_idle: secs(cli.half_close_timeout),
+        splice: cli.splice.into(),
     };
     let shared = Shared::new(settings, log);
     let threads = cli.threads.unwrap_or_else(num_cpus::get).max(1);

@@ -65,7 +65,7 @@ pub struct Cli {
 /// `--splice` values.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpliceArg {
-    /// Whichever is faster on this machine (see README, Performance).
+    /// Whichever measured faster on Linux: splice (see README, Command line).
     Auto,
     /// Use splice(2).
     On,

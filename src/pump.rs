@@ -6,15 +6,22 @@
 //! and on EOF shuts down the write half of its destination (half-close) while
 //! the other direction carries on. An error on either side ends both.
 //!
-//! A direction holds a copy buffer only while bytes are in flight; the moment
-//! a read would block it gives the buffer back, so an idle connection holds
-//! none. smol has no cooperative budget, so one poll moves at most
+//! Each direction moves bytes with a `Mover`: a copy through a pooled buffer
+//! (`copy.rs`) or splice(2) through a pooled pipe ([`crate::splice`]). Either
+//! holds its buffer or pipe only while bytes are in flight; the moment the
+//! source would block it gives it back, so an idle connection holds neither.
+//! smol has no cooperative budget, so one poll moves at most
 //! [`POLL_BUDGET`] bytes per direction before yielding to other tasks.
 
+mod copy;
+
+use crate::pipe::{Pipe, PipePool};
 use crate::pool::BufferPool;
+use crate::splice::SpliceMover;
 use async_io::{Async, Timer};
+use copy::CopyMover;
 use std::future::Future;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -58,34 +65,69 @@ enum State {
 
 /// Which half of a direction's work failed; tells which peer misbehaved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
+pub(crate) enum Fault {
     /// Reading from the source.
     Read,
     /// Writing to the destination.
     Write,
 }
 
-/// One direction's state: where it is and what it holds.
+/// Why a mover stopped without blocking.
+pub(crate) enum Step {
+    /// The source hit EOF and every byte read has been written.
+    Eof,
+    /// This poll's byte budget is spent; yield to other tasks.
+    BudgetSpent,
+    /// Splice cannot serve this direction: copy from now on, first
+    /// forwarding whatever the given pipe still holds.
+    Fallback(Option<Pipe>),
+}
+
+/// What one poll of a direction may still move, and what it has moved.
+pub(crate) struct Meter<'a> {
+    /// Bytes that may still be read before yielding.
+    pub(crate) budget: usize,
+    /// The direction's running total of bytes written to the destination.
+    written: &'a mut u64,
+    /// Set when any byte moved: re-arms the half-close idle timer.
+    progress: &'a mut bool,
+}
+
+impl Meter<'_> {
+    /// Records `n` bytes written to the destination.
+    pub(crate) fn wrote(&mut self, n: usize) {
+        *self.written += n as u64;
+        *self.progress = true;
+    }
+}
+
+/// How a direction moves bytes; chosen per connection, copy is the fallback.
+enum Mover {
+    /// Through a pooled user-space buffer.
+    Copy(CopyMover),
+    /// Through a pipe with splice(2).
+    Splice(SpliceMover),
+}
+
+/// One direction's state: where it is, how it moves bytes, and how many it has moved.
 struct Direction {
     /// Life-cycle position.
     state: State,
-    /// Copy buffer, held only while `pos < end` or a read is being attempted.
-    buf: Option<Box<[u8]>>,
-    /// Start of the bytes read but not yet written.
-    pos: usize,
-    /// End of the bytes read.
-    end: usize,
+    /// The mechanism, holding the buffer or pipe while bytes are in flight.
+    mover: Mover,
     /// Bytes written to the destination so far.
     bytes: u64,
 }
 
 impl Direction {
-    fn new() -> Self {
+    fn new(splice: bool) -> Self {
         Direction {
             state: State::Running,
-            buf: None,
-            pos: 0,
-            end: 0,
+            mover: if splice {
+                Mover::Splice(SpliceMover::new())
+            } else {
+                Mover::Copy(CopyMover::new())
+            },
             bytes: 0,
         }
     }
@@ -98,57 +140,26 @@ impl Direction {
         cx: &mut Context<'_>,
         from: &Async<TcpStream>,
         to: &Async<TcpStream>,
-        pool: &BufferPool,
+        pools: &Pools<'_>,
         progress: &mut bool,
     ) -> Poll<Result<bool, (Fault, io::Error)>> {
-        let mut budget = POLL_BUDGET;
+        let mut meter = Meter {
+            budget: POLL_BUDGET,
+            written: &mut self.bytes,
+            progress,
+        };
         loop {
             match self.state {
                 State::Running => {
-                    if let Some(buf) = &self.buf {
-                        while self.pos < self.end {
-                            match to.get_ref().write(&buf[self.pos..self.end]) {
-                                Ok(0) => {
-                                    let e = io::ErrorKind::WriteZero.into();
-                                    return Poll::Ready(Err((Fault::Write, e)));
-                                }
-                                Ok(n) => {
-                                    self.pos += n;
-                                    self.bytes += n as u64;
-                                    *progress = true;
-                                }
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                    ready!(to.poll_writable(cx)).map_err(|e| (Fault::Write, e))?;
-                                }
-                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                                Err(e) => return Poll::Ready(Err((Fault::Write, e))),
-                            }
-                        }
-                    }
-                    if budget == 0 {
-                        return Poll::Ready(Ok(false));
-                    }
-                    let buf = self.buf.get_or_insert_with(|| pool.take());
-                    match from.get_ref().read(buf) {
-                        Ok(0) => {
-                            self.release(pool);
-                            self.state = State::ShuttingDown;
-                        }
-                        Ok(n) => {
-                            self.pos = 0;
-                            self.end = n;
-                            budget = budget.saturating_sub(n);
-                            *progress = true;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            // Nothing in flight: an idle direction holds no buffer.
-                            self.release(pool);
-                            ready!(from.poll_readable(cx)).map_err(|e| (Fault::Read, e))?;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            self.release(pool);
-                            return Poll::Ready(Err((Fault::Read, e)));
+                    let step = match &mut self.mover {
+                        Mover::Copy(m) => m.poll_move(cx, from, to, pools.buffers, &mut meter),
+                        Mover::Splice(m) => m.poll_move(cx, from, to, pools.pipes, &mut meter),
+                    };
+                    match ready!(step)? {
+                        Step::Eof => self.state = State::ShuttingDown,
+                        Step::BudgetSpent => return Poll::Ready(Ok(false)),
+                        Step::Fallback(leftover) => {
+                            self.mover = Mover::Copy(CopyMover::after_splice(leftover));
                         }
                     }
                 }
@@ -163,15 +174,22 @@ impl Direction {
         }
     }
 
-    /// Returns the buffer to the pool (only legal when nothing is in flight).
-    fn release(&mut self, pool: &BufferPool) {
-        debug_assert!(self.pos >= self.end);
-        if let Some(buf) = self.buf.take() {
-            pool.give(buf);
+    /// Gives back the buffer or pipe this direction holds; the connection has ended.
+    fn discard(&mut self, pools: &Pools<'_>) {
+        match &mut self.mover {
+            Mover::Copy(m) => m.discard(pools.buffers),
+            Mover::Splice(m) => m.discard(pools.pipes),
         }
-        self.pos = 0;
-        self.end = 0;
     }
+}
+
+/// Where movers get their buffers and pipes: the server's shared pools.
+#[derive(Clone, Copy)]
+pub struct Pools<'a> {
+    /// Copy buffers.
+    pub buffers: &'a BufferPool,
+    /// Pipes for splice.
+    pub pipes: &'a PipePool,
 }
 
 /// The future that forwards one connection until both directions finish.
@@ -180,8 +198,8 @@ pub struct Pump<'a> {
     client: &'a Async<TcpStream>,
     /// Backend socket.
     backend: &'a Async<TcpStream>,
-    /// Where copy buffers come from and go back to.
-    pool: &'a BufferPool,
+    /// Where buffers and pipes come from and go back to.
+    pools: Pools<'a>,
     /// Client → backend.
     upstream: Direction,
     /// Backend → client.
@@ -195,19 +213,21 @@ pub struct Pump<'a> {
 }
 
 impl<'a> Pump<'a> {
-    /// Prepares to forward between `client` and `backend`.
+    /// Prepares to forward between `client` and `backend`, with splice(2)
+    /// when `splice` is set (each direction falls back to copying on its own).
     pub fn new(
         client: &'a Async<TcpStream>,
         backend: &'a Async<TcpStream>,
-        pool: &'a BufferPool,
+        pools: Pools<'a>,
+        splice: bool,
         half_close_idle: Duration,
     ) -> Self {
         Pump {
             client,
             backend,
-            pool,
-            upstream: Direction::new(),
-            downstream: Direction::new(),
+            pools,
+            upstream: Direction::new(splice),
+            downstream: Direction::new(splice),
             first_closed: None,
             half_close_idle,
             idle_timer: None,
@@ -215,8 +235,8 @@ impl<'a> Pump<'a> {
     }
 
     fn finish(&mut self, error: Option<io::Error>, culprit: Side) -> PumpOutcome {
-        self.upstream.buf = None;
-        self.downstream.buf = None;
+        self.upstream.discard(&self.pools);
+        self.downstream.discard(&self.pools);
         PumpOutcome {
             from_client: self.upstream.bytes,
             to_client: self.downstream.bytes,
@@ -236,7 +256,7 @@ impl Future for Pump<'_> {
 
         let up = this
             .upstream
-            .poll(cx, this.client, this.backend, this.pool, &mut progress);
+            .poll(cx, this.client, this.backend, &this.pools, &mut progress);
         match up {
             Poll::Ready(Err((fault, e))) => {
                 let culprit = if fault == Fault::Read {
@@ -254,7 +274,7 @@ impl Future for Pump<'_> {
         }
         let down = this
             .downstream
-            .poll(cx, this.backend, this.client, this.pool, &mut progress);
+            .poll(cx, this.backend, this.client, &this.pools, &mut progress);
         match down {
             Poll::Ready(Err((fault, e))) => {
                 let culprit = if fault == Fault::Read {

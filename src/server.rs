@@ -6,11 +6,12 @@
 //! tests run a server on port 0 in-process.
 
 use crate::acl::{self, Verdict};
-use crate::config::{AclRules, Proto, ResolvedConfig, ResolvedRule};
+use crate::config::{AclRules, Proto, ResolvedConfig, ResolvedRule, SpliceMode};
 use crate::connect::{self, ConnectError};
 use crate::logfile::{Event, LogEvent, LogHandle, RuleNames};
+use crate::pipe::PipePool;
 use crate::pool::BufferPool;
-use crate::pump::{Pump, Side};
+use crate::pump::{Pools, Pump, Side};
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use smol::{Executor, Task};
@@ -30,6 +31,8 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// Idle limit for half-closed connections (`--half-close-timeout`).
     pub half_close_idle: Duration,
+    /// Whether connections splice (`--splice`); a rule's `[splice=...]` overrides it.
+    pub splice: SpliceMode,
 }
 
 impl Default for Settings {
@@ -38,6 +41,7 @@ impl Default for Settings {
             buffer_size: 64 * 1024,
             connect_timeout: Duration::from_secs(10),
             half_close_idle: Duration::from_secs(60),
+            splice: SpliceMode::Auto,
         }
     }
 }
@@ -48,6 +52,8 @@ pub struct Shared {
     pub settings: Settings,
     /// Copy buffers, recycled between connections.
     pub pool: BufferPool,
+    /// Pipes for splice, recycled between connections.
+    pub pipes: PipePool,
     /// Where rinetd log events go.
     pub log: LogHandle,
     /// Connections currently open, for `--drain` and tests.
@@ -58,9 +64,14 @@ impl Shared {
     /// Shared state for a server with these settings and log.
     pub fn new(settings: Settings, log: LogHandle) -> Arc<Self> {
         let pool = BufferPool::new(settings.buffer_size, 1024);
+        let pipes = PipePool::new(
+            crate::splice::pipe_size(settings.buffer_size),
+            crate::splice::PIPES_KEPT,
+        );
         Arc::new(Shared {
             settings,
             pool,
+            pipes,
             log,
             active: AtomicUsize::new(0),
         })
@@ -412,10 +423,16 @@ async fn handle(
     };
     connect::tune(client.get_ref());
     connect::tune(backend.get_ref());
+    let pools = Pools {
+        buffers: &shared.pool,
+        pipes: &shared.pipes,
+    };
+    let splice = crate::splice::use_splice(route.rule.rule.options.splice, shared.settings.splice);
     let outcome = Pump::new(
         &client,
         &backend,
-        &shared.pool,
+        pools,
+        splice,
         shared.settings.half_close_idle,
     )
     .await;

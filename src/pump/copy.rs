@@ -1,0 +1,128 @@
+//! The portable direction mover: read into a pooled buffer, write it out.
+
+use super::{Fault, Meter, Step};
+use crate::pipe::Pipe;
+use crate::pool::BufferPool;
+use async_io::Async;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::task::{ready, Context, Poll};
+
+/// Copies one direction through a user-space buffer.
+///
+/// Holds a buffer only while bytes are in flight or a read is being tried;
+/// the moment a read would block the buffer goes back to the pool, so an idle
+/// connection holds none.
+pub(crate) struct CopyMover {
+    /// Copy buffer, held only while `pos < end` or a read is being attempted.
+    buf: Option<Box<[u8]>>,
+    /// Start of the bytes read but not yet written.
+    pos: usize,
+    /// End of the bytes read.
+    end: usize,
+    /// A pipe left by a splice mover that gave up with bytes still in it:
+    /// those bytes come before anything more from the socket.
+    leftover: Option<Pipe>,
+}
+
+impl CopyMover {
+    /// A mover with nothing in flight.
+    pub(crate) fn new() -> Self {
+        Self::after_splice(None)
+    }
+
+    /// A mover taking over from splice; `leftover` holds bytes to forward first.
+    pub(crate) fn after_splice(leftover: Option<Pipe>) -> Self {
+        CopyMover {
+            buf: None,
+            pos: 0,
+            end: 0,
+            leftover,
+        }
+    }
+
+    /// Moves bytes until the source blocks, ends, fails, or the budget runs out.
+    pub(crate) fn poll_move(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &Async<TcpStream>,
+        to: &Async<TcpStream>,
+        pool: &BufferPool,
+        meter: &mut Meter<'_>,
+    ) -> Poll<Result<Step, (Fault, io::Error)>> {
+        loop {
+            if let Some(buf) = &self.buf {
+                while self.pos < self.end {
+                    match to.get_ref().write(&buf[self.pos..self.end]) {
+                        Ok(0) => {
+                            let e = io::ErrorKind::WriteZero.into();
+                            return Poll::Ready(Err((Fault::Write, e)));
+                        }
+                        Ok(n) => {
+                            self.pos += n;
+                            meter.wrote(n);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            ready!(to.poll_writable(cx)).map_err(|e| (Fault::Write, e))?;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Poll::Ready(Err((Fault::Write, e))),
+                    }
+                }
+            }
+            if meter.budget == 0 {
+                return Poll::Ready(Ok(Step::BudgetSpent));
+            }
+            let buf = self.buf.get_or_insert_with(|| pool.take());
+            let read = match &self.leftover {
+                Some(pipe) => match rustix::io::read(&pipe.read, &mut buf[..]) {
+                    // Empty (we hold the write end, so never EOF): back to the socket.
+                    Err(rustix::io::Errno::AGAIN) => {
+                        self.leftover = None;
+                        continue;
+                    }
+                    other => other.map_err(io::Error::from),
+                },
+                None => from.get_ref().read(buf),
+            };
+            match read {
+                Ok(0) => {
+                    self.release(pool);
+                    return Poll::Ready(Ok(Step::Eof));
+                }
+                Ok(n) => {
+                    self.pos = 0;
+                    self.end = n;
+                    meter.budget = meter.budget.saturating_sub(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Nothing in flight: an idle direction holds no buffer.
+                    self.release(pool);
+                    ready!(from.poll_readable(cx)).map_err(|e| (Fault::Read, e))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.release(pool);
+                    return Poll::Ready(Err((Fault::Read, e)));
+                }
+            }
+        }
+    }
+
+    /// Returns the buffer to the pool (only legal when nothing is in flight).
+    fn release(&mut self, pool: &BufferPool) {
+        debug_assert!(self.pos >= self.end);
+        self.discard(pool);
+    }
+
+    /// Gives back what this mover holds, dropping anything still in flight;
+    /// for a connection that has ended.
+    pub(crate) fn discard(&mut self, pool: &BufferPool) {
+        if let Some(buf) = self.buf.take() {
+            pool.give(buf);
+        }
+        self.pos = 0;
+        self.end = 0;
+        self.leftover = None;
+    }
+}
