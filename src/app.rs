@@ -91,6 +91,10 @@ pub fn run(cli: Cli) -> ExitCode {
         default_pidfile: as_rinetd || cli.daemon,
     };
     let main = serve_until_signalled(ex.clone(), shared, cfg, sockets, reloader, secs(cli.drain));
+    // Spawned rather than passed to `run` directly: `run` re-polls its future
+    // every time the executor yields, which would poll the signal stream (a
+    // failed read) hundreds of times per GiB forwarded.
+    let main = ex.spawn(main);
     smol::block_on(ex.run(main))
 }
 
