@@ -213,17 +213,28 @@ fn open_append(path: &PathBuf) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+/// After writing a batch of connection lines, the writer waits this long
+/// before taking the next batch. Events sent meanwhile queue up without waking
+/// it (a parked receiver costs every sender a futex wake and a context
+/// switch), so under load the thread wakes at most this often, and lines reach
+/// the file at most this much later. An idle writer blocks on the channel.
+const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The writer thread: formats lines and appends them, batching what is queued.
 fn writer(rx: mpsc::Receiver<Msg>) {
     let mut file: Option<File> = None;
     let mut format = Format::Tab;
     let mut buf = String::with_capacity(4096);
     while let Ok(first) = rx.recv() {
+        let mut lines = false;
         let mut next = Some(first);
         // Drain whatever is queued into one write(2).
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Line(ev) => format_line(&ev, format, &mut buf),
+                Msg::Line(ev) => {
+                    format_line(&ev, format, &mut buf);
+                    lines = true;
+                }
                 Msg::Reopen(path, fmt, done) => {
                     flush(&mut file, &mut buf);
                     format = fmt;
@@ -246,6 +257,9 @@ fn writer(rx: mpsc::Receiver<Msg>) {
             }
         }
         flush(&mut file, &mut buf);
+        if lines {
+            std::thread::sleep(BATCH_WINDOW);
+        }
     }
 }
 
