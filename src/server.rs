@@ -178,9 +178,16 @@ struct Running {
 /// thread; a shared multi-threaded executor woke the other thread on nearly
 /// every message (README, Performance). The first executor also runs the UDP
 /// listeners.
+///
+/// Duplicated descriptors are budgeted (see [`duplicate_budget`]): a
+/// configuration with thousands of rules must not run out of descriptors.
+/// Past the budget a TCP listener gets one accept loop, on the executors in
+/// turn, so its connections all run on that one thread.
 pub struct Server {
     /// Executors the loops and connections run on; never empty, the first one is the main one.
     executors: Vec<Arc<Executor<'static>>>,
+    /// How many duplicated listening descriptors all listeners together may hold.
+    duplicate_budget: usize,
     /// State shared with every task.
     shared: Arc<Shared>,
     /// Serving listeners.
@@ -199,6 +206,7 @@ impl Server {
         }
         Ok(Server {
             executors,
+            duplicate_budget: duplicate_budget(),
             shared,
             listeners: HashMap::new(),
         })
@@ -246,15 +254,22 @@ impl Server {
         let main = &self.executors[0];
         match socket {
             BoundSocket::Tcp(l) => {
+                let n = self.executors.len();
+                let in_use: usize = self.listeners.values().map(|r| r.tasks.len() - 1).sum();
+                let executors: Vec<_> = if in_use + (n - 1) <= self.duplicate_budget {
+                    self.executors.iter().collect()
+                } else {
+                    vec![&self.executors[self.listeners.len() % n]]
+                };
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
-                let mut fds = Vec::with_capacity(self.executors.len());
-                for _ in 1..self.executors.len() {
+                let mut fds = Vec::with_capacity(executors.len());
+                for _ in 1..executors.len() {
                     fds.push(l.try_clone()?);
                 }
                 fds.push(l);
                 let burst = Arc::new(AtomicBool::new(false));
                 let mut tasks = Vec::with_capacity(fds.len());
-                for (ex, fd) in self.executors.iter().zip(fds) {
+                for (ex, fd) in executors.into_iter().zip(fds) {
                     let l = Async::new(fd)?;
                     let (route, shared) = (route.clone(), self.shared.clone());
                     let looped = accept_loop(ex.clone(), l, route, shared, burst.clone());
@@ -308,6 +323,14 @@ impl Server {
         }
         errors
     }
+}
+
+/// Duplicated listening descriptors the server may hold: a sixteenth of the
+/// open-file soft limit, at most 1024, so listeners never crowd out connections.
+fn duplicate_budget() -> usize {
+    use rustix::process::{getrlimit, Resource};
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(soft / 16).unwrap_or(usize::MAX).min(1024)
 }
 
 impl Running {
@@ -493,4 +516,87 @@ pub async fn serve(
     shutdown.await;
     server.close().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Endpoint, Host, Port, Rule, RuleOptions};
+    use std::io::{Read, Write};
+
+    /// A TCP rule from 127.0.0.1:0 to `backend`.
+    fn rule_to(backend: SocketAddr) -> ResolvedRule {
+        let bind: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let endpoint = |a: SocketAddr| Endpoint {
+            host: Host::Ip(a.ip()),
+            host_text: a.ip().to_string(),
+            port: Port::Number(a.port()),
+            proto: Proto::Tcp,
+        };
+        ResolvedRule {
+            rule: Rule {
+                line: 1,
+                bind: endpoint(bind),
+                connect: endpoint(backend),
+                options: RuleOptions::default(),
+                acl: AclRules::default(),
+            },
+            bind,
+            connect: vec![backend],
+            src: None,
+        }
+    }
+
+    #[test]
+    fn listeners_past_the_descriptor_budget_get_one_accept_loop_and_still_serve() {
+        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let backend_addr = backend.local_addr().expect("backend addr");
+        std::thread::spawn(move || {
+            for c in backend.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let (mut r, mut w) = (&c, &c);
+                    let _ = std::io::copy(&mut r, &mut w);
+                });
+            }
+        });
+        let executors: Vec<Arc<Executor<'static>>> =
+            (0..2).map(|_| Arc::new(Executor::new())).collect();
+        let (stop, stopped) = async_channel::bounded::<()>(1);
+        let threads: Vec<_> = executors
+            .iter()
+            .map(|ex| {
+                let (ex, stopped) = (ex.clone(), stopped.clone());
+                std::thread::spawn(move || smol::block_on(ex.run(stopped.recv())))
+            })
+            .collect();
+        let shared = Shared::new(Settings::default(), LogHandle::disabled());
+        let mut server = Server::new(executors, shared).expect("server");
+        // Room for one listener's duplicate only.
+        server.duplicate_budget = 1;
+        let mut sockets = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..3 {
+            let r = rule_to(backend_addr);
+            let s = bind(&r).expect("bind listener");
+            addrs.push(s.local_addr().expect("listener addr"));
+            sockets.push((s, Route::new(r, Arc::new(AclRules::default()))));
+        }
+        server.start(sockets).expect("start");
+        let mut loops: Vec<usize> = server.listeners.values().map(|r| r.tasks.len()).collect();
+        loops.sort();
+        assert_eq!(loops, [1, 1, 2], "one listener duplicated, two not");
+        for addr in addrs {
+            let mut c = std::net::TcpStream::connect(addr).expect("connect");
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            c.write_all(b"ping").expect("write");
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).expect("echo through every listener");
+            assert_eq!(&b, b"ping");
+        }
+        stop.close();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
 }
