@@ -141,21 +141,23 @@ fn forwarder(mode: SpliceMode, buffer_size: usize, backend: SocketAddr) -> Socke
     let addr = socket.local_addr().expect("forwarder addr");
     rule.bind = addr;
     let route = Route::new(rule, Arc::new(AclRules::default()));
-    let ex: Arc<Executor<'static>> = Arc::new(Executor::new());
+    // Two threads, each running its own executor, as oi runs them.
+    let executors: Vec<Arc<Executor<'static>>> =
+        (0..2).map(|_| Arc::new(Executor::new())).collect();
     let serving = server::serve(
-        ex.clone(),
+        executors.clone(),
         shared,
         vec![(socket, route)],
         futures_lite::future::pending(),
     );
-    ex.spawn(async move {
-        if let Err(e) = serving.await {
-            eprintln!("forwarder failed: {e}");
-        }
-    })
-    .detach();
-    for i in 0..2 {
-        let ex = ex.clone();
+    executors[0]
+        .spawn(async move {
+            if let Err(e) = serving.await {
+                eprintln!("forwarder failed: {e}");
+            }
+        })
+        .detach();
+    for (i, ex) in executors.into_iter().enumerate() {
         thread::Builder::new()
             .name(format!("{EXEC_THREAD}-{i}"))
             .spawn(move || smol::block_on(ex.run(futures_lite::future::pending::<()>())))

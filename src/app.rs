@@ -73,12 +73,15 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     let shared = Shared::new(settings, log);
     let threads = cli.threads.unwrap_or_else(num_cpus::get).max(1);
+    // One executor per thread, each run by that thread alone (see server::Server).
     let ex: Arc<Executor<'static>> = Arc::new(Executor::new());
+    let mut executors = vec![ex.clone()];
     for i in 1..threads {
-        let ex = ex.clone();
+        let own: Arc<Executor<'static>> = Arc::new(Executor::new());
+        executors.push(own.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("oi-worker-{i}"))
-            .spawn(move || smol::block_on(ex.run(futures_lite::future::pending::<()>())));
+            .spawn(move || smol::block_on(own.run(futures_lite::future::pending::<()>())));
         if let Err(e) = spawned {
             log::error!("cannot start worker thread: {e}");
             return ExitCode::FAILURE;
@@ -90,7 +93,7 @@ pub fn run(cli: Cli) -> ExitCode {
         pidfile,
         default_pidfile: as_rinetd || cli.daemon,
     };
-    let main = serve_until_signalled(ex.clone(), shared, cfg, sockets, reloader, secs(cli.drain));
+    let main = serve_until_signalled(executors, shared, cfg, sockets, reloader, secs(cli.drain));
     // Spawned rather than passed to `run` directly: `run` re-polls its future
     // every time the executor yields, which would poll the signal stream (a
     // failed read) hundreds of times per GiB forwarded.
@@ -150,7 +153,7 @@ fn routes(cfg: &ResolvedConfig, sockets: Vec<BoundSocket>) -> Vec<(BoundSocket, 
 
 /// Serves until SIGINT or SIGTERM; SIGHUP reloads the configuration file.
 async fn serve_until_signalled(
-    ex: Arc<Executor<'static>>,
+    executors: Vec<Arc<Executor<'static>>>,
     shared: Arc<Shared>,
     cfg: ResolvedConfig,
     sockets: Vec<BoundSocket>,
@@ -164,11 +167,17 @@ async fn serve_until_signalled(
             return ExitCode::FAILURE;
         }
     };
-    let mut server = Server::new(ex, shared.clone());
-    if let Err(e) = server.start(routes(&cfg, sockets)) {
-        eprintln!("cannot start listeners: {e}");
-        return ExitCode::FAILURE;
-    }
+    let started = Server::new(executors, shared.clone()).and_then(|mut server| {
+        server.start(routes(&cfg, sockets))?;
+        Ok(server)
+    });
+    let mut server = match started {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("cannot start listeners: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
     notify::ready(&status);

@@ -40,12 +40,21 @@ pub async fn connect(
             }
         }
         let socket = new_socket(addr, src).map_err(ConnectError::LocalSocket)?;
-        let attempt = connect_one(socket, addr);
-        let deadline = async {
-            Timer::after(timeout).await;
-            Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+        let outcome = match start_connect(socket, addr) {
+            Ok(Started::Connected(stream)) => Ok(stream),
+            // Only a connect still in flight gets a timer: inserting one into
+            // async-io's reactor writes its eventfd and wakes the thread blocked
+            // in epoll_wait, a cost a connect that is already done can skip.
+            Ok(Started::InProgress(stream)) => {
+                let deadline = async {
+                    Timer::after(timeout).await;
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                };
+                finish_connect(stream).or(deadline).await
+            }
+            Err(e) => Err(e),
         };
-        match attempt.or(deadline).await {
+        match outcome {
             Ok(stream) => return Ok(stream),
             Err(e) => {
                 log::debug!("connect to {addr} failed: {e}");
@@ -58,22 +67,49 @@ pub async fn connect(
 
 /// A non-blocking socket for `addr`'s family, bound to `src` when given.
 fn new_socket(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
-    socket.set_nonblocking(true)?;
+    // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
+    let kind = Type::STREAM.nonblocking().cloexec();
+    let socket = Socket::new(Domain::for_address(addr), kind, None)?;
     if let Some(ip) = src {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
     Ok(socket)
 }
 
-/// Starts a non-blocking connect and waits until it completes or fails.
-async fn connect_one(socket: Socket, addr: SocketAddr) -> io::Result<Async<TcpStream>> {
-    match socket.connect(&SockAddr::from(addr)) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+/// Where a non-blocking connect stands right after it was issued.
+enum Started {
+    /// Already established (typical on loopback, where the handshake runs
+    /// inside the connect call): no need to wait for writability.
+    Connected(Async<TcpStream>),
+    /// Still in progress: wait with [`finish_connect`].
+    InProgress(Async<TcpStream>),
+}
+
+/// Issues a non-blocking connect and registers the socket with the reactor.
+fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
+    let mut in_progress = match socket.connect(&SockAddr::from(addr)) {
+        Ok(()) => false,
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => true,
         Err(e) => return Err(e),
+    };
+    // EINPROGRESS does not mean "not yet connected": on loopback the handshake
+    // usually completes inside the connect call, and getpeername then succeeds.
+    if in_progress {
+        if let Some(e) = socket.take_error()? {
+            return Err(e);
+        }
+        in_progress = socket.peer_addr().is_err();
     }
     let stream = Async::new(TcpStream::from(socket))?;
+    Ok(if in_progress {
+        Started::InProgress(stream)
+    } else {
+        Started::Connected(stream)
+    })
+}
+
+/// Waits until an in-progress connect completes or fails.
+async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>> {
     stream.writable().await?;
     if let Some(e) = stream.get_ref().take_error()? {
         return Err(e);
@@ -90,5 +126,40 @@ pub fn tune(stream: &TcpStream) {
     }
     if let Err(e) = SockRef::from(stream).set_keepalive(true) {
         log::debug!("SO_KEEPALIVE: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn connects_to_a_listening_backend() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
+        let stream = smol::block_on(connect(&[addr], None, TIMEOUT)).expect("connect");
+        assert_eq!(stream.get_ref().peer_addr().expect("peer"), addr);
+    }
+
+    #[test]
+    fn refused_backend_reports_connection_refused_and_next_address_is_tried() {
+        // A port that was just free: nothing listens there any more.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind");
+        match smol::block_on(connect(&[closed], None, TIMEOUT)) {
+            Err(ConnectError::Connect(e)) => {
+                assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}")
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("connected to a closed port"),
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let open = listener.local_addr().expect("local_addr");
+        let stream = smol::block_on(connect(&[closed, open], None, TIMEOUT)).expect("fallback");
+        assert_eq!(stream.get_ref().peer_addr().expect("peer"), open);
     }
 }

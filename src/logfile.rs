@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -142,12 +143,20 @@ enum Msg {
 pub struct LogHandle {
     /// Channel to the writer thread; `None` when logging to a file is off for good (tests).
     tx: Option<mpsc::Sender<Msg>>,
+    /// Whether the writer has a file open. Without one, [`log`](Self::log)
+    /// sends nothing: waking the writer thread twice per connection only to
+    /// drop the lines cost a futex wake and a context switch each.
+    /// Changes only when a reopen succeeds.
+    has_file: Arc<AtomicBool>,
 }
 
 impl LogHandle {
     /// A handle that drops every event.
     pub fn disabled() -> Self {
-        LogHandle { tx: None }
+        LogHandle {
+            tx: None,
+            has_file: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Starts the writer thread with no file open; call [`reopen`](Self::reopen) to open one.
@@ -156,13 +165,18 @@ impl LogHandle {
         std::thread::Builder::new()
             .name("oi-logfile".into())
             .spawn(move || writer(rx))?;
-        Ok(LogHandle { tx: Some(tx) })
+        Ok(LogHandle {
+            tx: Some(tx),
+            has_file: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Sends one event. Never blocks; lost only if the writer thread is gone.
     pub fn log(&self, ev: LogEvent) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Line(ev));
+            if self.has_file.load(Ordering::Relaxed) {
+                let _ = tx.send(Msg::Line(ev));
+            }
         }
     }
 
@@ -181,12 +195,16 @@ impl LogHandle {
     /// Blocking: call it off the executor threads.
     pub fn reopen(&self, path: Option<PathBuf>, format: Format) -> std::io::Result<()> {
         let Some(tx) = &self.tx else { return Ok(()) };
+        let opens = path.is_some();
         let (done_tx, done_rx) = mpsc::channel();
         tx.send(Msg::Reopen(path, format, done_tx))
             .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
         done_rx
             .recv()
-            .map_err(|_| std::io::Error::other("log writer thread is gone"))?
+            .map_err(|_| std::io::Error::other("log writer thread is gone"))??;
+        // A failed open keeps the previous file (see `writer`), so only success changes this.
+        self.has_file.store(opens, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -195,17 +213,28 @@ fn open_append(path: &PathBuf) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+/// After writing a batch of connection lines, the writer waits this long
+/// before taking the next batch. Events sent meanwhile queue up without waking
+/// it (a parked receiver costs every sender a futex wake and a context
+/// switch), so under load the thread wakes at most this often, and lines reach
+/// the file at most this much later. An idle writer blocks on the channel.
+const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The writer thread: formats lines and appends them, batching what is queued.
 fn writer(rx: mpsc::Receiver<Msg>) {
     let mut file: Option<File> = None;
     let mut format = Format::Tab;
     let mut buf = String::with_capacity(4096);
     while let Ok(first) = rx.recv() {
+        let mut lines = false;
         let mut next = Some(first);
         // Drain whatever is queued into one write(2).
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Line(ev) => format_line(&ev, format, &mut buf),
+                Msg::Line(ev) => {
+                    format_line(&ev, format, &mut buf);
+                    lines = true;
+                }
                 Msg::Reopen(path, fmt, done) => {
                     flush(&mut file, &mut buf);
                     format = fmt;
@@ -228,6 +257,9 @@ fn writer(rx: mpsc::Receiver<Msg>) {
             }
         }
         flush(&mut file, &mut buf);
+        if lines {
+            std::thread::sleep(BATCH_WINDOW);
+        }
     }
 }
 
@@ -308,5 +340,31 @@ mod tests {
         assert_eq!(Event::LocalSocketFailed.as_str(), "local-socket-failed -");
         assert_eq!(Event::NotAllowed.as_str(), "not-allowed");
         assert_eq!(Event::Denied.as_str(), "denied");
+    }
+
+    #[test]
+    fn lines_go_to_the_open_file_only_and_a_failed_reopen_keeps_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = dir.path().join("first.log");
+        let log = LogHandle::start().expect("writer");
+        log.log_test_event(Event::Opened); // no file yet: dropped
+        log.reopen(Some(first.clone()), Format::Tab).expect("open");
+        log.log_test_event(Event::Denied);
+        let missing = dir.path().join("no-such-dir").join("x.log");
+        assert!(log.reopen(Some(missing), Format::Tab).is_err());
+        log.log_test_event(Event::NotAllowed); // still goes to first.log
+        log.reopen(None, Format::Tab).expect("close");
+        log.log_test_event(Event::AcceptFailed); // no file: dropped
+        log.flush();
+        let text = std::fs::read_to_string(&first).expect("read log");
+        let events: Vec<&str> = text.lines().filter_map(|l| l.rsplit('\t').next()).collect();
+        assert_eq!(events, ["denied", "not-allowed"]);
+    }
+
+    impl LogHandle {
+        /// Logs the sample event with this outcome.
+        fn log_test_event(&self, ev: Event) {
+            self.log(event(ev));
+        }
     }
 }

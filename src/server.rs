@@ -18,7 +18,7 @@ use smol::{Executor, Task};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -174,14 +174,31 @@ pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Ve
 struct Running {
     /// The route new connections take; reload swaps it in place.
     route: Arc<ArcSwap<Route>>,
-    /// The accept (or datagram) loop; it owns the socket, so cancelling it closes the socket.
-    task: Task<()>,
+    /// The accept loops (one per executor) or the datagram loop; each owns a
+    /// descriptor of the socket, so cancelling them all closes the socket.
+    tasks: Vec<Task<()>>,
 }
 
 /// A running server: its listeners, keyed so a reload can tell what changed.
+///
+/// Threading model: each executor is meant to be run by exactly one thread.
+/// Every executor runs its own accept loop on each TCP listener (on a
+/// duplicate of the listening descriptor, so they share one accept queue) and
+/// spawns the connections it accepts on itself. A connection's task therefore
+/// never moves between threads, and waking it never has to wake another
+/// thread; a shared multi-threaded executor woke the other thread on nearly
+/// every message (README, Performance). The first executor also runs the UDP
+/// listeners.
+///
+/// Duplicated descriptors are budgeted (see [`duplicate_budget`]): a
+/// configuration with thousands of rules must not run out of descriptors.
+/// Past the budget a TCP listener gets one accept loop, on the executors in
+/// turn, so its connections all run on that one thread.
 pub struct Server {
-    /// Executor the loops and connections run on.
-    ex: Arc<Executor<'static>>,
+    /// Executors the loops and connections run on; never empty, the first one is the main one.
+    executors: Vec<Arc<Executor<'static>>>,
+    /// How many duplicated listening descriptors all listeners together may hold.
+    duplicate_budget: usize,
     /// State shared with every task.
     shared: Arc<Shared>,
     /// Serving listeners.
@@ -189,13 +206,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// An empty server on `ex`.
-    pub fn new(ex: Arc<Executor<'static>>, shared: Arc<Shared>) -> Self {
-        Server {
-            ex,
+    /// An empty server on `executors` (each run by its own thread; see
+    /// [`Server`]). An empty list is treated as a mistake and rejected.
+    pub fn new(executors: Vec<Arc<Executor<'static>>>, shared: Arc<Shared>) -> io::Result<Self> {
+        if executors.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a server needs at least one executor",
+            ));
+        }
+        Ok(Server {
+            executors,
+            duplicate_budget: duplicate_budget(),
             shared,
             listeners: HashMap::new(),
-        }
+        })
     }
 
     /// State shared with connections (counters, log).
@@ -207,7 +232,7 @@ impl Server {
     /// connections carry on (they are separate tasks).
     pub async fn close(mut self) {
         for (_, running) in self.listeners.drain() {
-            running.task.cancel().await;
+            running.stop().await;
         }
     }
 
@@ -223,30 +248,52 @@ impl Server {
                 route.names.connect_port
             );
             let route = Arc::new(ArcSwap::from_pointee(route));
-            let task = self.spawn_listener(socket, route.clone())?;
+            let tasks = self.spawn_listener(socket, route.clone())?;
             self.listeners
-                .insert((addr, proto), Running { route, task });
+                .insert((addr, proto), Running { route, tasks });
         }
         Ok(())
     }
 
+    /// Spawns the loops serving `socket`: one accept loop per executor for
+    /// TCP, one datagram loop on the main executor for UDP.
     fn spawn_listener(
         &self,
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
-    ) -> io::Result<Task<()>> {
-        let shared = self.shared.clone();
-        let ex = self.ex.clone();
-        Ok(match socket {
+    ) -> io::Result<Vec<Task<()>>> {
+        let main = &self.executors[0];
+        match socket {
             BoundSocket::Tcp(l) => {
-                let l = Async::new(l)?;
-                self.ex.spawn(accept_loop(ex, l, route, shared))
+                let n = self.executors.len();
+                let in_use: usize = self.listeners.values().map(|r| r.tasks.len() - 1).sum();
+                let executors: Vec<_> = if in_use + (n - 1) <= self.duplicate_budget {
+                    self.executors.iter().collect()
+                } else {
+                    vec![&self.executors[self.listeners.len() % n]]
+                };
+                // Duplicates first, so a failure (EMFILE) leaves nothing running.
+                let mut fds = Vec::with_capacity(executors.len());
+                for _ in 1..executors.len() {
+                    fds.push(l.try_clone()?);
+                }
+                fds.push(l);
+                let burst = Arc::new(AtomicBool::new(false));
+                let mut tasks = Vec::with_capacity(fds.len());
+                for (ex, fd) in executors.into_iter().zip(fds) {
+                    let l = Async::new(fd)?;
+                    let (route, shared) = (route.clone(), self.shared.clone());
+                    let looped = accept_loop(ex.clone(), l, route, shared, burst.clone());
+                    tasks.push(ex.spawn(looped));
+                }
+                Ok(tasks)
             }
             BoundSocket::Udp(s) => {
                 let s = Async::new(s)?;
-                self.ex.spawn(crate::udp::serve(ex, s, route, shared))
+                let looped = crate::udp::serve(main.clone(), s, route, self.shared.clone());
+                Ok(vec![main.spawn(looped)])
             }
-        })
+        }
     }
 
     /// Applies a new configuration: unchanged listeners keep their sockets and get
@@ -279,13 +326,30 @@ impl Server {
         }
         let removed = std::mem::replace(&mut self.listeners, keep);
         for (key, running) in removed {
-            running.task.cancel().await;
+            running.stop().await;
             log::info!("stopped listening on {}/{}", key.0, key.1);
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
         }
         errors
+    }
+}
+
+/// Duplicated listening descriptors the server may hold: a sixteenth of the
+/// open-file soft limit, at most 1024, so listeners never crowd out connections.
+fn duplicate_budget() -> usize {
+    use rustix::process::{getrlimit, Resource};
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(soft / 16).unwrap_or(usize::MAX).min(1024)
+}
+
+impl Running {
+    /// Cancels every loop and waits until each has dropped its descriptor.
+    async fn stop(self) {
+        for task in self.tasks {
+            task.cancel().await;
+        }
     }
 }
 
@@ -303,12 +367,15 @@ pub fn client_ip(peer: SocketAddr) -> IpAddr {
     }
 }
 
-/// Accepts connections forever; errors back off and never end the loop.
+/// Accepts connections forever and runs each on `ex`, the executor this loop
+/// runs on; errors back off and never end the loop. `burst` is shared by the
+/// listener's accept loops and is set while accepting fails.
 async fn accept_loop(
     ex: Arc<Executor<'static>>,
     listener: Async<TcpListener>,
     route: Arc<ArcSwap<Route>>,
     shared: Arc<Shared>,
+    burst: Arc<AtomicBool>,
 ) {
     const MIN_BACKOFF: Duration = Duration::from_millis(5);
     const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -318,9 +385,11 @@ async fn accept_loop(
         match listener.accept().await {
             Ok((stream, peer)) => {
                 if failing {
-                    log::warn!("accepting connections again");
                     failing = false;
                     backoff = MIN_BACKOFF;
+                }
+                if burst.load(Ordering::Relaxed) && burst.swap(false, Ordering::Relaxed) {
+                    log::warn!("accepting connections again");
                 }
                 let route = route.load_full();
                 ex.spawn(handle(stream, peer, route, shared.clone()))
@@ -329,8 +398,10 @@ async fn accept_loop(
             // The client gave up between SYN and accept: nothing to report.
             Err(e) if is_benign_accept_error(&e) => {}
             Err(e) => {
-                if !failing {
-                    // Once per burst: a descriptor shortage would otherwise flood the logs.
+                failing = true;
+                // Once per burst and listener (not per accept loop): a
+                // descriptor shortage would otherwise flood the logs.
+                if !burst.swap(true, Ordering::Relaxed) {
                     log::error!("accept failed, backing off: {e}");
                     let names = route.load().names.clone();
                     shared.log.log(LogEvent {
@@ -341,7 +412,6 @@ async fn accept_loop(
                         to_client: 0,
                         event: Event::AcceptFailed,
                     });
-                    failing = true;
                 }
                 Timer::after(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -453,14 +523,97 @@ async fn handle(
 /// This is the entry point tests use: bind on port 0, read the address back,
 /// and pass the sockets in.
 pub async fn serve(
-    ex: Arc<Executor<'static>>,
+    executors: Vec<Arc<Executor<'static>>>,
     shared: Arc<Shared>,
     sockets: Vec<(BoundSocket, Route)>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
-    let mut server = Server::new(ex, shared);
+    let mut server = Server::new(executors, shared)?;
     server.start(sockets)?;
     shutdown.await;
     server.close().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Endpoint, Host, Port, Rule, RuleOptions};
+    use std::io::{Read, Write};
+
+    /// A TCP rule from 127.0.0.1:0 to `backend`.
+    fn rule_to(backend: SocketAddr) -> ResolvedRule {
+        let bind: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let endpoint = |a: SocketAddr| Endpoint {
+            host: Host::Ip(a.ip()),
+            host_text: a.ip().to_string(),
+            port: Port::Number(a.port()),
+            proto: Proto::Tcp,
+        };
+        ResolvedRule {
+            rule: Rule {
+                line: 1,
+                bind: endpoint(bind),
+                connect: endpoint(backend),
+                options: RuleOptions::default(),
+                acl: AclRules::default(),
+            },
+            bind,
+            connect: vec![backend],
+            src: None,
+        }
+    }
+
+    #[test]
+    fn listeners_past_the_descriptor_budget_get_one_accept_loop_and_still_serve() {
+        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let backend_addr = backend.local_addr().expect("backend addr");
+        std::thread::spawn(move || {
+            for c in backend.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let (mut r, mut w) = (&c, &c);
+                    let _ = std::io::copy(&mut r, &mut w);
+                });
+            }
+        });
+        let executors: Vec<Arc<Executor<'static>>> =
+            (0..2).map(|_| Arc::new(Executor::new())).collect();
+        let (stop, stopped) = async_channel::bounded::<()>(1);
+        let threads: Vec<_> = executors
+            .iter()
+            .map(|ex| {
+                let (ex, stopped) = (ex.clone(), stopped.clone());
+                std::thread::spawn(move || smol::block_on(ex.run(stopped.recv())))
+            })
+            .collect();
+        let shared = Shared::new(Settings::default(), LogHandle::disabled());
+        let mut server = Server::new(executors, shared).expect("server");
+        // Room for one listener's duplicate only.
+        server.duplicate_budget = 1;
+        let mut sockets = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..3 {
+            let r = rule_to(backend_addr);
+            let s = bind(&r).expect("bind listener");
+            addrs.push(s.local_addr().expect("listener addr"));
+            sockets.push((s, Route::new(r, Arc::new(AclRules::default()))));
+        }
+        server.start(sockets).expect("start");
+        let mut loops: Vec<usize> = server.listeners.values().map(|r| r.tasks.len()).collect();
+        loops.sort();
+        assert_eq!(loops, [1, 1, 2], "one listener duplicated, two not");
+        for addr in addrs {
+            let mut c = std::net::TcpStream::connect(addr).expect("connect");
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            c.write_all(b"ping").expect("write");
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).expect("echo through every listener");
+            assert_eq!(&b, b"ping");
+        }
+        stop.close();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
 }

@@ -99,21 +99,25 @@ pub fn start_sockets(
     addrs: Vec<SocketAddr>,
     shared: Arc<Shared>,
 ) -> TestServer {
-    let ex: Arc<Executor<'static>> = Arc::new(Executor::new());
+    // Two threads, each running its own executor, as oi runs them.
+    let executors: Vec<Arc<Executor<'static>>> =
+        (0..2).map(|_| Arc::new(Executor::new())).collect();
     let (stop, stopped) = async_channel::bounded::<()>(1);
-    ex.spawn({
-        let (ex, shared, stopped) = (ex.clone(), shared.clone(), stopped.clone());
-        async move {
-            let _ = server::serve(ex, shared, sockets, async move {
-                let _ = stopped.recv().await;
-            })
-            .await;
-        }
-    })
-    .detach();
-    let threads = (0..2)
-        .map(|_| {
-            let (ex, stopped) = (ex.clone(), stopped.clone());
+    executors[0]
+        .spawn({
+            let (executors, shared, stopped) = (executors.clone(), shared.clone(), stopped.clone());
+            async move {
+                let _ = server::serve(executors, shared, sockets, async move {
+                    let _ = stopped.recv().await;
+                })
+                .await;
+            }
+        })
+        .detach();
+    let threads = executors
+        .into_iter()
+        .map(|ex| {
+            let stopped = stopped.clone();
             std::thread::spawn(move || {
                 smol::block_on(ex.run(async move {
                     let _ = stopped.recv().await;
