@@ -18,4 +18,5 @@ pub mod pool;
 pub mod pump;
 pub mod server;
 pub mod splice;
+pub mod spread;
 pub mod udp;

@@ -12,6 +12,7 @@ use crate::logfile::{Event, LogEvent, LogHandle, RuleNames};
 use crate::pipe::PipePool;
 use crate::pool::BufferPool;
 use crate::pump::{Pools, Pump, Side};
+use crate::spread::{Placed, Threads};
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use smol::{Executor, Task};
@@ -193,10 +194,11 @@ struct Running {
 /// Duplicated descriptors are budgeted (see [`duplicate_budget`]): a
 /// configuration with thousands of rules must not run out of descriptors.
 /// Past the budget a TCP listener gets one accept loop, on the executors in
-/// turn, so its connections all run on that one thread.
+/// turn. Either way an accept loop hands a new connection to a less busy
+/// thread when its own runs too many more (see [`crate::spread`]).
 pub struct Server {
-    /// Executors the loops and connections run on; never empty, the first one is the main one.
-    executors: Vec<Arc<Executor<'static>>>,
+    /// Executor threads the loops and connections run on, with their connection counts.
+    threads: Arc<Threads>,
     /// How many duplicated listening descriptors all listeners together may hold.
     duplicate_budget: usize,
     /// State shared with every task.
@@ -209,14 +211,14 @@ impl Server {
     /// An empty server on `executors` (each run by its own thread; see
     /// [`Server`]). An empty list is treated as a mistake and rejected.
     pub fn new(executors: Vec<Arc<Executor<'static>>>, shared: Arc<Shared>) -> io::Result<Self> {
-        if executors.is_empty() {
-            return Err(io::Error::new(
+        let threads = Threads::new(executors).ok_or_else(|| {
+            io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a server needs at least one executor",
-            ));
-        }
+            )
+        })?;
         Ok(Server {
-            executors,
+            threads,
             duplicate_budget: duplicate_budget(),
             shared,
             listeners: HashMap::new(),
@@ -262,15 +264,15 @@ impl Server {
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
     ) -> io::Result<Vec<Task<()>>> {
-        let main = &self.executors[0];
+        let main = self.threads.executor(0);
         match socket {
             BoundSocket::Tcp(l) => {
-                let n = self.executors.len();
+                let n = self.threads.len();
                 let in_use: usize = self.listeners.values().map(|r| r.tasks.len() - 1).sum();
-                let executors: Vec<_> = if in_use + (n - 1) <= self.duplicate_budget {
-                    self.executors.iter().collect()
+                let executors: Vec<usize> = if in_use + (n - 1) <= self.duplicate_budget {
+                    (0..n).collect()
                 } else {
-                    vec![&self.executors[self.listeners.len() % n]]
+                    vec![self.listeners.len() % n]
                 };
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
                 let mut fds = Vec::with_capacity(executors.len());
@@ -280,11 +282,12 @@ impl Server {
                 fds.push(l);
                 let burst = Arc::new(AtomicBool::new(false));
                 let mut tasks = Vec::with_capacity(fds.len());
-                for (ex, fd) in executors.into_iter().zip(fds) {
+                for (own, fd) in executors.into_iter().zip(fds) {
                     let l = Async::new(fd)?;
                     let (route, shared) = (route.clone(), self.shared.clone());
-                    let looped = accept_loop(ex.clone(), l, route, shared, burst.clone());
-                    tasks.push(ex.spawn(looped));
+                    let threads = self.threads.clone();
+                    let looped = accept_loop(threads, own, l, route, shared, burst.clone());
+                    tasks.push(self.threads.executor(own).spawn(looped));
                 }
                 Ok(tasks)
             }
@@ -367,11 +370,13 @@ pub fn client_ip(peer: SocketAddr) -> IpAddr {
     }
 }
 
-/// Accepts connections forever and runs each on `ex`, the executor this loop
-/// runs on; errors back off and never end the loop. `burst` is shared by the
-/// listener's accept loops and is set while accepting fails.
+/// Accepts connections forever and runs each on `own`, the executor this loop
+/// runs on, unless that thread is too busy (see [`Threads::pick`]); errors
+/// back off and never end the loop. `burst` is shared by the listener's
+/// accept loops and is set while accepting fails.
 async fn accept_loop(
-    ex: Arc<Executor<'static>>,
+    threads: Arc<Threads>,
+    own: usize,
     listener: Async<TcpListener>,
     route: Arc<ArcSwap<Route>>,
     shared: Arc<Shared>,
@@ -392,7 +397,11 @@ async fn accept_loop(
                     log::warn!("accepting connections again");
                 }
                 let route = route.load_full();
-                ex.spawn(handle(stream, peer, route, shared.clone()))
+                let at = threads.pick(own);
+                let placed = threads.place(at);
+                threads
+                    .executor(at)
+                    .spawn(handle(stream, peer, route, shared.clone(), placed))
                     .detach();
             }
             // The client gave up between SYN and accept: nothing to report.
@@ -452,6 +461,8 @@ async fn handle(
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
+    // Held for the connection's life: counts it against the thread running it.
+    _placed: Placed,
 ) {
     let _active = ActiveGuard::new(&shared);
     let ip = client_ip(peer);

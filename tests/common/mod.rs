@@ -103,14 +103,16 @@ pub fn start_sockets(
     let executors: Vec<Arc<Executor<'static>>> =
         (0..2).map(|_| Arc::new(Executor::new())).collect();
     let (stop, stopped) = async_channel::bounded::<()>(1);
+    // Listeners start here, before this returns (duplicating their descriptors
+    // for every executor), so a test that counts descriptors sees them all.
+    let mut server = server::Server::new(executors.clone(), shared.clone()).expect("server");
+    server.start(sockets).expect("start listeners");
     executors[0]
         .spawn({
-            let (executors, shared, stopped) = (executors.clone(), shared.clone(), stopped.clone());
+            let stopped = stopped.clone();
             async move {
-                let _ = server::serve(executors, shared, sockets, async move {
-                    let _ = stopped.recv().await;
-                })
-                .await;
+                let _ = stopped.recv().await;
+                server.close().await;
             }
         })
         .detach();
