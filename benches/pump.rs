@@ -10,9 +10,7 @@
 //! volume (default 1) and the repetitions (default 5), and `PUMP_BENCH_BUFFER`
 //! for `--buffer-size` (default 65536; pipes are at least 256 KiB).
 
-use oxidinetd::config::{
-    AclRules, Endpoint, Host, Port, Proto, ResolvedRule, Rule, RuleOptions, SpliceMode,
-};
+use oxidinetd::config::{AclRules, Proto, ResolvedRule, SpliceMode};
 use oxidinetd::logfile::LogHandle;
 use oxidinetd::server::{self, Route, Settings, Shared};
 use smol::Executor;
@@ -168,24 +166,7 @@ fn forwarder(mode: SpliceMode, buffer_size: usize, backend: SocketAddr) -> Socke
 
 /// A TCP rule from `bind` to `connect`.
 fn rule(bind: SocketAddr, connect: SocketAddr) -> ResolvedRule {
-    let endpoint = |a: SocketAddr| Endpoint {
-        host: Host::Ip(a.ip()),
-        host_text: a.ip().to_string(),
-        port: Port::Number(a.port()),
-        proto: Proto::Tcp,
-    };
-    ResolvedRule {
-        rule: Rule {
-            line: 1,
-            bind: endpoint(bind),
-            connect: endpoint(connect),
-            options: RuleOptions::default(),
-            acl: AclRules::default(),
-        },
-        bind,
-        connect: vec![connect],
-        src: None,
-    }
+    ResolvedRule::between(bind, Proto::Tcp, connect, Proto::Tcp)
 }
 
 /// utime + stime from a /proc stat line.

@@ -549,30 +549,12 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Endpoint, Host, Port, Rule, RuleOptions};
     use std::io::{Read, Write};
 
     /// A TCP rule from 127.0.0.1:0 to `backend`.
     fn rule_to(backend: SocketAddr) -> ResolvedRule {
         let bind: SocketAddr = "127.0.0.1:0".parse().expect("literal");
-        let endpoint = |a: SocketAddr| Endpoint {
-            host: Host::Ip(a.ip()),
-            host_text: a.ip().to_string(),
-            port: Port::Number(a.port()),
-            proto: Proto::Tcp,
-        };
-        ResolvedRule {
-            rule: Rule {
-                line: 1,
-                bind: endpoint(bind),
-                connect: endpoint(backend),
-                options: RuleOptions::default(),
-                acl: AclRules::default(),
-            },
-            bind,
-            connect: vec![backend],
-            src: None,
-        }
+        ResolvedRule::between(bind, Proto::Tcp, backend, Proto::Tcp)
     }
 
     #[test]

@@ -9,20 +9,6 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener};
 use std::thread;
 
-/// Sends `data` through the forwarder to an echo backend and returns what came back.
-fn echo_through(addr: std::net::SocketAddr, data: Vec<u8>) -> Vec<u8> {
-    let mut s = connect(addr);
-    let mut w = s.try_clone().expect("clone");
-    let writer = thread::spawn(move || {
-        w.write_all(&data).expect("write");
-        w.shutdown(Shutdown::Write).expect("shutdown");
-    });
-    let mut back = Vec::new();
-    s.read_to_end(&mut back).expect("read back");
-    writer.join().expect("writer");
-    back
-}
-
 #[test]
 fn small_transfer_round_trips() {
     let backend = echo_backend("127.0.0.1:0");

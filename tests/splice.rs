@@ -12,24 +12,10 @@ use oxidinetd::logfile::LogHandle;
 use oxidinetd::server::{Settings, Shared};
 use splice_common::*;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
-
-/// Sends `data` through the forwarder to an echo backend and returns what came back.
-fn echo_through(addr: SocketAddr, data: Vec<u8>) -> Vec<u8> {
-    let mut s = connect(addr);
-    let mut w = s.try_clone().expect("clone");
-    let writer = thread::spawn(move || {
-        w.write_all(&data).expect("write");
-        w.shutdown(Shutdown::Write).expect("shutdown");
-    });
-    let mut back = Vec::new();
-    s.read_to_end(&mut back).expect("read back");
-    writer.join().expect("writer");
-    back
-}
 
 fn concurrent_64_mib_round_trips(mode: SpliceMode) {
     let srv = server(mode, echo_backend("127.0.0.1:0"));

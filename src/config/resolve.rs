@@ -18,6 +18,37 @@ pub struct ResolvedRule {
     pub src: Option<IpAddr>,
 }
 
+impl ResolvedRule {
+    /// A rule between two literal addresses, as if read from line 1 of a file
+    /// with no options and no ACL: what embedders, tests and benchmarks that
+    /// bind on port 0 need without writing configuration text.
+    pub fn between(
+        bind: SocketAddr,
+        bind_proto: Proto,
+        connect: SocketAddr,
+        connect_proto: Proto,
+    ) -> Self {
+        let endpoint = |a: SocketAddr, proto| Endpoint {
+            host: Host::Ip(a.ip()),
+            host_text: a.ip().to_string(),
+            port: Port::Number(a.port()),
+            proto,
+        };
+        ResolvedRule {
+            rule: Rule {
+                line: 1,
+                bind: endpoint(bind, bind_proto),
+                connect: endpoint(connect, connect_proto),
+                options: Default::default(),
+                acl: Default::default(),
+            },
+            bind,
+            connect: vec![connect],
+            src: None,
+        }
+    }
+}
+
 /// A configuration ready to run.
 #[derive(Clone, Debug)]
 pub struct ResolvedConfig {

@@ -1,7 +1,7 @@
 //! Test harness: an in-process oi server on port 0 and simple blocking peers.
 #![allow(dead_code)]
 
-use oxidinetd::config::{AclRules, Endpoint, Host, Port, Proto, ResolvedRule, Rule, RuleOptions};
+use oxidinetd::config::{AclRules, Port, Proto, ResolvedRule};
 use oxidinetd::logfile::LogHandle;
 use oxidinetd::server::{self, BoundSocket, Route, Settings, Shared};
 use smol::Executor;
@@ -16,24 +16,7 @@ pub fn rule(
     connect: SocketAddr,
     connect_proto: Proto,
 ) -> ResolvedRule {
-    let endpoint = |a: SocketAddr, proto| Endpoint {
-        host: Host::Ip(a.ip()),
-        host_text: a.ip().to_string(),
-        port: Port::Number(a.port()),
-        proto,
-    };
-    ResolvedRule {
-        rule: Rule {
-            line: 1,
-            bind: endpoint(bind, bind_proto),
-            connect: endpoint(connect, connect_proto),
-            options: RuleOptions::default(),
-            acl: AclRules::default(),
-        },
-        bind,
-        connect: vec![connect],
-        src: None,
-    }
+    ResolvedRule::between(bind, bind_proto, connect, connect_proto)
 }
 
 /// A running in-process server; stops when dropped.
@@ -193,6 +176,22 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .expect("timeout");
     s
+}
+
+/// Sends `data` through the forwarder at `addr` to an echo backend, shuts down
+/// writing, and returns everything that came back until EOF.
+pub fn echo_through(addr: SocketAddr, data: Vec<u8>) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = connect(addr);
+    let mut w = s.try_clone().expect("clone");
+    let writer = std::thread::spawn(move || {
+        w.write_all(&data).expect("write");
+        w.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).expect("read back");
+    writer.join().expect("writer");
+    back
 }
 
 /// A port that was free a moment ago (for configurations of the real binary,
