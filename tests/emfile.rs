@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use oxidinetd::logfile::{Format, LogHandle};
 use oxidinetd::server::Settings;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};
@@ -103,11 +102,7 @@ fn emfile_errno() -> i32 {
 
 #[test]
 fn accept_emfile_backs_off_and_recovers() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let logpath = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(logpath.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, logpath, log) = tab_log();
     let (backend, backend_closed) = reporting_echo_backend();
     let srv = start(vec![tcp_rule(backend)], Settings::default(), log);
     let addr = srv.addr();

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use oxidinetd::config::Proto;
-use oxidinetd::logfile::{Format, LogHandle};
+use oxidinetd::logfile::LogHandle;
 use oxidinetd::server::Settings;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
@@ -79,11 +79,7 @@ fn two_clients_on_one_rule_each_get_only_their_own_replies() {
 
 #[test]
 fn association_expires_after_idle_timeout_and_is_logged() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     let (backend, seen) = udp_echo_backend("127.0.0.1:0");
     let mut r = udp_rule(backend, Proto::Udp);
     r.rule.options.timeout = Some(Duration::from_secs(1));
@@ -187,11 +183,7 @@ fn datagram_of_65000_bytes_passes_intact_both_ways() {
 
 #[test]
 fn tcp_to_udp_round_trip() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
     let srv = start(vec![tcp_rule_to_udp(backend)], Settings::default(), log);
     let mut c = connect(srv.addr());
@@ -276,11 +268,7 @@ fn refused_clients_get_no_association_and_are_logged() {
     let mut resolved = config::resolve(cfg, &Services::parse("")).expect("resolves");
     let mut r = resolved.rules.remove(0);
     r.bind.set_port(0);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     let srv = start(vec![r], Settings::default(), log);
     for from in [[127, 0, 0, 2], [127, 0, 0, 1]] {
         let c = std::net::UdpSocket::bind(SocketAddr::from((from, 0))).expect("bind client");
@@ -298,11 +286,7 @@ fn refused_clients_get_no_association_and_are_logged() {
 
 #[test]
 fn tcp_to_udp_closes_after_idle_timeout() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
     let mut r = tcp_rule_to_udp(backend);
     r.rule.options.timeout = Some(Duration::from_secs(1));
@@ -323,11 +307,7 @@ fn tcp_to_udp_closes_after_idle_timeout() {
 
 #[test]
 fn udp_to_tcp_backend_close_ends_the_association_and_the_next_datagram_reconnects() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     // Answers one 5-byte request per connection, then closes it.
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let backend = l.local_addr().expect("addr");

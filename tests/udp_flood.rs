@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use oxidinetd::config::Proto;
-use oxidinetd::logfile::{Format, LogHandle};
 use oxidinetd::server::Settings;
 
 /// Descriptors open in this process (the in-process server's included).
@@ -23,11 +22,7 @@ fn burst_of_1000_client_addresses_stays_within_the_association_cap() {
     const CLIENTS: usize = 1000;
     // Evicted associations close their socket on an executor thread a moment later.
     const SLACK: usize = 30;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("oi.log");
-    let log = LogHandle::start().expect("log thread");
-    log.reopen(Some(path.clone()), Format::Tab)
-        .expect("open log");
+    let (_dir, path, log) = tab_log();
     let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
     let mut r = udp_rule(backend, Proto::Udp);
     r.rule.options.max_assoc = Some(CAP);

@@ -194,6 +194,22 @@ pub fn echo_through(addr: SocketAddr, data: Vec<u8>) -> Vec<u8> {
     back
 }
 
+/// A log writer appending rinetd's tab format to `oi.log` in a fresh
+/// temporary directory (kept alive by the returned `TempDir`).
+pub fn tab_log() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    oxidinetd::logfile::LogHandle,
+) {
+    use oxidinetd::logfile::{Format, LogHandle};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("oi.log");
+    let log = LogHandle::start().expect("log thread");
+    log.reopen(Some(path.clone()), Format::Tab)
+        .expect("open log");
+    (dir, path, log)
+}
+
 /// A port that was free a moment ago (for configurations of the real binary,
 /// which cannot take port 0).
 pub fn free_port() -> u16 {
