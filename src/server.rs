@@ -225,6 +225,11 @@ impl Server {
         })
     }
 
+    /// The executor threads and how many connections each runs.
+    pub fn threads(&self) -> &Arc<Threads> {
+        &self.threads
+    }
+
     /// State shared with connections (counters, log).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared

@@ -155,3 +155,30 @@ fn ipv6_listener_to_ipv4_backend_and_back() {
         b"four to six"
     );
 }
+
+#[test]
+fn long_lived_connections_are_spread_over_the_executor_threads() {
+    let backend = echo_backend("127.0.0.1:0");
+    let srv = start(
+        vec![tcp_rule(backend)],
+        Settings::default(),
+        LogHandle::disabled(),
+    );
+    // A burst, as iperf3 -P8 opens its streams: all eight wait in the accept
+    // queue together, and the thread that wakes first would take them all.
+    // Each is then proven by an echo, so it has been accepted and placed.
+    let mut held: Vec<_> = (0..8u8).map(|_| connect(srv.addr())).collect();
+    for (i, c) in held.iter_mut().enumerate() {
+        c.write_all(&[i as u8]).expect("write");
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).expect("echo");
+        assert_eq!(b, [i as u8]);
+    }
+    let (a, b) = (srv.threads.open(0), srv.threads.open(1));
+    assert_eq!(a + b, 8, "every connection is counted on one thread");
+    assert!(
+        a.abs_diff(b) <= oxidinetd::spread::SLACK + 1,
+        "connections piled on one thread: {a} and {b}"
+    );
+    drop(held);
+}

@@ -25,10 +25,12 @@ pub struct TestServer {
     pub addrs: Vec<SocketAddr>,
     /// The server's shared state (open connection count, log).
     pub shared: Arc<Shared>,
+    /// The executor threads with their connection counts.
+    pub threads: Arc<oxidinetd::spread::Threads>,
     /// Closing this stops the server and its threads.
     stop: async_channel::Sender<()>,
-    /// Executor threads.
-    threads: Vec<JoinHandle<()>>,
+    /// The threads running the executors.
+    runners: Vec<JoinHandle<()>>,
 }
 
 impl TestServer {
@@ -41,7 +43,7 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.stop.close();
-        for t in self.threads.drain(..) {
+        for t in self.runners.drain(..) {
             let _ = t.join();
         }
     }
@@ -90,6 +92,7 @@ pub fn start_sockets(
     // for every executor), so a test that counts descriptors sees them all.
     let mut server = server::Server::new(executors.clone(), shared.clone()).expect("server");
     server.start(sockets).expect("start listeners");
+    let threads = server.threads().clone();
     executors[0]
         .spawn({
             let stopped = stopped.clone();
@@ -99,7 +102,7 @@ pub fn start_sockets(
             }
         })
         .detach();
-    let threads = executors
+    let runners = executors
         .into_iter()
         .map(|ex| {
             let stopped = stopped.clone();
@@ -113,8 +116,9 @@ pub fn start_sockets(
     TestServer {
         addrs,
         shared,
-        stop,
         threads,
+        stop,
+        runners,
     }
 }
 
