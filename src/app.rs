@@ -6,12 +6,12 @@ use crate::daemon;
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
 use crate::server::{self, BoundSocket, Route, Server, Settings, Shared};
+use crate::spread::Threads;
 use async_signal::{Signal, Signals};
 use futures_lite::StreamExt;
 use smol::Executor;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -194,8 +194,9 @@ async fn serve_until_signalled(
     }
     log::info!("stopping");
     notify::stopping();
+    let threads = server.threads().clone();
     server.close().await;
-    wait_for_drain(&shared, drain).await;
+    wait_for_drain(&threads, drain).await;
     let log = shared.log.clone();
     smol::unblock(move || log.flush()).await;
     ExitCode::SUCCESS
@@ -242,9 +243,9 @@ async fn reload(server: &mut Server, r: &mut Reloader) -> String {
 }
 
 /// Waits up to `drain` for open connections to finish.
-async fn wait_for_drain(shared: &Shared, drain: Duration) {
+async fn wait_for_drain(threads: &Threads, drain: Duration) {
     let deadline = Instant::now() + drain;
-    while shared.active.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+    while threads.open_total() > 0 && Instant::now() < deadline {
         async_io::Timer::after(Duration::from_millis(50)).await;
     }
 }

@@ -19,7 +19,7 @@ use smol::{Executor, Task};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -57,8 +57,6 @@ pub struct Shared {
     pub pipes: PipePool,
     /// Where rinetd log events go.
     pub log: LogHandle,
-    /// Connections currently open, for `--drain` and tests.
-    pub active: AtomicUsize,
 }
 
 impl Shared {
@@ -74,7 +72,6 @@ impl Shared {
             pool,
             pipes,
             log,
-            active: AtomicUsize::new(0),
         })
     }
 }
@@ -444,32 +441,19 @@ fn is_benign_accept_error(e: &io::Error) -> bool {
     )
 }
 
-/// Counts a connection as open for as long as it lives.
-struct ActiveGuard(Arc<Shared>);
-
-impl ActiveGuard {
-    fn new(shared: &Arc<Shared>) -> Self {
-        shared.active.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(shared.clone())
-    }
-}
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Serves one accepted TCP connection from ACL check to the last log line.
 async fn handle(
     client: Async<TcpStream>,
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
-    // Held for the connection's life: counts it against the thread running it.
-    _placed: Placed,
+    placed: Placed,
 ) {
-    let _active = ActiveGuard::new(&shared);
+    // Counts the connection (for its thread, `--drain` and tests) until every
+    // socket is closed: rebinding the client here makes it drop before the
+    // guard, as locals drop in reverse order and before parameters.
+    let _placed = placed;
+    let client = client;
     let ip = client_ip(peer);
     let event = |event, from_client, to_client| LogEvent {
         time: SystemTime::now(),

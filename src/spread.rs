@@ -53,6 +53,11 @@ impl Threads {
         &self.executors[index % self.executors.len()]
     }
 
+    /// Open TCP connections on every thread together (`--drain` waits for 0).
+    pub fn open_total(&self) -> usize {
+        self.open.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
     /// Open connections on thread `index`, for tests and diagnostics.
     pub fn open(&self, index: usize) -> usize {
         self.open[index % self.open.len()].load(Ordering::Relaxed)

@@ -117,15 +117,10 @@ fn accept_emfile_backs_off_and_recovers() {
         .recv_timeout(Duration::from_secs(10))
         .expect("backend closes the warm-up connection");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.shared.active.load(std::sync::atomic::Ordering::Relaxed) > 0
-        && Instant::now() < deadline
-    {
+    while srv.threads.open_total() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(
-        srv.shared.active.load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(srv.threads.open_total(), 0);
 
     // Client sockets are created before the limit is lowered; connecting needs no new descriptor.
     let first = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");

@@ -12,7 +12,6 @@ use oxidinetd::server::Settings;
 use socket2::{Domain, SockRef, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 fn open_fds() -> usize {
@@ -23,14 +22,14 @@ fn open_fds() -> usize {
 fn settles(srv: &TestServer, fds: usize) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        if srv.shared.active.load(Ordering::Relaxed) == 0 && open_fds() <= fds {
+        if srv.threads.open_total() == 0 && open_fds() <= fds {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!(
         "active {} fds {} (baseline {fds}): {:?}",
-        srv.shared.active.load(Ordering::Relaxed),
+        srv.threads.open_total(),
         open_fds(),
         std::fs::read_dir("/proc/self/fd").map(|d| d
             .flatten()

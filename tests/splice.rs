@@ -144,7 +144,7 @@ fn idle_spliced_connections_hold_no_pipe() {
     let shared = &srv.shared;
     let mut conns: Vec<TcpStream> = (0..20).map(|_| connect(srv.addr())).collect();
     wait_until("every connection is pumping", || {
-        shared.active.load(std::sync::atomic::Ordering::Relaxed) == 20
+        srv.threads.open_total() == 20
     });
     // Never a byte: no pipe was ever made.
     assert_eq!(shared.pipes.live(), 0);
@@ -160,7 +160,7 @@ fn idle_spliced_connections_hold_no_pipe() {
     wait_until("idle connections hold no pipe", || {
         shared.pipes.in_use() == 0
     });
-    assert_eq!(shared.active.load(std::sync::atomic::Ordering::Relaxed), 20);
+    assert_eq!(srv.threads.open_total(), 20);
 }
 
 #[test]

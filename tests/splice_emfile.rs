@@ -103,10 +103,7 @@ fn no_pipe_means_copying_not_failing() {
     round_trip(connect(warm.addr()), b"warm".to_vec());
     assert_eq!((next(), next()), (Seen::Accepted, Seen::Closed));
     wait_until("the warm-up connection ended", || {
-        warm.shared
-            .active
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
+        warm.threads.open_total() == 0
     });
     let srv = server(SpliceMode::On, backend);
     let pipes = &srv.shared.pipes;

@@ -43,7 +43,7 @@ fn resets_free_everything(mode: SpliceMode) {
         .expect("backend accepted");
     drop((warm, warm_back));
     wait_until("the warm-up connection ended", || {
-        shared.active.load(std::sync::atomic::Ordering::Relaxed) == 0
+        srv.threads.open_total() == 0
     });
     let baseline = open_fds() - 2 * shared.pipes.pooled();
     let data = pattern(32 * 1024 * 1024, 47);
@@ -79,9 +79,7 @@ fn resets_free_everything(mode: SpliceMode) {
         }
     }
     // No half-close timer (60 s) is involved: a reset ends both directions at once.
-    wait_until("every connection ended", || {
-        shared.active.load(std::sync::atomic::Ordering::Relaxed) == 0
-    });
+    wait_until("every connection ended", || srv.threads.open_total() == 0);
     assert_eq!(shared.pipes.in_use(), 0);
     drop(survivors);
     wait_until("descriptors are back to the baseline", || {
