@@ -205,10 +205,9 @@ fn tcp_to_udp_round_trip() {
     );
 }
 
-/// A TCP listener rule on 127.0.0.1 to a UDP backend.
+/// A TCP listener rule on loopback (the backend's family) to a UDP backend.
 fn tcp_rule_to_udp(backend: SocketAddr) -> oxidinetd::config::ResolvedRule {
-    let bind: SocketAddr = "127.0.0.1:0".parse().expect("literal");
-    rule(bind, Proto::Tcp, backend, Proto::Udp)
+    rule(loopback_for(backend), Proto::Tcp, backend, Proto::Udp)
 }
 
 #[test]

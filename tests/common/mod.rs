@@ -122,16 +122,19 @@ pub fn start_sockets(
     }
 }
 
-/// A TCP forwarding rule from 127.0.0.1:0 to `backend`.
-pub fn tcp_rule(backend: SocketAddr) -> ResolvedRule {
-    let any: SocketAddr = if backend.is_ipv4() {
-        "127.0.0.1:0"
+/// Loopback port 0 in `backend`'s address family: where a test listener binds.
+pub fn loopback_for(backend: SocketAddr) -> SocketAddr {
+    let ip: std::net::IpAddr = if backend.is_ipv4() {
+        std::net::Ipv4Addr::LOCALHOST.into()
     } else {
-        "[::1]:0"
-    }
-    .parse()
-    .expect("literal");
-    rule(any, Proto::Tcp, backend, Proto::Tcp)
+        std::net::Ipv6Addr::LOCALHOST.into()
+    };
+    SocketAddr::new(ip, 0)
+}
+
+/// A TCP forwarding rule from loopback port 0 (the backend's family) to `backend`.
+pub fn tcp_rule(backend: SocketAddr) -> ResolvedRule {
+    rule(loopback_for(backend), Proto::Tcp, backend, Proto::Tcp)
 }
 
 /// An echo backend: one thread per connection, echoes until EOF, then closes.
@@ -362,14 +365,7 @@ pub fn udp_echo_backend(
 
 /// A `/udp` listener rule on loopback port 0 (the backend's family) to `backend`.
 pub fn udp_rule(backend: SocketAddr, connect_proto: Proto) -> ResolvedRule {
-    let any: SocketAddr = if backend.is_ipv4() {
-        "127.0.0.1:0"
-    } else {
-        "[::1]:0"
-    }
-    .parse()
-    .expect("literal");
-    rule(any, Proto::Udp, backend, connect_proto)
+    rule(loopback_for(backend), Proto::Udp, backend, connect_proto)
 }
 
 /// A UDP client on loopback (the family of `server`) with a 5 s receive timeout.
