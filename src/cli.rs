@@ -1,14 +1,33 @@
-//! Command-line options.
+//! The command line, and the one step that turns it into validated options.
+//!
+//! Every value is checked while clap parses it, so a bad one exits with
+//! status 2 and a message naming the flag (`invalid value '-5' for
+//! '--connect-timeout <DURATION>': ...`). [`RunOptions::from_cli`] then only
+//! maps the parsed values onto what the service runs with.
 
 use crate::config::SpliceMode;
-use clap::{ArgAction, Parser, ValueEnum};
+use crate::shared::Settings;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{ArgAction, Parser};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// The longest duration any flag accepts: one year. Far beyond any sensible
+/// timeout, and far enough from `Instant`'s limits that adding it to the
+/// current time can never overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The most executor threads `--threads` accepts.
+pub const MAX_THREADS: usize = 1024;
 
 /// oi: a rinetd-compatible TCP/UDP port forwarder.
 ///
 /// Reads rinetd.conf (`bindaddr bindport connectaddr connectport [options]`,
 /// allow/deny, logfile, logcommon, pidlogfile) and forwards connections.
 /// SIGHUP reloads the file without dropping connections.
+///
+/// Durations take a unit: `10s`, `500ms`, `2m`, `1h`; a bare number is seconds.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "oi", version, disable_version_flag = true)]
 pub struct Cli {
@@ -33,52 +52,258 @@ pub struct Cli {
     #[arg(long)]
     pub daemon: bool,
 
-    /// Worker threads for the executor (default: number of CPUs).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
+    /// Executor threads, 1 to 1024 (default: number of CPUs).
+    #[arg(long, value_name = "N", value_parser = parse_threads)]
+    pub threads: Option<NonZeroUsize>,
 
-    /// Size of each copy buffer in bytes.
+    /// Size of each copy buffer in bytes (1024 to 16777216).
     #[arg(long, value_name = "BYTES", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
     pub buffer_size: u32,
 
-    /// Seconds to wait for a backend to accept a connection.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub connect_timeout: f64,
+    /// How long to wait for a backend to accept a connection (more than 0, at most 365 days).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub connect_timeout: Duration,
 
-    /// Seconds a half-closed connection may stay idle before it is closed.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    pub half_close_timeout: f64,
+    /// How long a half-closed connection may stay idle before it is closed (more than 0, at most 365 days).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub half_close_timeout: Duration,
 
-    /// On SIGTERM/SIGINT, let open connections run this many seconds before exiting.
-    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
-    pub drain: f64,
+    /// On SIGTERM/SIGINT, let open connections run this long before exiting (0 to 365 days; a second signal exits at once).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub drain: Duration,
 
-    /// Zero-copy splice(2) forwarding on Linux: auto, on or off.
-    #[arg(long, value_enum, default_value_t = SpliceArg::Auto)]
-    pub splice: SpliceArg,
+    /// Zero-copy splice(2) forwarding: auto (splice; measured faster), on or off.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        value_parser = PossibleValuesParser::new(SpliceMode::NAMES)
+            .try_map(|s: String| s.parse::<SpliceMode>())
+    )]
+    pub splice: SpliceMode,
 
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
 }
 
-/// `--splice` values.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SpliceArg {
-    /// Whichever measured faster on Linux: splice (see README, Command line).
-    Auto,
-    /// Use splice(2).
-    On,
-    /// Copy through user-space buffers.
-    Off,
+/// How the process runs: what it was asked on the command line, validated.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The configuration file, as given (messages name it this way).
+    pub conf_file: PathBuf,
+    /// Only check the configuration (`--check`).
+    pub check: bool,
+    /// Fork to the background (`--daemon`, or started as `rinetd`), unless `-f`.
+    pub background: bool,
+    /// Whether rinetd's defaults apply: its pid file, syslog name (`--daemon` or drop-in mode).
+    pub rinetd_defaults: bool,
+    /// The program name diagnostics go out under in syslog.
+    pub program: &'static str,
+    /// Executor threads to run.
+    pub threads: NonZeroUsize,
+    /// Engine settings every connection reads.
+    pub settings: Settings,
+    /// How long open connections may run on after SIGTERM.
+    pub drain: Duration,
 }
 
-impl From<SpliceArg> for SpliceMode {
-    fn from(a: SpliceArg) -> Self {
-        match a {
-            SpliceArg::Auto => SpliceMode::Auto,
-            SpliceArg::On => SpliceMode::On,
-            SpliceArg::Off => SpliceMode::Off,
+impl RunOptions {
+    /// Maps parsed flags onto run options. `as_rinetd` says whether the
+    /// program was started under the name `rinetd` (drop-in mode).
+    pub fn from_cli(cli: Cli, as_rinetd: bool) -> Self {
+        let threads = cli
+            .threads
+            .or_else(|| NonZeroUsize::new(num_cpus::get().min(MAX_THREADS)))
+            .unwrap_or(NonZeroUsize::MIN);
+        RunOptions {
+            conf_file: cli.conf_file,
+            check: cli.check,
+            background: (cli.daemon || as_rinetd) && !cli.foreground,
+            rinetd_defaults: cli.daemon || as_rinetd,
+            program: if as_rinetd { "rinetd" } else { "oi" },
+            threads,
+            settings: Settings {
+                buffer_size: cli.buffer_size as usize,
+                connect_timeout: cli.connect_timeout,
+                half_close_idle: cli.half_close_timeout,
+                splice: cli.splice,
+            },
+            drain: cli.drain,
         }
+    }
+}
+
+/// True when the program was started under the name `rinetd` (a symlink or a copy).
+pub fn invoked_as_rinetd() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n == "rinetd"))
+        .unwrap_or(false)
+}
+
+/// `--threads`: a whole number from 1 to [`MAX_THREADS`].
+fn parse_threads(s: &str) -> Result<NonZeroUsize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number from 1 to {MAX_THREADS}"))?;
+    match NonZeroUsize::new(n) {
+        Some(n) if n.get() <= MAX_THREADS => Ok(n),
+        _ => Err(format!("must be from 1 to {MAX_THREADS}")),
+    }
+}
+
+/// A duration that must be more than zero.
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        Duration::ZERO => Err("must be more than 0".into()),
+        d => Ok(d),
+    }
+}
+
+/// A duration: a non-negative finite number with an optional unit (`ms`, `s`,
+/// `m`, `h`; seconds when absent), at most [`MAX_DURATION`]. `inf` and `NaN`
+/// are refused: no flag has a meaning for "forever".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = text.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds, such as 10, 1.5, 500ms or 2m".to_string())?;
+    if !value.is_finite() {
+        return Err("must be a finite number".into());
+    }
+    if value < 0.0 {
+        return Err("must not be negative".into());
+    }
+    let max = MAX_DURATION.as_secs_f64();
+    let secs = value * scale;
+    if secs > max {
+        return Err(format!("must be at most {max} seconds (365 days)"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<RunOptions, clap::Error> {
+        let argv = std::iter::once("oi").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map(|cli| RunOptions::from_cli(cli, false))
+    }
+
+    /// The error a bad command line gives, as printed (clap exits 2 with it).
+    fn error(args: &[&str]) -> String {
+        match parse(args) {
+            Ok(o) => panic!("{args:?} accepted: {o:?}"),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::ValueValidation, "{e}");
+                assert_eq!(e.exit_code(), 2);
+                e.to_string()
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let o = parse(&[]).expect("defaults");
+        assert_eq!(o.conf_file, PathBuf::from("/etc/rinetd.conf"));
+        assert_eq!(o.settings.connect_timeout, Duration::from_secs(10));
+        assert_eq!(o.settings.half_close_idle, Duration::from_secs(60));
+        assert_eq!(o.settings.buffer_size, 65536);
+        assert_eq!(o.settings.splice, SpliceMode::Auto);
+        assert_eq!(o.drain, Duration::ZERO);
+        assert!(!o.background && !o.rinetd_defaults);
+        assert_eq!(o.program, "oi");
+    }
+
+    #[test]
+    fn durations_take_units_and_plain_seconds() {
+        let o = parse(&[
+            "--connect-timeout=500ms",
+            "--half-close-timeout",
+            "2m",
+            "--drain=1.5",
+        ])
+        .expect("valid");
+        assert_eq!(o.settings.connect_timeout, Duration::from_millis(500));
+        assert_eq!(o.settings.half_close_idle, Duration::from_secs(120));
+        assert_eq!(o.drain, Duration::from_millis(1500));
+        let o = parse(&["--drain=1h", "--connect-timeout=3s"]).expect("valid");
+        assert_eq!(o.drain, Duration::from_secs(3600));
+        assert_eq!(o.settings.connect_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn bad_durations_exit_2_naming_the_flag() {
+        for (args, flag, why) in [
+            (
+                ["--connect-timeout=-5"],
+                "--connect-timeout",
+                "must not be negative",
+            ),
+            (["--drain=NaN"], "--drain", "must be a finite number"),
+            (
+                ["--half-close-timeout=inf"],
+                "--half-close-timeout",
+                "must be a finite number",
+            ),
+            (["--drain=1e19"], "--drain", "at most 31536000 seconds"),
+            (["--connect-timeout=0"], "--connect-timeout", "more than 0"),
+            (["--drain=5 parsecs"], "--drain", "expected a number"),
+            (["--drain=soon"], "--drain", "expected a number"),
+        ] {
+            let e = error(&args);
+            assert!(e.contains(flag), "{args:?}: {e}");
+            assert!(e.contains(why), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn threads_must_be_between_1_and_the_maximum() {
+        assert!(error(&["--threads=0"]).contains("--threads"));
+        assert!(error(&["--threads=1025"]).contains("from 1 to 1024"));
+        assert!(error(&["--threads=-1"]).contains("--threads"));
+        assert_eq!(parse(&["--threads=3"]).expect("valid").threads.get(), 3);
+    }
+
+    #[test]
+    fn splice_mode_has_one_parser() {
+        for (text, mode) in [
+            ("on", SpliceMode::On),
+            ("off", SpliceMode::Off),
+            ("auto", SpliceMode::Auto),
+        ] {
+            let o = parse(&["--splice", text]).expect("valid");
+            assert_eq!(o.settings.splice, mode);
+        }
+        let e = Cli::try_parse_from(["oi", "--splice=maybe"]).expect_err("invalid");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--splice"), "{e}");
+    }
+
+    #[test]
+    fn drop_in_mode_forks_unless_foreground() {
+        let cli = Cli::try_parse_from(["rinetd"]).expect("valid");
+        let o = RunOptions::from_cli(cli, true);
+        assert!(o.background && o.rinetd_defaults);
+        assert_eq!(o.program, "rinetd");
+        let cli = Cli::try_parse_from(["rinetd", "-f"]).expect("valid");
+        assert!(!RunOptions::from_cli(cli, true).background);
     }
 }

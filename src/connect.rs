@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Why a backend connection could not be made.
 #[derive(Debug)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// The local socket could not be created or bound (rinetd's `local-socket-failed`).
     LocalSocket(io::Error),
     /// Every backend address refused, timed out or failed; the last error is kept.
@@ -27,7 +27,7 @@ impl std::fmt::Display for ConnectError {
 
 /// Connects to the first of `addrs` that answers within `timeout` each,
 /// from `src` if given (addresses of the other family are skipped).
-pub async fn connect(
+pub(crate) async fn connect(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
@@ -120,7 +120,7 @@ async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>
 }
 
 /// Sets the options every forwarded socket gets: no Nagle delay, keepalive on.
-pub fn tune(stream: &TcpStream) {
+pub(crate) fn tune(stream: &TcpStream) {
     if let Err(e) = stream.set_nodelay(true) {
         log::debug!("TCP_NODELAY: {e}");
     }

@@ -8,29 +8,20 @@
 
 use fork::Fork;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Where rinetd writes its pid when the configuration names no `pidlogfile`.
-pub const DEFAULT_PIDFILE: &str = "/var/run/rinetd.pid";
-
-/// True when the program was started under the name `rinetd` (a symlink or a copy).
-pub fn invoked_as_rinetd() -> bool {
-    std::env::args_os()
-        .next()
-        .map(PathBuf::from)
-        .and_then(|p| p.file_name().map(|n| n == "rinetd"))
-        .unwrap_or(false)
-}
+pub(crate) const DEFAULT_PIDFILE: &str = "/var/run/rinetd.pid";
 
 /// Writes our pid, with a newline, replacing the file's contents.
-pub fn write_pidfile(path: &Path) -> io::Result<()> {
+pub(crate) fn write_pidfile(path: &Path) -> io::Result<()> {
     std::fs::write(path, format!("{}\n", std::process::id()))
 }
 
 /// Forks into the background. Returns only in the daemon; the original
 /// process exits 0 once the daemon reports that it is set up (pid file written),
 /// or 1 if the daemon failed first. `setup` runs in the daemon before that report.
-pub fn daemonize(setup: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+pub(crate) fn daemonize(setup: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     let (mut ready_rx, mut ready_tx) = pipe()?;
     match fork::fork()? {
         Fork::Parent(_) => {
@@ -59,7 +50,7 @@ fn pipe() -> io::Result<(std::fs::File, std::fs::File)> {
 
 /// Sends diagnostics to syslog (facility daemon) as rinetd does; falls back to
 /// stderr-less silence if no syslog socket exists.
-pub fn init_syslog(name: &str) {
+pub(crate) fn init_syslog(name: &str) {
     let formatter = syslog::Formatter3164 {
         facility: syslog::Facility::LOG_DAEMON,
         hostname: None,

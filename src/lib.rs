@@ -1,22 +1,42 @@
 //! oi: a rinetd-compatible TCP/UDP port forwarder.
 //!
-//! The library owns all logic; `main.rs` only parses the command line and
-//! calls [`app::run`].
+//! Data flows one way: [`config`] → `listen` (bound sockets, accept loops,
+//! the reload diff) → `route` (what a connection needs from its rule) →
+//! `tcp` or `udp` (moving the bytes) → `logfile`. `runtime` owns the
+//! executor threads, `shared` what every connection borrows (settings,
+//! buffer and pipe pools, the log), and `service` is the process around it
+//! all: start-up, signals, reload, drain. ARCHITECTURE.md has the map.
+//!
+//! The public surface is what the binary, the tests and the benches need to
+//! start a server: parse a configuration, bind its sockets, and [`serve`]
+//! them on a [`Runtime`].
 #![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod acl;
-pub mod app;
+mod buffers;
 pub mod check;
 pub mod cli;
 pub mod config;
-pub mod connect;
-pub mod daemon;
-pub mod logfile;
-pub mod notify;
-pub mod pipe;
-pub mod pool;
-pub mod pump;
-pub mod server;
-pub mod splice;
-pub mod spread;
-pub mod udp;
+mod connect;
+mod daemon;
+mod listen;
+mod logfile;
+mod notify;
+mod pipes;
+mod route;
+mod runtime;
+mod service;
+mod shared;
+mod tcp;
+mod udp;
+
+pub use buffers::BufferPool;
+pub use listen::{bind, bind_all, serve, BoundSocket, Command};
+pub use logfile::{Format, LogHandle};
+pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};
+pub use route::Route;
+pub use runtime::{Runtime, SLACK};
+pub use service::run;
+pub use shared::{Settings, Shared};
+pub use tcp::splice::{use_splice, AUTO_SPLICES};

@@ -92,7 +92,7 @@ pub enum Format {
 }
 
 /// Formats one event as a line (with its newline), byte-compatible with rinetd 0.73.
-pub fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
+pub(crate) fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
     use std::fmt::Write as _;
     let local: DateTime<Local> = ev.time.into();
     let r = &ev.rule;

@@ -1,9 +1,10 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
+use oxidinetd::cli::{Cli, RunOptions};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = oxidinetd::cli::Cli::parse();
-    oxidinetd::app::run(cli)
+    let as_rinetd = oxidinetd::cli::invoked_as_rinetd();
+    oxidinetd::run(RunOptions::from_cli(Cli::parse(), as_rinetd))
 }

@@ -9,12 +9,12 @@ fn send(states: &[NotifyState]) {
 }
 
 /// Every listener is bound and serving.
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
 /// A reload has started. systemd 253+ wants the monotonic time with it.
-pub fn reloading() {
+pub(crate) fn reloading() {
     send(&[
         NotifyState::Reloading,
         NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Status("reloading")),
@@ -22,6 +22,6 @@ pub fn reloading() {
 }
 
 /// The process is shutting down.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[NotifyState::Stopping]);
 }

@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use oxidinetd::config::{self, services::Services};
-use oxidinetd::logfile::{Format, LogHandle};
-use oxidinetd::server::Settings;
+use oxidinetd::Settings;
+use oxidinetd::{Format, LogHandle};
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use oxidinetd::server::Settings;
+use oxidinetd::Settings;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
@@ -13,10 +13,6 @@ use std::net::TcpStream;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
-}
 
 /// Re-reads an already open file from the start: at the descriptor limit, opening fails.
 fn reread(f: &mut std::fs::File) -> String {
@@ -117,10 +113,10 @@ fn accept_emfile_backs_off_and_recovers() {
         .recv_timeout(Duration::from_secs(10))
         .expect("backend closes the warm-up connection");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.threads.open_total() > 0 && Instant::now() < deadline {
+    while srv.open_connections() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(srv.threads.open_total(), 0);
+    assert_eq!(srv.open_connections(), 0);
 
     // Client sockets are created before the limit is lowered; connecting needs no new descriptor.
     let first = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
@@ -131,7 +127,7 @@ fn accept_emfile_backs_off_and_recovers() {
     setrlimit(
         Resource::Nofile,
         Rlimit {
-            current: Some(open_fds() + 32),
+            current: Some(open_fds() as u64 + 32),
             maximum: saved.maximum,
         },
     )

@@ -7,29 +7,25 @@
 mod common;
 
 use common::*;
-use oxidinetd::logfile::LogHandle;
-use oxidinetd::server::Settings;
-use socket2::{Domain, SockRef, Socket, Type};
+use oxidinetd::LogHandle;
+use oxidinetd::Settings;
+use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
 
 /// Waits (bounded) until the server has no open connection and the process is back to `fds`.
 fn settles(srv: &TestServer, fds: usize) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        if srv.threads.open_total() == 0 && open_fds() <= fds {
+        if srv.open_connections() == 0 && open_fds() <= fds {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!(
         "active {} fds {} (baseline {fds}): {:?}",
-        srv.threads.open_total(),
+        srv.open_connections(),
         open_fds(),
         std::fs::read_dir("/proc/self/fd").map(|d| d
             .flatten()
@@ -49,13 +45,6 @@ fn time_to_end(s: &mut TcpStream) -> Duration {
             Ok(_) => {}
         }
     }
-}
-
-fn reset(s: TcpStream) {
-    SockRef::from(&s)
-        .set_linger(Some(Duration::ZERO))
-        .expect("linger");
-    drop(s);
 }
 
 #[test]

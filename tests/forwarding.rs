@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
-use oxidinetd::logfile::LogHandle;
-use oxidinetd::server::Settings;
+use oxidinetd::LogHandle;
+use oxidinetd::Settings;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener};
 use std::thread;
@@ -174,10 +174,10 @@ fn long_lived_connections_are_spread_over_the_executor_threads() {
         c.read_exact(&mut b).expect("echo");
         assert_eq!(b, [i as u8]);
     }
-    let (a, b) = (srv.threads.open(0), srv.threads.open(1));
+    let (a, b) = (srv.runtime.open_on(0), srv.runtime.open_on(1));
     assert_eq!(a + b, 8, "every connection is counted on one thread");
     assert!(
-        a.abs_diff(b) <= oxidinetd::spread::SLACK + 1,
+        a.abs_diff(b) <= oxidinetd::SLACK + 1,
         "connections piled on one thread: {a} and {b}"
     );
     drop(held);

@@ -3,25 +3,10 @@
 mod common;
 
 use common::*;
-use oxidinetd::logfile::{Format, LogHandle};
-use oxidinetd::server::Settings;
+use oxidinetd::Settings;
+use oxidinetd::{Format, LogHandle};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener};
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// Waits (bounded) until the log holds `n` lines, and returns them.
-fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= n || Instant::now() > deadline {
-            return lines;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// Runs one request (10 bytes up, 3 KiB down, client closes first) and one refused backend.
 fn traffic(format: Format) -> (Vec<String>, u16, u16, u16) {

@@ -5,12 +5,8 @@ mod common;
 
 use common::*;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
-
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 /// Waits (bounded) for the process to exit.
 fn exited_within(oi: &mut OiProcess, limit: Duration) -> Option<std::process::ExitStatus> {

@@ -4,13 +4,11 @@
 //! same standard.
 
 mod common;
-mod splice_common;
 
 use common::*;
 use oxidinetd::config::SpliceMode;
-use oxidinetd::logfile::LogHandle;
-use oxidinetd::server::{Settings, Shared};
-use splice_common::*;
+use oxidinetd::LogHandle;
+use oxidinetd::{Settings, Shared};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
@@ -18,7 +16,7 @@ use std::thread;
 use std::time::Duration;
 
 fn concurrent_64_mib_round_trips(mode: SpliceMode) {
-    let srv = server(mode, echo_backend("127.0.0.1:0"));
+    let srv = splice_server(mode, echo_backend("127.0.0.1:0"));
     let addr = srv.addr();
     let clients: Vec<_> = (0..3u64)
         .map(|i| {
@@ -61,7 +59,7 @@ fn pipe_stalled(shared: &Arc<Shared>, mode: SpliceMode) -> impl Fn() -> bool + '
 
 fn backend_eof_behind_a_full_pipe(mode: SpliceMode) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let srv = server(mode, l.local_addr().expect("addr"));
+    let srv = splice_server(mode, l.local_addr().expect("addr"));
     let shared = srv.shared.clone();
     let data = Arc::new(pattern(32 * 1024 * 1024, 41));
     let (filled, sent_rx) = mpsc::channel();
@@ -104,7 +102,7 @@ fn copy_backend_eof_arrives_after_the_bytes_in_flight() {
 
 fn client_eof_behind_a_full_pipe(mode: SpliceMode) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let srv = server(mode, l.local_addr().expect("addr"));
+    let srv = splice_server(mode, l.local_addr().expect("addr"));
     let (go, go_rx) = mpsc::channel::<()>();
     let backend = thread::spawn(move || {
         let (mut c, _) = l.accept().expect("accept");
@@ -140,11 +138,11 @@ fn copy_client_eof_arrives_after_the_bytes_in_flight() {
 
 #[test]
 fn idle_spliced_connections_hold_no_pipe() {
-    let srv = server(SpliceMode::On, echo_backend("127.0.0.1:0"));
+    let srv = splice_server(SpliceMode::On, echo_backend("127.0.0.1:0"));
     let shared = &srv.shared;
     let mut conns: Vec<TcpStream> = (0..20).map(|_| connect(srv.addr())).collect();
     wait_until("every connection is pumping", || {
-        srv.threads.open_total() == 20
+        srv.open_connections() == 20
     });
     // Never a byte: no pipe was ever made.
     assert_eq!(shared.pipes.live(), 0);
@@ -160,7 +158,7 @@ fn idle_spliced_connections_hold_no_pipe() {
     wait_until("idle connections hold no pipe", || {
         shared.pipes.in_use() == 0
     });
-    assert_eq!(srv.threads.open_total(), 20);
+    assert_eq!(srv.open_connections(), 20);
 }
 
 #[test]
@@ -169,11 +167,7 @@ fn rule_option_overrides_the_global_splice_mode() {
     for (global, rule, splices) in [
         (SpliceMode::On, SpliceMode::Off, false),
         (SpliceMode::Off, SpliceMode::On, true),
-        (
-            SpliceMode::Off,
-            SpliceMode::Auto,
-            oxidinetd::splice::AUTO_SPLICES,
-        ),
+        (SpliceMode::Off, SpliceMode::Auto, oxidinetd::AUTO_SPLICES),
     ] {
         let mut r = tcp_rule(backend);
         r.rule.options.splice = Some(rule);

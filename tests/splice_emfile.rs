@@ -5,13 +5,11 @@
 //! Alone in its own test binary (one test): it lowers the process's RLIMIT_NOFILE.
 
 mod common;
-mod splice_common;
 
 use common::*;
 use oxidinetd::config::SpliceMode;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};
-use splice_common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -99,13 +97,13 @@ fn no_pipe_means_copying_not_failing() {
     let next = || seen.recv_timeout(Duration::from_secs(20)).expect("backend");
     // Start the reactor (its descriptors) with a server that does not splice,
     // and wait until that connection's sockets are all closed.
-    let warm = server(SpliceMode::Off, backend);
+    let warm = splice_server(SpliceMode::Off, backend);
     round_trip(connect(warm.addr()), b"warm".to_vec());
     assert_eq!((next(), next()), (Seen::Accepted, Seen::Closed));
     wait_until("the warm-up connection ended", || {
-        warm.threads.open_total() == 0
+        warm.open_connections() == 0
     });
-    let srv = server(SpliceMode::On, backend);
+    let srv = splice_server(SpliceMode::On, backend);
     let pipes = &srv.shared.pipes;
 
     // The client socket (and its clone for writing) exist before the limit drops.

@@ -5,23 +5,13 @@
 //! descriptors, which other tests running in parallel would disturb.
 
 mod common;
-mod splice_common;
 
 use common::*;
 use oxidinetd::config::SpliceMode;
-use socket2::SockRef;
-use splice_common::*;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
-
-/// Closes a socket with a TCP reset instead of a FIN.
-fn reset(s: TcpStream) {
-    SockRef::from(&s)
-        .set_linger(Some(Duration::ZERO))
-        .expect("SO_LINGER 0");
-}
 
 fn resets_free_everything(mode: SpliceMode) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -34,7 +24,7 @@ fn resets_free_everything(mode: SpliceMode) {
             }
         }
     });
-    let srv = server(mode, backend);
+    let srv = splice_server(mode, backend);
     let shared = &srv.shared;
     // One connection first, so the reactor's own descriptors exist before counting.
     let warm = connect(srv.addr());
@@ -43,7 +33,7 @@ fn resets_free_everything(mode: SpliceMode) {
         .expect("backend accepted");
     drop((warm, warm_back));
     wait_until("the warm-up connection ended", || {
-        srv.threads.open_total() == 0
+        srv.open_connections() == 0
     });
     let baseline = open_fds() - 2 * shared.pipes.pooled();
     let data = pattern(32 * 1024 * 1024, 47);
@@ -79,7 +69,7 @@ fn resets_free_everything(mode: SpliceMode) {
         }
     }
     // No half-close timer (60 s) is involved: a reset ends both directions at once.
-    wait_until("every connection ended", || srv.threads.open_total() == 0);
+    wait_until("every connection ended", || srv.open_connections() == 0);
     assert_eq!(shared.pipes.in_use(), 0);
     drop(survivors);
     wait_until("descriptors are back to the baseline", || {

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use oxidinetd::config::Proto;
-use oxidinetd::logfile::LogHandle;
-use oxidinetd::server::Settings;
+use oxidinetd::LogHandle;
+use oxidinetd::Settings;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::mpsc::Receiver;

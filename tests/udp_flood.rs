@@ -7,14 +7,7 @@ mod common;
 
 use common::*;
 use oxidinetd::config::Proto;
-use oxidinetd::server::Settings;
-
-/// Descriptors open in this process (the in-process server's included).
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .expect("read /proc/self/fd")
-        .count()
-}
+use oxidinetd::Settings;
 
 #[test]
 fn burst_of_1000_client_addresses_stays_within_the_association_cap() {

@@ -10,18 +10,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// A UDP port that was free a moment ago.
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("free UDP port")
-}
-
 #[test]
 fn sighup_returns_at_once_with_udp_rules_idle_or_busy() {
     let dir = tempfile::tempdir().expect("tempdir");

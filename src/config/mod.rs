@@ -77,6 +77,28 @@ pub enum SpliceMode {
     Off,
 }
 
+impl SpliceMode {
+    /// The names a configuration and the command line spell the modes with.
+    pub const NAMES: [&'static str; 3] = ["auto", "on", "off"];
+}
+
+impl std::str::FromStr for SpliceMode {
+    type Err = String;
+
+    /// `auto`, `on` or `off`: the one parser for the option and the flag.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(SpliceMode::Auto),
+            "on" => Ok(SpliceMode::On),
+            "off" => Ok(SpliceMode::Off),
+            _ => Err(format!(
+                "invalid splice mode '{}' (expected on, off or auto)",
+                s.escape_default()
+            )),
+        }
+    }
+}
+
 /// The bracketed options after a forwarding rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleOptions {

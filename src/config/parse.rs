@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// The file name `parse` puts in its errors; [`super::load`] replaces it with the path.
-pub const PLACEHOLDER_FILE: &str = "config";
+pub(crate) const PLACEHOLDER_FILE: &str = "config";
 
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";

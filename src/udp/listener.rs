@@ -1,12 +1,11 @@
 //! The `/udp` listener task: reads client datagrams, keeps the map of
 //! associations, expires idle ones and enforces the per-rule cap.
 
-use super::assoc::{timeout_of, Association};
-use super::{is_transient, BATCH, DATAGRAM_BUFFER};
-use crate::acl::{self, Verdict};
-use crate::config::DEFAULT_MAX_ASSOC;
-use crate::logfile::{Event, LogEvent};
-use crate::server::{client_ip, Route, Shared};
+use super::assoc::Association;
+use super::{is_transient, BATCH};
+use crate::logfile::Event;
+use crate::route::{client_ip, Bytes, Route};
+use crate::shared::{Shared, DATAGRAM_BUFFER};
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
@@ -15,14 +14,14 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Longest gap between expiry sweeps; an association ends at most this late.
 const MAX_SWEEP: Duration = Duration::from_secs(1);
 
 /// Serves a `/udp` listener until the task is dropped (listener removed by a
 /// reload, or server stopping); then every association ends and is logged.
-pub async fn serve(
+pub(crate) async fn serve(
     ex: Arc<Executor<'static>>,
     socket: Async<UdpSocket>,
     route: Arc<ArcSwap<Route>>,
@@ -117,7 +116,7 @@ impl Listener {
 
     /// How often to sweep: a quarter of the current timeout, at most [`MAX_SWEEP`].
     fn sweep_period(&self) -> Duration {
-        (timeout_of(&self.route.load()) / 4).clamp(Duration::from_millis(10), MAX_SWEEP)
+        (self.route.load().udp_timeout() / 4).clamp(Duration::from_millis(10), MAX_SWEEP)
     }
 
     /// Passes one client datagram to its association, opening one if needed.
@@ -142,40 +141,21 @@ impl Listener {
     fn open(&mut self, payload: &[u8], peer: SocketAddr) {
         let route = self.route.load_full();
         let ip = client_ip(peer);
-        let refused = match acl::check(&route.global_acl, &route.rule.rule.acl, ip) {
-            Verdict::Allowed => None,
-            Verdict::NotAllowed => Some(Event::NotAllowed),
-            Verdict::Denied => Some(Event::Denied),
-        };
-        if let Some(event) = refused {
-            log::debug!("{peer}: {} on {}/udp", event.as_str(), route.rule.bind);
-            return self.shared.log.log(LogEvent {
-                time: SystemTime::now(),
-                client: ip,
-                rule: route.names.clone(),
-                from_client: 0,
-                to_client: 0,
-                event,
-            });
+        if let Err(refusal) = route.admit(ip) {
+            log::debug!("{peer}: {} on {}/udp", refusal.as_str(), route.bind);
+            return self.shared.log.log(route.event(ip, refusal, Bytes::NONE));
         }
-        let cap = route
-            .rule
-            .rule
-            .options
-            .max_assoc
-            .unwrap_or(DEFAULT_MAX_ASSOC)
-            .max(1);
+        let cap = route.max_assoc();
         while self.assocs.len() >= cap {
             self.evict_oldest();
         }
         let opened = Association::open(
             &self.ex,
             route.clone(),
+            &self.shared,
             &self.socket,
             peer,
-            ip,
             self.epoch,
-            self.shared.settings.connect_timeout,
         );
         match opened {
             Ok(a) => {
@@ -188,14 +168,8 @@ impl Listener {
             }
             Err(e) => {
                 log::debug!("{peer}: cannot create the backend socket: {e}");
-                self.shared.log.log(LogEvent {
-                    time: SystemTime::now(),
-                    client: ip,
-                    rule: route.names.clone(),
-                    from_client: 0,
-                    to_client: 0,
-                    event: Event::LocalSocketFailed,
-                });
+                let failed = route.event(ip, Event::LocalSocketFailed, Bytes::NONE);
+                self.shared.log.log(failed);
             }
         }
     }
@@ -209,10 +183,7 @@ impl Listener {
             .min_by_key(|(_, a)| a.activity.last_ms())
             .map(|(k, _)| *k);
         if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
-            log::debug!(
-                "evicting the oldest-idle association of {}",
-                a.route.rule.bind
-            );
+            log::debug!("evicting the oldest-idle association of {}", a.route.bind);
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
         }
     }
@@ -222,7 +193,7 @@ impl Listener {
         let now = Instant::now();
         let log = &self.shared.log;
         self.assocs.retain(|_, a| {
-            let keep = !a.activity.ended() && a.activity.idle(now) < timeout_of(&a.route);
+            let keep = !a.activity.ended() && a.activity.idle(now) < a.route.udp_timeout();
             if !keep {
                 log.log(a.log_event(Event::DoneLocalClosed));
             }

@@ -13,40 +13,28 @@
 //!   rule's `[maxassoc=N]` cap is reached, so descriptors stay bounded.
 //!
 //! Buffers are 65,536 bytes (every IPv4/IPv6 UDP payload fits, the largest
-//! being 65,507 bytes over IPv4) and come from a pool, so steady-state traffic
-//! allocates nothing.
+//! being 65,507 bytes over IPv4) and come from the server's datagram pool
+//! ([`crate::shared::Shared::datagrams`]), so steady-state traffic allocates nothing.
 
 mod assoc;
 mod listener;
-mod stream;
+mod tcp_to_udp;
 
-pub use listener::serve;
-pub use stream::tcp_to_udp;
+pub(crate) use listener::serve;
+pub(crate) use tcp_to_udp::tcp_to_udp;
 
-use crate::pool::BufferPool;
 use async_io::Async;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::OnceLock;
-
-/// Size of every datagram buffer: larger than any UDP payload.
-pub const DATAGRAM_BUFFER: usize = 65_536;
 
 /// The largest UDP payload (IPv4: 65,535 − 20 IP − 8 UDP header bytes); also the
 /// most TCP→UDP reads at once, so each read fits in one datagram.
-pub const MAX_PAYLOAD: usize = 65_507;
+pub(crate) const MAX_PAYLOAD: usize = 65_507;
 
 /// Datagrams one task moves before yielding: smol has no cooperative budget,
 /// and one busy client must not starve the others on the same thread.
 const BATCH: usize = 64;
-
-/// Datagram buffers shared by every UDP task of the process.
-fn pool() -> &'static BufferPool {
-    /// Created on first use; sized for full-size datagrams whatever `--buffer-size` says.
-    static POOL: OnceLock<BufferPool> = OnceLock::new();
-    POOL.get_or_init(|| BufferPool::new(DATAGRAM_BUFFER, 256))
-}
 
 /// The backend address to use: the first one of `src`'s family when a source is given.
 fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketAddr> {

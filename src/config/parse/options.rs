@@ -52,16 +52,7 @@ fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), Str
             opts.src = Some(host);
         }
         "splice" => {
-            let mode = match value {
-                "on" => SpliceMode::On,
-                "off" => SpliceMode::Off,
-                "auto" => SpliceMode::Auto,
-                _ => {
-                    return Err(format!(
-                        "invalid splice mode '{value}' (expected on, off or auto)"
-                    ))
-                }
-            };
+            let mode: SpliceMode = value.parse()?;
             if opts.splice.is_some() {
                 return Err(duplicate());
             }

@@ -1,4 +1,5 @@
-//! A lock-free pool of copy buffers shared by every connection.
+//! A lock-free pool of byte buffers: TCP copy buffers and UDP datagram
+//! buffers each have one, in [`crate::Shared`].
 //!
 //! A direction takes a buffer only while it has data in flight and gives it
 //! back once drained, so idle connections hold none, and steady-state traffic
@@ -21,11 +22,6 @@ impl BufferPool {
             size,
             free: ConcurrentQueue::bounded(keep.max(1)),
         }
-    }
-
-    /// Size of each buffer.
-    pub fn buffer_size(&self) -> usize {
-        self.size
     }
 
     /// Takes a free buffer, or allocates one when the pool is empty.

@@ -5,18 +5,20 @@
 //! connection ends when the client closes (or fails) or after the rule's
 //! timeout with no traffic either way.
 
-use super::assoc::{timeout_of, Activity};
-use super::{connected_socket, is_transient, pick_backend, pool, BATCH, MAX_PAYLOAD};
+use super::assoc::Activity;
+use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use crate::buffers::BufferPool;
 use crate::connect;
-use crate::logfile::{Event, LogEvent};
-use crate::server::{client_ip, Route, Shared};
+use crate::logfile::Event;
+use crate::route::{client_ip, Route};
+use crate::shared::Shared;
 use async_io::{Async, Timer};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// How a TCP→UDP connection ended; decides the log event.
 enum End {
@@ -27,7 +29,7 @@ enum End {
 }
 
 /// Forwards one TCP client to a `/udp` backend (ACL already checked).
-pub async fn tcp_to_udp(
+pub(crate) async fn tcp_to_udp(
     client: Async<TcpStream>,
     peer: SocketAddr,
     route: Arc<Route>,
@@ -35,17 +37,10 @@ pub async fn tcp_to_udp(
 ) {
     let ip = client_ip(peer);
     let activity = Activity::new(Instant::now());
-    let event = |event| LogEvent {
-        time: SystemTime::now(),
-        client: ip,
-        rule: route.names.clone(),
-        from_client: activity.from_client.load(Ordering::Relaxed),
-        to_client: activity.to_client.load(Ordering::Relaxed),
-        event,
-    };
+    let event = |event| route.event(ip, event, activity.bytes());
     shared.log.log(event(Event::Opened));
-    let socket = pick_backend(&route.rule.connect, route.rule.src)
-        .and_then(|backend| connected_socket(backend, route.rule.src));
+    let socket = pick_backend(&route.backends, route.src)
+        .and_then(|backend| connected_socket(backend, route.src));
     let socket = match socket {
         Ok(s) => s,
         Err(e) => {
@@ -54,9 +49,10 @@ pub async fn tcp_to_udp(
         }
     };
     connect::tune(client.get_ref());
-    let end = to_backend(&client, &socket, &activity)
-        .or(to_client(&client, &socket, &activity))
-        .or(idle(&activity, timeout_of(&route)))
+    let pool = &shared.datagrams;
+    let end = to_backend(&client, &socket, &activity, pool)
+        .or(to_client(&client, &socket, &activity, pool))
+        .or(idle(&activity, route.udp_timeout()))
         .await;
     let ev = match end {
         End::Client => Event::DoneRemoteClosed,
@@ -66,12 +62,17 @@ pub async fn tcp_to_udp(
 }
 
 /// Reads the stream and sends each read as one datagram, until the client closes.
-async fn to_backend(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Activity) -> End {
+async fn to_backend(
+    client: &Async<TcpStream>,
+    socket: &Async<UdpSocket>,
+    a: &Activity,
+    pool: &BufferPool,
+) -> End {
     loop {
         if client.readable().await.is_err() {
             return End::Client;
         }
-        let mut buf = pool().take();
+        let mut buf = pool.take();
         let read = (&mut client.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
         let end = match read {
             Ok(0) => Some(End::Client),
@@ -86,7 +87,7 @@ async fn to_backend(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Ac
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             Err(_) => Some(End::Client),
         };
-        pool().give(buf);
+        pool.give(buf);
         if let Some(end) = end {
             return end;
         }
@@ -107,13 +108,18 @@ async fn send(socket: &Async<UdpSocket>, payload: &[u8]) -> io::Result<()> {
 }
 
 /// Writes every datagram from the backend to the stream, until writing fails.
-async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Activity) -> End {
+async fn to_client(
+    client: &Async<TcpStream>,
+    socket: &Async<UdpSocket>,
+    a: &Activity,
+    pool: &BufferPool,
+) -> End {
     let mut client_w = client;
     loop {
         if socket.readable().await.is_err() {
             return End::Local;
         }
-        let mut buf = pool().take();
+        let mut buf = pool.take();
         let mut end = None;
         let mut moved = 0;
         while moved < BATCH {
@@ -139,7 +145,7 @@ async fn to_client(client: &Async<TcpStream>, socket: &Async<UdpSocket>, a: &Act
                 }
             }
         }
-        pool().give(buf);
+        pool.give(buf);
         if let Some(end) = end {
             return end;
         }

@@ -7,19 +7,19 @@
 //! the other direction carries on. An error on either side ends both.
 //!
 //! Each direction moves bytes with a `Mover`: a copy through a pooled buffer
-//! (`copy.rs`) or splice(2) through a pooled pipe ([`crate::splice`]). Either
+//! (`copy.rs`) or splice(2) through a pooled pipe (`splice.rs`); both speak
+//! the vocabulary of `mover.rs`. Either
 //! holds its buffer or pipe only while bytes are in flight; the moment the
 //! source would block it gives it back, so an idle connection holds neither.
 //! smol has no cooperative budget, so one poll moves at most
 //! [`POLL_BUDGET`] bytes per direction before yielding to other tasks.
 
-mod copy;
-
-use crate::pipe::{Pipe, PipePool};
-use crate::pool::BufferPool;
-use crate::splice::SpliceMover;
+use super::copy::CopyMover;
+use super::mover::{Fault, Meter, Step};
+use super::splice::SpliceMover;
+use crate::buffers::BufferPool;
+use crate::pipes::PipePool;
 use async_io::{Async, Timer};
-use copy::CopyMover;
 use std::future::Future;
 use std::io;
 use std::net::{Shutdown, TcpStream};
@@ -28,11 +28,11 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 /// Bytes one direction may move in a single poll before yielding.
-pub const POLL_BUDGET: usize = 512 * 1024;
+pub(crate) const POLL_BUDGET: usize = 512 * 1024;
 
 /// Which end of a forwarded connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// The peer that connected to our listener.
     Client,
     /// The server we connected to.
@@ -41,15 +41,15 @@ pub enum Side {
 
 /// How a pumped connection ended.
 #[derive(Debug)]
-pub struct PumpOutcome {
+pub(crate) struct PumpOutcome {
     /// Bytes read from the client and written to the backend.
-    pub from_client: u64,
+    pub(crate) from_client: u64,
     /// Bytes read from the backend and written to the client.
-    pub to_client: u64,
+    pub(crate) to_client: u64,
     /// The side that closed (or failed) first; decides rinetd's done-* event.
-    pub first_closed: Side,
+    pub(crate) first_closed: Side,
     /// Why it ended early, if it did (a reset, or the half-close idle limit).
-    pub error: Option<io::Error>,
+    pub(crate) error: Option<io::Error>,
 }
 
 /// Where one direction is in its life.
@@ -63,42 +63,13 @@ enum State {
     Done,
 }
 
-/// Which half of a direction's work failed; tells which peer misbehaved.
+/// What a direction's poll did, short of blocking or failing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// Reading from the source.
-    Read,
-    /// Writing to the destination.
-    Write,
-}
-
-/// Why a mover stopped without blocking.
-pub(crate) enum Step {
-    /// The source hit EOF and every byte read has been written.
-    Eof,
-    /// This poll's byte budget is spent; yield to other tasks.
+enum Moved {
+    /// EOF was forwarded: the destination's write half is shut down.
+    Finished,
+    /// The poll's byte budget ran out; the direction wants to run again.
     BudgetSpent,
-    /// Splice cannot serve this direction: copy from now on, first
-    /// forwarding whatever the given pipe still holds.
-    Fallback(Option<Pipe>),
-}
-
-/// What one poll of a direction may still move, and what it has moved.
-pub(crate) struct Meter<'a> {
-    /// Bytes that may still be read before yielding.
-    pub(crate) budget: usize,
-    /// The direction's running total of bytes written to the destination.
-    written: &'a mut u64,
-    /// Set when any byte moved: re-arms the half-close idle timer.
-    progress: &'a mut bool,
-}
-
-impl Meter<'_> {
-    /// Records `n` bytes written to the destination.
-    pub(crate) fn wrote(&mut self, n: usize) {
-        *self.written += n as u64;
-        *self.progress = true;
-    }
 }
 
 /// How a direction moves bytes; chosen per connection, copy is the fallback.
@@ -132,9 +103,9 @@ impl Direction {
         }
     }
 
-    /// Drives this direction until it blocks, finishes, fails, or spends its budget.
-    /// Returns `Ready(Ok(true))` when done, `Ready(Ok(false))` when the budget ran
-    /// out, and on failure whether the source (`Fault::Read`) or the destination failed.
+    /// Drives this direction until it blocks, finishes, fails, or spends its
+    /// budget; on failure says whether the source (`Fault::Read`) or the
+    /// destination failed.
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
@@ -142,12 +113,8 @@ impl Direction {
         to: &Async<TcpStream>,
         pools: &Pools<'_>,
         progress: &mut bool,
-    ) -> Poll<Result<bool, (Fault, io::Error)>> {
-        let mut meter = Meter {
-            budget: POLL_BUDGET,
-            written: &mut self.bytes,
-            progress,
-        };
+    ) -> Poll<Result<Moved, (Fault, io::Error)>> {
+        let mut meter = Meter::new(POLL_BUDGET, &mut self.bytes, progress);
         loop {
             match self.state {
                 State::Running => {
@@ -157,7 +124,7 @@ impl Direction {
                     };
                     match ready!(step)? {
                         Step::Eof => self.state = State::ShuttingDown,
-                        Step::BudgetSpent => return Poll::Ready(Ok(false)),
+                        Step::BudgetSpent => return Poll::Ready(Ok(Moved::BudgetSpent)),
                         Step::Fallback(leftover) => {
                             self.mover = Mover::Copy(CopyMover::after_splice(leftover));
                         }
@@ -169,7 +136,7 @@ impl Direction {
                         Ok(()) | Err(_) => self.state = State::Done,
                     }
                 }
-                State::Done => return Poll::Ready(Ok(true)),
+                State::Done => return Poll::Ready(Ok(Moved::Finished)),
             }
         }
     }
@@ -185,15 +152,15 @@ impl Direction {
 
 /// Where movers get their buffers and pipes: the server's shared pools.
 #[derive(Clone, Copy)]
-pub struct Pools<'a> {
+pub(crate) struct Pools<'a> {
     /// Copy buffers.
-    pub buffers: &'a BufferPool,
+    pub(crate) buffers: &'a BufferPool,
     /// Pipes for splice.
-    pub pipes: &'a PipePool,
+    pub(crate) pipes: &'a PipePool,
 }
 
 /// The future that forwards one connection until both directions finish.
-pub struct Pump<'a> {
+pub(crate) struct Pump<'a> {
     /// Client socket.
     client: &'a Async<TcpStream>,
     /// Backend socket.
@@ -215,7 +182,7 @@ pub struct Pump<'a> {
 impl<'a> Pump<'a> {
     /// Prepares to forward between `client` and `backend`, with splice(2)
     /// when `splice` is set (each direction falls back to copying on its own).
-    pub fn new(
+    pub(crate) fn new(
         client: &'a Async<TcpStream>,
         backend: &'a Async<TcpStream>,
         pools: Pools<'a>,
@@ -246,6 +213,52 @@ impl<'a> Pump<'a> {
     }
 }
 
+impl Pump<'_> {
+    /// Polls one direction, reading from `source`, and records what it did.
+    /// `Some` is the connection's outcome when the direction failed; a failure
+    /// to read blames the source, a failure to write the other side.
+    fn step(
+        &mut self,
+        cx: &mut Context<'_>,
+        source: Side,
+        progress: &mut bool,
+        yielded: &mut bool,
+    ) -> Option<PumpOutcome> {
+        let (direction, from, to) = match source {
+            Side::Client => (&mut self.upstream, self.client, self.backend),
+            Side::Backend => (&mut self.downstream, self.backend, self.client),
+        };
+        match direction.poll(cx, from, to, &self.pools, progress) {
+            Poll::Pending => None,
+            Poll::Ready(Ok(Moved::BudgetSpent)) => {
+                *yielded = true;
+                None
+            }
+            Poll::Ready(Ok(Moved::Finished)) => {
+                self.first_closed.get_or_insert(source);
+                None
+            }
+            Poll::Ready(Err((fault, e))) => {
+                let culprit = match fault {
+                    Fault::Read => source,
+                    Fault::Write => source.other(),
+                };
+                Some(self.finish(Some(e), culprit))
+            }
+        }
+    }
+}
+
+impl Side {
+    /// The opposite end.
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Backend,
+            Side::Backend => Side::Client,
+        }
+    }
+}
+
 impl Future for Pump<'_> {
     type Output = PumpOutcome;
 
@@ -253,42 +266,10 @@ impl Future for Pump<'_> {
         let this = &mut *self;
         let mut progress = false;
         let mut yielded = false;
-
-        let up = this
-            .upstream
-            .poll(cx, this.client, this.backend, &this.pools, &mut progress);
-        match up {
-            Poll::Ready(Err((fault, e))) => {
-                let culprit = if fault == Fault::Read {
-                    Side::Client
-                } else {
-                    Side::Backend
-                };
-                return Poll::Ready(this.finish(Some(e), culprit));
+        for source in [Side::Client, Side::Backend] {
+            if let Some(outcome) = this.step(cx, source, &mut progress, &mut yielded) {
+                return Poll::Ready(outcome);
             }
-            Poll::Ready(Ok(false)) => yielded = true,
-            Poll::Ready(Ok(true)) => {
-                this.first_closed.get_or_insert(Side::Client);
-            }
-            Poll::Pending => {}
-        }
-        let down = this
-            .downstream
-            .poll(cx, this.backend, this.client, &this.pools, &mut progress);
-        match down {
-            Poll::Ready(Err((fault, e))) => {
-                let culprit = if fault == Fault::Read {
-                    Side::Backend
-                } else {
-                    Side::Client
-                };
-                return Poll::Ready(this.finish(Some(e), culprit));
-            }
-            Poll::Ready(Ok(false)) => yielded = true,
-            Poll::Ready(Ok(true)) => {
-                this.first_closed.get_or_insert(Side::Backend);
-            }
-            Poll::Pending => {}
         }
 
         let up_done = this.upstream.state == State::Done;

@@ -33,9 +33,9 @@
 //! which reads them back out with read(2) and writes them before reading the
 //! socket again, so no byte is lost or reordered.
 
+use super::mover::{Fault, Meter, Step};
 use crate::config::SpliceMode;
-use crate::pipe::{Pipe, PipePool};
-use crate::pump::{Fault, Meter, Step};
+use crate::pipes::{Pipe, PipePool};
 use async_io::Async;
 use rustix::io::Errno;
 use rustix::pipe::{splice, SpliceFlags};
@@ -70,28 +70,6 @@ pub fn use_splice(rule: Option<SpliceMode>, global: SpliceMode) -> bool {
         SpliceMode::Auto => AUTO_SPLICES,
     }
 }
-
-/// The smallest pipe capacity asked for.
-///
-/// `cargo bench --bench pump` here, splice CPU per GiB by pipe size (medians
-/// of 5 runs, one and four connections): 64 KiB 0.26–0.30, 256 KiB 0.19–0.23,
-/// 1 MiB 0.12–0.16 CPU s/GiB; copying stayed at 0.34–0.54 whatever the
-/// buffer size. Bigger is cheaper, but an unprivileged user's pipes share
-/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB by default): past it the kernel
-/// refuses F_SETPIPE_SZ and gives every new pipe two pages. 256 KiB keeps most
-/// of the gain and leaves room for 256 busy directions under that limit (none
-/// applies to root or CAP_SYS_RESOURCE).
-pub const MIN_PIPE_SIZE: usize = 256 * 1024;
-
-/// The pipe capacity to ask for: at least [`MIN_PIPE_SIZE`], more if
-/// `--buffer-size` is larger, so splice never has less in flight than copying.
-pub fn pipe_size(buffer_size: usize) -> usize {
-    buffer_size.max(MIN_PIPE_SIZE)
-}
-
-/// Empty pipes kept for reuse: enough for bursts of new busy directions, few
-/// enough (32 × 256 KiB) to leave most of the per-user pipe budget to live ones.
-pub const PIPES_KEPT: usize = 32;
 
 /// Flags for every splice call: never block on the pipe; move pages rather than copy.
 const FLAGS: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);

@@ -1,8 +1,8 @@
 //! The portable direction mover: read into a pooled buffer, write it out.
 
-use super::{Fault, Meter, Step};
-use crate::pipe::Pipe;
-use crate::pool::BufferPool;
+use super::mover::{Fault, Meter, Step};
+use crate::buffers::BufferPool;
+use crate::pipes::Pipe;
 use async_io::Async;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;

@@ -1,0 +1,112 @@
+//! The TCP accept loop, and what happens to a connection before it is
+//! forwarded: placement on a thread, the ACL check, and the choice between
+//! TCP→TCP ([`crate::tcp`]) and TCP→UDP ([`crate::udp`]).
+
+use crate::config::Proto;
+use crate::logfile::Event;
+use crate::route::{client_ip, Bytes, Route};
+use crate::runtime::{Placed, Threads};
+use crate::shared::Shared;
+use arc_swap::ArcSwap;
+use async_io::{Async, Timer};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// First pause after an accept error (EMFILE and the like).
+const MIN_BACKOFF: Duration = Duration::from_millis(5);
+/// Longest pause between accept attempts while they keep failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// One accept loop's view of its listener.
+pub(super) struct AcceptLoop {
+    /// The executor threads: where a new connection runs.
+    pub(super) threads: Arc<Threads>,
+    /// The thread this loop runs on (connections stay here unless it is too busy).
+    pub(super) own: usize,
+    /// This loop's descriptor of the listening socket (a duplicate on all but one loop).
+    pub(super) listener: Async<TcpListener>,
+    /// The rule's current route; reload swaps it.
+    pub(super) route: Arc<ArcSwap<Route>>,
+    /// Settings, pools and the log.
+    pub(super) shared: Arc<Shared>,
+    /// Shared by the listener's loops and set while accepting fails, so a
+    /// descriptor shortage is reported once per burst, not once per loop.
+    pub(super) failing: Arc<AtomicBool>,
+}
+
+impl AcceptLoop {
+    /// Accepts connections forever and runs each on this loop's thread unless
+    /// that thread is too busy (see [`Threads::pick`]); errors back off and
+    /// never end the loop.
+    pub(super) async fn run(self) {
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, peer)) => {
+                    backoff = MIN_BACKOFF;
+                    if self.failing.load(Ordering::Relaxed)
+                        && self.failing.swap(false, Ordering::Relaxed)
+                    {
+                        log::warn!("accepting connections again");
+                    }
+                    let route = self.route.load_full();
+                    let at = self.threads.pick(self.own);
+                    let placed = self.threads.place(at);
+                    let shared = self.shared.clone();
+                    let task = connection(stream, peer, route, shared, placed);
+                    self.threads.executor(at).spawn(task).detach();
+                }
+                // The client gave up between SYN and accept: nothing to report.
+                Err(e) if is_benign_accept_error(&e) => {}
+                Err(e) => {
+                    if !self.failing.swap(true, Ordering::Relaxed) {
+                        log::error!("accept failed, backing off: {e}");
+                        let route = self.route.load();
+                        let unknown = IpAddr::from([0, 0, 0, 0]);
+                        let line = route.event(unknown, Event::AcceptFailed, Bytes::NONE);
+                        self.shared.log.log(line);
+                    }
+                    Timer::after(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// Accept errors that concern one aborted connection, not the listener.
+fn is_benign_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serves one accepted connection: ACL check, then TCP→TCP or TCP→UDP.
+async fn connection(
+    client: Async<TcpStream>,
+    peer: SocketAddr,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    placed: Placed,
+) {
+    // Counts the connection (for its thread, `--drain` and tests) until every
+    // socket is closed: rebinding the client here makes it drop before the
+    // guard, as locals drop in reverse order and before parameters.
+    let _placed = placed;
+    let client = client;
+    let ip = client_ip(peer);
+    if let Err(refusal) = route.admit(ip) {
+        log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
+        return shared.log.log(route.event(ip, refusal, Bytes::NONE));
+    }
+    match route.backend_proto {
+        Proto::Tcp => crate::tcp::forward(client, peer, route, shared).await,
+        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared).await,
+    }
+}

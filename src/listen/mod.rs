@@ -1,0 +1,314 @@
+//! The listener set: binding, serving, and the reload diff.
+//!
+//! [`serve`] is how every server starts, in the binary, the tests and the
+//! benches: it takes sockets that are already bound (so start-up can fail
+//! cleanly before serving, and tests can bind port 0), starts their loops on
+//! the [`Runtime`]'s threads, and returns the future that keeps them serving
+//! until its command channel closes. Reloads arrive on that channel.
+//!
+//! Threading model: each executor is run by exactly one thread. Every
+//! executor runs its own accept loop on each TCP listener (on a duplicate of
+//! the listening descriptor, so they share one accept queue) and runs the
+//! connections it accepts, handing one to a less busy thread only when its
+//! own runs too many more (see [`crate::runtime`]). The first executor also
+//! runs the UDP listeners.
+//!
+//! Duplicated descriptors are budgeted (see [`duplicate_budget`]): a
+//! configuration with thousands of rules must not run out of descriptors.
+//! Past the budget a TCP listener gets one accept loop, on the executors in
+//! turn.
+
+mod accept;
+mod bind;
+
+pub use bind::{bind, bind_all, BoundSocket};
+
+use crate::config::{Proto, ResolvedConfig};
+use crate::route::Route;
+use crate::runtime::{Runtime, Threads};
+use crate::shared::Shared;
+use accept::AcceptLoop;
+use arc_swap::ArcSwap;
+use async_channel::{Receiver, Sender};
+use async_io::Async;
+use smol::Task;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What a running server can be asked to do.
+pub enum Command {
+    /// Apply a new configuration: unchanged listeners keep their sockets and
+    /// take the new route, removed ones close, new ones are bound; open
+    /// connections are untouched. Once every removed listener is closed, one
+    /// message per listener that could not be bound goes back on `done`.
+    Reload {
+        /// The configuration to serve from now on.
+        config: ResolvedConfig,
+        /// The file name messages should name.
+        file: String,
+        /// Receives the bind errors when the reload is complete.
+        done: Sender<Vec<String>>,
+    },
+}
+
+/// Starts serving already-bound sockets, each with its route, on `runtime`'s
+/// threads, and returns the future that keeps them serving.
+///
+/// Every listener's loops are running (their descriptors duplicated) when this
+/// returns; an error here means none is. The returned future applies each
+/// [`Command`] from `commands` and, once the channel closes, closes every
+/// listener and completes. Open connections carry on: they are tasks of their
+/// own, counted by the runtime until they end.
+pub fn serve(
+    runtime: &Runtime,
+    shared: Arc<Shared>,
+    sockets: Vec<(BoundSocket, Route)>,
+    commands: Receiver<Command>,
+) -> io::Result<impl Future<Output = ()> + Send + 'static> {
+    let mut listeners = Listeners {
+        threads: runtime.threads().clone(),
+        duplicate_budget: duplicate_budget(),
+        shared,
+        serving: HashMap::new(),
+    };
+    listeners.start(sockets)?;
+    Ok(async move {
+        while let Ok(command) = commands.recv().await {
+            match command {
+                Command::Reload { config, file, done } => {
+                    let errors = listeners.apply(&config, &file).await;
+                    let _ = done.send(errors).await;
+                }
+            }
+        }
+        listeners.close().await;
+    })
+}
+
+/// Identifies a listener across reloads: same address, port and protocol means same socket.
+type ListenerKey = (SocketAddr, Proto);
+
+/// One serving listener.
+struct Running {
+    /// The route new connections take; reload swaps it in place.
+    route: Arc<ArcSwap<Route>>,
+    /// The accept loops (one per executor) or the datagram loop; each owns a
+    /// descriptor of the socket, so cancelling them all closes the socket.
+    tasks: Vec<Task<()>>,
+}
+
+impl Running {
+    /// Cancels every loop and waits until each has dropped its descriptor.
+    async fn stop(self) {
+        for task in self.tasks {
+            task.cancel().await;
+        }
+    }
+}
+
+/// The serving listeners, keyed so a reload can tell what changed.
+struct Listeners {
+    /// Executor threads the loops and connections run on, with their connection counts.
+    threads: Arc<Threads>,
+    /// How many duplicated listening descriptors all listeners together may hold.
+    duplicate_budget: usize,
+    /// State shared with every task.
+    shared: Arc<Shared>,
+    /// Serving listeners.
+    serving: HashMap<ListenerKey, Running>,
+}
+
+impl Listeners {
+    /// Stops every listener and waits until their sockets are closed.
+    async fn close(mut self) {
+        for (_, running) in self.serving.drain() {
+            running.stop().await;
+        }
+    }
+
+    /// Starts serving already-bound sockets, each with its route.
+    fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
+        for (socket, route) in sockets {
+            let addr = socket.local_addr()?;
+            let proto = route.bind_proto;
+            log::info!(
+                "forwarding {addr}/{proto} -> {} ({}:{})",
+                fmt_addrs(&route.backends, route.backend_proto),
+                route.names.connect_host,
+                route.names.connect_port
+            );
+            let route = Arc::new(ArcSwap::from_pointee(route));
+            let tasks = self.spawn_loops(socket, route.clone())?;
+            self.serving.insert((addr, proto), Running { route, tasks });
+        }
+        Ok(())
+    }
+
+    /// Spawns the loops serving `socket`: one accept loop per executor for
+    /// TCP (within the duplicate budget), one datagram loop on the main
+    /// executor for UDP.
+    fn spawn_loops(
+        &self,
+        socket: BoundSocket,
+        route: Arc<ArcSwap<Route>>,
+    ) -> io::Result<Vec<Task<()>>> {
+        let main = self.threads.executor(0);
+        match socket {
+            BoundSocket::Tcp(l) => {
+                let n = self.threads.len();
+                let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
+                let executors: Vec<usize> = if in_use + (n - 1) <= self.duplicate_budget {
+                    (0..n).collect()
+                } else {
+                    vec![self.serving.len() % n]
+                };
+                // Duplicates first, so a failure (EMFILE) leaves nothing running.
+                let mut fds = Vec::with_capacity(executors.len());
+                for _ in 1..executors.len() {
+                    fds.push(l.try_clone()?);
+                }
+                fds.push(l);
+                let failing = Arc::new(AtomicBool::new(false));
+                let mut tasks = Vec::with_capacity(fds.len());
+                for (own, fd) in executors.into_iter().zip(fds) {
+                    let accept = AcceptLoop {
+                        threads: self.threads.clone(),
+                        own,
+                        listener: Async::new(fd)?,
+                        route: route.clone(),
+                        shared: self.shared.clone(),
+                        failing: failing.clone(),
+                    };
+                    tasks.push(self.threads.executor(own).spawn(accept.run()));
+                }
+                Ok(tasks)
+            }
+            BoundSocket::Udp(s) => {
+                let s = Async::new(s)?;
+                let looped = crate::udp::serve(main.clone(), s, route, self.shared.clone());
+                Ok(vec![main.spawn(looped)])
+            }
+        }
+    }
+
+    /// See [`Command::Reload`]. Removed listeners are closed before this
+    /// returns (not merely scheduled to close), so once the service manager
+    /// hears READY=1 the old ports refuse.
+    async fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
+        let global = Arc::new(cfg.config.global_acl.clone());
+        let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
+        let mut errors = Vec::new();
+        let mut fresh = Vec::new();
+        for r in &cfg.rules {
+            let key = (r.bind, r.rule.bind.proto);
+            match self.serving.remove(&key) {
+                Some(running) => {
+                    running
+                        .route
+                        .store(Arc::new(Route::new(r.clone(), global.clone())));
+                    keep.insert(key, running);
+                }
+                None => match bind(r) {
+                    Ok(s) => fresh.push((s, Route::new(r.clone(), global.clone()))),
+                    Err(e) => errors.push(bind::bind_error(file, r, &e)),
+                },
+            }
+        }
+        let removed = std::mem::replace(&mut self.serving, keep);
+        for (key, running) in removed {
+            running.stop().await;
+            log::info!("stopped listening on {}/{}", key.0, key.1);
+        }
+        if let Err(e) = self.start(fresh) {
+            errors.push(format!("cannot start a listener: {e}"));
+        }
+        errors
+    }
+}
+
+/// Duplicated listening descriptors the server may hold: a sixteenth of the
+/// open-file soft limit, at most 1024, so listeners never crowd out connections.
+fn duplicate_budget() -> usize {
+    use rustix::process::{getrlimit, Resource};
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(soft / 16).unwrap_or(usize::MAX).min(1024)
+}
+
+/// Formats backend addresses for the startup line.
+fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| format!("{a}/{proto}")).collect();
+    list.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AclRules, ResolvedRule};
+    use crate::logfile::LogHandle;
+    use crate::shared::Settings;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::num::NonZeroUsize;
+    use std::time::Duration;
+
+    #[test]
+    fn listeners_past_the_descriptor_budget_get_one_accept_loop_and_still_serve() {
+        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let backend_addr = backend.local_addr().expect("backend addr");
+        std::thread::spawn(move || {
+            for c in backend.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let (mut r, mut w) = (&c, &c);
+                    let _ = std::io::copy(&mut r, &mut w);
+                });
+            }
+        });
+        let runtime = Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"));
+        let shared = Shared::new(Settings::default(), LogHandle::disabled());
+        let mut listeners = Listeners {
+            threads: runtime.threads().clone(),
+            // Room for one listener's duplicate only.
+            duplicate_budget: 1,
+            shared,
+            serving: HashMap::new(),
+        };
+        let mut sockets = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..3 {
+            let bind_at: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+            let r = ResolvedRule::between(bind_at, Proto::Tcp, backend_addr, Proto::Tcp);
+            let s = bind(&r).expect("bind listener");
+            addrs.push(s.local_addr().expect("listener addr"));
+            sockets.push((s, Route::new(r, Arc::new(AclRules::default()))));
+        }
+        listeners.start(sockets).expect("start");
+        let mut loops: Vec<usize> = listeners.serving.values().map(|r| r.tasks.len()).collect();
+        loops.sort();
+        assert_eq!(loops, [1, 1, 2], "one listener duplicated, two not");
+        let (stop, stopped) = async_channel::bounded::<()>(1);
+        let main = {
+            let runtime = runtime.clone();
+            std::thread::spawn(move || {
+                runtime.block_on(async move {
+                    let _ = stopped.recv().await;
+                    listeners.close().await;
+                })
+            })
+        };
+        for addr in addrs {
+            let mut c = std::net::TcpStream::connect(addr).expect("connect");
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            c.write_all(b"ping").expect("write");
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).expect("echo through every listener");
+            assert_eq!(&b, b"ping");
+        }
+        stop.close();
+        main.join().expect("main thread");
+    }
+}

@@ -1,0 +1,115 @@
+//! What a new connection needs from its rule, read once per connection: where
+//! to forward, the ACLs, the options, and the names its log lines print.
+//!
+//! A listener holds its `Route` behind an `ArcSwap`; a reload swaps in a new
+//! one, and each connection keeps the route it started with, so its last log
+//! line still names its own rule.
+
+use crate::acl::{self, Verdict};
+use crate::config::DEFAULT_UDP_TIMEOUT;
+use crate::config::{AclRules, Proto, ResolvedRule, RuleOptions, DEFAULT_MAX_ASSOC};
+use crate::logfile::{Event, LogEvent, RuleNames};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Everything a new connection on one listener needs; replaced whole on reload.
+pub struct Route {
+    /// The address the rule binds, for messages.
+    pub(crate) bind: SocketAddr,
+    /// The listening side's protocol.
+    pub(crate) bind_proto: Proto,
+    /// Backend addresses, tried in order until one answers.
+    pub(crate) backends: Vec<SocketAddr>,
+    /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
+    pub(crate) backend_proto: Proto,
+    /// Local address to bind before connecting to the backend (`[src=ADDR]`).
+    pub(crate) src: Option<IpAddr>,
+    /// The rule's bracketed options (timeout, splice, maxassoc).
+    pub(crate) options: RuleOptions,
+    /// allow/deny lines that belong to this rule.
+    pub(crate) acl: AclRules,
+    /// The configuration's global allow/deny patterns, shared by every route.
+    pub(crate) global_acl: Arc<AclRules>,
+    /// The rule's names as the log file prints them.
+    pub(crate) names: Arc<RuleNames>,
+}
+
+impl Route {
+    /// The route for `rule` under `global_acl`.
+    pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        let names = Arc::new(RuleNames {
+            bind_host: rule.rule.bind.host_text,
+            bind_port: rule.bind.port(),
+            connect_host: rule.rule.connect.host_text,
+            connect_port: rule.connect.first().map_or(0, |a| a.port()),
+        });
+        Route {
+            bind: rule.bind,
+            bind_proto: rule.rule.bind.proto,
+            backends: rule.connect,
+            backend_proto: rule.rule.connect.proto,
+            src: rule.src,
+            options: rule.rule.options,
+            acl: rule.rule.acl,
+            global_acl,
+            names,
+        }
+    }
+
+    /// Whether `client` may use this rule; the refusal is the event to log.
+    pub(crate) fn admit(&self, client: IpAddr) -> Result<(), Event> {
+        match acl::check(&self.global_acl, &self.acl, client) {
+            Verdict::Allowed => Ok(()),
+            Verdict::NotAllowed => Err(Event::NotAllowed),
+            Verdict::Denied => Err(Event::Denied),
+        }
+    }
+
+    /// A log line about `client` on this rule, stamped now.
+    pub(crate) fn event(&self, client: IpAddr, event: Event, bytes: Bytes) -> LogEvent {
+        LogEvent {
+            time: SystemTime::now(),
+            client,
+            rule: self.names.clone(),
+            from_client: bytes.from_client,
+            to_client: bytes.to_client,
+            event,
+        }
+    }
+
+    /// The idle limit of this rule's UDP associations and TCP→UDP connections.
+    pub(crate) fn udp_timeout(&self) -> Duration {
+        self.options.timeout.unwrap_or(DEFAULT_UDP_TIMEOUT)
+    }
+
+    /// The most UDP associations this rule's listener keeps at once (at least one).
+    pub(crate) fn max_assoc(&self) -> usize {
+        self.options.max_assoc.unwrap_or(DEFAULT_MAX_ASSOC).max(1)
+    }
+}
+
+/// Bytes a connection or association moved, as its log line reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Bytes {
+    /// Bytes received from the client and sent on to the backend.
+    pub(crate) from_client: u64,
+    /// Bytes received from the backend and sent to the client.
+    pub(crate) to_client: u64,
+}
+
+impl Bytes {
+    /// Nothing moved yet: the bytes of an `opened` line or a refusal.
+    pub(crate) const NONE: Bytes = Bytes {
+        from_client: 0,
+        to_client: 0,
+    };
+}
+
+/// The client address as rinetd prints and matches it: IPv4-mapped IPv6 shown as IPv4.
+pub(crate) fn client_ip(peer: SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}

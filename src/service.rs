@@ -1,0 +1,246 @@
+//! The running service: start-up, signals, reload and shutdown around
+//! [`serve`](crate::listen::serve).
+//!
+//! Start-up order matters: the configuration is read and every socket bound
+//! before the process forks (so a port in use fails the start, as rinetd's
+//! does), the fork happens before any thread exists, and READY=1 goes out
+//! once every listener's loops run.
+
+use crate::cli::RunOptions;
+use crate::config::{self, ResolvedConfig};
+use crate::daemon;
+use crate::listen::{self, BoundSocket, Command};
+use crate::logfile::{Format, LogHandle};
+use crate::notify;
+use crate::route::Route;
+use crate::runtime::Runtime;
+use crate::shared::Shared;
+use async_channel::Sender;
+use async_signal::{Signal, Signals};
+use futures_lite::{FutureExt, StreamExt};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs oi with validated options; returns the process exit code.
+pub fn run(opts: RunOptions) -> ExitCode {
+    if opts.check {
+        return crate::check::run(&opts.conf_file);
+    }
+    init_diagnostics();
+    // The daemon changes to / before reading anything again: pin the path now.
+    let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
+    let file = opts.conf_file.display().to_string();
+    let cfg = match config::load_resolved(&conf) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}", e.with_file(&file));
+            return ExitCode::FAILURE;
+        }
+    };
+    let sockets = match listen::bind_all(&cfg, &file) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("{e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let pidfile = pidfile_for(&cfg, opts.rinetd_defaults);
+    let write_pid = || pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+    let started = if opts.background {
+        daemon::daemonize(write_pid).map(|()| daemon::init_syslog(opts.program))
+    } else {
+        write_pid()
+    };
+    if let Err(e) = started {
+        eprintln!("cannot start: {e}");
+        return ExitCode::FAILURE;
+    }
+    let log = match LogHandle::start() {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("cannot start the log writer: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = log.reopen(cfg.config.logfile.clone(), log_format(&cfg)) {
+        // rinetd carries on without its log file; so do we, loudly.
+        log::error!("cannot open log file {:?}: {e}", cfg.config.logfile);
+    }
+    let runtime = match Runtime::start(opts.threads) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            log::error!("cannot start worker threads: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Installed before READY=1: a SIGHUP right after it must reload, not kill.
+    let signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shared = Shared::new(opts.settings.clone(), log);
+    let (commands, received) = async_channel::bounded(1);
+    let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("cannot start listeners: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let service = Service {
+        runtime: runtime.clone(),
+        shared,
+        commands,
+        path: conf,
+        file,
+        rinetd_defaults: opts.rinetd_defaults,
+        drain: opts.drain,
+    };
+    let status = format!("serving {} rule(s)", cfg.rules.len());
+    runtime.block_on(async move {
+        let server = service.runtime.spawn(server);
+        log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
+        notify::ready(&status);
+        service.until_stopped(server, signals).await
+    })
+}
+
+/// The pid file to write: `pidlogfile`, else rinetd's default in drop-in mode.
+fn pidfile_for(cfg: &ResolvedConfig, rinetd_defaults: bool) -> Option<PathBuf> {
+    cfg.config
+        .pidlogfile
+        .clone()
+        .or_else(|| rinetd_defaults.then(|| PathBuf::from(daemon::DEFAULT_PIDFILE)))
+}
+
+/// Diagnostics go to stderr at `info` unless RUST_LOG says otherwise.
+fn init_diagnostics() {
+    let env = env_logger::Env::default().default_filter_or("info");
+    let _ = env_logger::Builder::from_env(env).try_init();
+}
+
+/// The log file format a configuration asks for.
+fn log_format(cfg: &ResolvedConfig) -> Format {
+    if cfg.config.logcommon {
+        Format::Common
+    } else {
+        Format::Tab
+    }
+}
+
+/// Pairs bound sockets with their rules' routes.
+fn routes(cfg: &ResolvedConfig, sockets: Vec<BoundSocket>) -> Vec<(BoundSocket, Route)> {
+    let global = Arc::new(cfg.config.global_acl.clone());
+    sockets
+        .into_iter()
+        .zip(cfg.rules.iter())
+        .map(|(s, r)| (s, Route::new(r.clone(), global.clone())))
+        .collect()
+}
+
+/// What the signal loop needs while the server runs.
+struct Service {
+    /// The executor threads, for draining open connections at the end.
+    runtime: Arc<Runtime>,
+    /// The server's shared state: the log to reopen and flush.
+    shared: Arc<Shared>,
+    /// Reloads go to the server here; closing it stops the listeners.
+    commands: Sender<Command>,
+    /// Absolute path of the configuration file.
+    path: PathBuf,
+    /// The path as the user gave it, for messages.
+    file: String,
+    /// Whether rinetd's default pid file applies (drop-in mode).
+    rinetd_defaults: bool,
+    /// How long open connections may run on after SIGTERM.
+    drain: Duration,
+}
+
+impl Service {
+    /// Serves until SIGINT or SIGTERM, reloading on SIGHUP; then stops the
+    /// listeners, drains, and flushes the log.
+    async fn until_stopped(self, server: smol::Task<()>, mut signals: Signals) -> ExitCode {
+        while let Some(sig) = signals.next().await {
+            match sig {
+                Ok(Signal::Hup) => {
+                    notify::reloading();
+                    let status = self.reload().await;
+                    notify::ready(&status);
+                }
+                Ok(_) => break,
+                Err(e) => log::warn!("signal stream: {e}"),
+            }
+        }
+        log::info!("stopping");
+        notify::stopping();
+        self.commands.close();
+        server.await;
+        // A second SIGTERM or SIGINT cuts the drain short.
+        let again = async {
+            while let Some(sig) = signals.next().await {
+                if matches!(sig, Ok(Signal::Int | Signal::Term)) {
+                    log::info!("second signal: exiting without waiting for connections");
+                    return;
+                }
+            }
+        };
+        self.runtime.drained(self.drain).or(again).await;
+        let log = self.shared.log.clone();
+        smol::unblock(move || log.flush()).await;
+        ExitCode::SUCCESS
+    }
+
+    /// Re-reads the configuration and applies it; on error keeps the old one
+    /// running. Returns a status line for the service manager.
+    async fn reload(&self) -> String {
+        let path = self.path.clone();
+        let cfg = match smol::unblock(move || config::load_resolved(&path)).await {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                for line in e.with_file(&self.file).to_string().lines() {
+                    log::error!("{line}");
+                }
+                log::error!("reload failed: keeping the previous configuration");
+                return "reload failed: previous configuration still serving".into();
+            }
+        };
+        let log = self.shared.log.clone();
+        let logfile = cfg.config.logfile.clone();
+        let format = log_format(&cfg);
+        let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
+        let (reopened, pid) = smol::unblock(move || {
+            let reopened = log.reopen(logfile, format);
+            let pid = pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+            (reopened, pid)
+        })
+        .await;
+        if let Err(e) = reopened {
+            log::error!("cannot reopen the log file: {e}");
+        }
+        if let Err(e) = pid {
+            log::error!("cannot write the pid file: {e}");
+        }
+        let status = format!("serving {} rule(s)", cfg.rules.len());
+        let (done, errors) = async_channel::bounded(1);
+        let command = Command::Reload {
+            config: cfg,
+            file: self.file.clone(),
+            done,
+        };
+        if self.commands.send(command).await.is_err() {
+            return "reload failed: the server has stopped".into();
+        }
+        for e in errors.recv().await.unwrap_or_default() {
+            log::error!("{e}");
+        }
+        log::info!("reloaded {}: {status}", self.file);
+        status
+    }
+}

@@ -1,0 +1,77 @@
+//! TCP→TCP forwarding: connect to the backend, then move bytes both ways
+//! until both directions are done.
+//!
+//! - `pump.rs`: the per-connection future, two directions each
+//!   `Running → ShuttingDown → Done` (half-close aware);
+//! - `copy.rs` and `splice.rs`: the two ways a direction moves bytes, through
+//!   a pooled buffer or through a pooled pipe with splice(2), side by side and
+//!   speaking the vocabulary of `mover.rs`.
+//!
+//! The accept loop (`listen`) has already placed the connection on a thread
+//! and checked the ACLs.
+
+mod copy;
+mod mover;
+mod pump;
+pub(crate) mod splice;
+
+use crate::connect::{self, ConnectError};
+use crate::logfile::Event;
+use crate::route::{client_ip, Bytes, Route};
+use crate::shared::Shared;
+use async_io::Async;
+use pump::{Pools, Pump, Side};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+
+/// Forwards one admitted client to the rule's backend, from the `opened`
+/// log line to the `done-*` one.
+pub(crate) async fn forward(
+    client: Async<TcpStream>,
+    peer: SocketAddr,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+) {
+    let ip = client_ip(peer);
+    shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
+    let timeout = shared.settings.connect_timeout;
+    let backend = match connect::connect(&route.backends, route.src, timeout).await {
+        Ok(b) => b,
+        Err(e) => {
+            log::debug!("{peer} -> {}: {e}", route.names.connect_host);
+            let ev = match e {
+                ConnectError::LocalSocket(_) => Event::LocalSocketFailed,
+                // rinetd logs a refused or unreachable backend this way; parsers count on it.
+                ConnectError::Connect(_) => Event::DoneLocalClosed,
+            };
+            return shared.log.log(route.event(ip, ev, Bytes::NONE));
+        }
+    };
+    connect::tune(client.get_ref());
+    connect::tune(backend.get_ref());
+    let pools = Pools {
+        buffers: &shared.buffers,
+        pipes: &shared.pipes,
+    };
+    let splice = splice::use_splice(route.options.splice, shared.settings.splice);
+    let outcome = Pump::new(
+        &client,
+        &backend,
+        pools,
+        splice,
+        shared.settings.half_close_idle,
+    )
+    .await;
+    if let Some(e) = &outcome.error {
+        log::debug!("{peer}: connection ended: {e}");
+    }
+    let ev = match outcome.first_closed {
+        Side::Backend => Event::DoneLocalClosed,
+        Side::Client => Event::DoneRemoteClosed,
+    };
+    let bytes = Bytes {
+        from_client: outcome.from_client,
+        to_client: outcome.to_client,
+    };
+    shared.log.log(route.event(ip, ev, bytes));
+}

@@ -1,0 +1,175 @@
+//! Blocking peers for tests: echo backends, clients, resets, data.
+
+use socket2::SockRef;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// 127.0.0.1 at `port`.
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A port that was free a moment ago (for configurations of the real binary,
+/// which cannot take port 0).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A UDP port that was free a moment ago.
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("free UDP port")
+}
+
+/// An echo backend: one thread per connection, echoes until EOF, then closes.
+pub fn echo_backend(bind: &str) -> SocketAddr {
+    let l = TcpListener::bind(bind).expect("bind echo backend");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { continue };
+            std::thread::spawn(move || {
+                // Reads and writes through one descriptor: no clone, so a test that
+                // counts descriptors knows each connection costs the backend exactly one.
+                let (mut r, mut w) = (&c, &c);
+                let _ = std::io::copy(&mut r, &mut w);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// Connects with a generous timeout so a broken server fails the test instead of hanging it.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s
+}
+
+/// Closes a socket with a TCP reset instead of a FIN.
+pub fn reset(s: TcpStream) {
+    SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .expect("SO_LINGER 0");
+    drop(s);
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures are reproducible.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// SHA-256 of some bytes, as hex.
+pub fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Sends `data` through the forwarder at `addr` to an echo backend, shuts down
+/// writing, and returns everything that came back until EOF.
+pub fn echo_through(addr: SocketAddr, data: Vec<u8>) -> Vec<u8> {
+    let mut s = connect(addr);
+    let mut w = s.try_clone().expect("clone");
+    let writer = std::thread::spawn(move || {
+        w.write_all(&data).expect("write");
+        w.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).expect("read back");
+    writer.join().expect("writer");
+    back
+}
+
+/// Writes `data` without blocking until the socket would block and `stalled`
+/// says the forwarder is stuck too; returns how many bytes went out.
+pub fn fill(s: &mut TcpStream, data: &[u8], stalled: impl Fn() -> bool) -> usize {
+    s.set_nonblocking(true).expect("nonblocking");
+    let mut sent = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "forwarder never stalled");
+        assert!(sent < data.len(), "{sent} bytes never filled the buffers");
+        let end = (sent + 65536).min(data.len());
+        match s.write(&data[sent..end]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if stalled() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    s.set_nonblocking(false).expect("blocking");
+    sent
+}
+
+/// A UDP echo backend: sends every datagram back to its sender, and reports
+/// each datagram's source address and length on the returned channel (ignored if dropped).
+pub fn udp_echo_backend(
+    bind: &str,
+) -> (SocketAddr, std::sync::mpsc::Receiver<(SocketAddr, usize)>) {
+    let s = std::net::UdpSocket::bind(bind).expect("bind UDP echo backend");
+    let addr = s.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            let _ = tx.send((from, n));
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    (addr, rx)
+}
+
+/// A UDP client on loopback (the family of `server`) with a 5 s receive timeout.
+pub fn udp_client(server: SocketAddr) -> std::net::UdpSocket {
+    let s = std::net::UdpSocket::bind(if server.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    })
+    .expect("bind UDP client");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s
+}
+
+/// Sends `payload` to `server` and returns the reply, checking it came from `server`.
+pub fn udp_roundtrip(s: &std::net::UdpSocket, server: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    s.send_to(payload, server).expect("send datagram");
+    let mut buf = vec![0u8; 65_536];
+    let (n, from) = s.recv_from(&mut buf).expect("reply datagram");
+    assert_eq!(from, server, "reply must come from the listening address");
+    buf.truncate(n);
+    buf
+}
+
+/// Writes a file atomically (rename), so a reload never reads half of it.
+pub fn write_atomic(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
