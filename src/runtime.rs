@@ -104,16 +104,6 @@ impl Runtime {
         self.threads.executor(0).spawn(future)
     }
 
-    /// How many executor threads there are.
-    pub fn len(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Never true: a runtime has at least one thread.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// Open TCP connections on every thread together.
     pub fn open_connections(&self) -> usize {
         self.threads.open_total()

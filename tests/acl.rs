@@ -9,7 +9,7 @@ use oxidinetd::{Format, LogHandle};
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Connects to `to` from the loopback address `from`, sends a ping, and
 /// returns whether it came back.
@@ -73,16 +73,7 @@ fn allowed_not_allowed_and_denied_clients() {
         "127.0.0.4 hits the rule's deny"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut lines: Vec<String> = Vec::new();
-    while lines.len() < 5 && Instant::now() < deadline {
-        lines = std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let lines = wait_lines(&path, 5);
     // Connections end concurrently: compare the lines in a fixed order.
     let mut summary: Vec<(String, String, String, String)> = lines
         .iter()

@@ -5,7 +5,6 @@ mod common;
 use common::*;
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A directory with a `rinetd` symlink to the oi binary and a config using a relative path.
 fn setup() -> (tempfile::TempDir, std::path::PathBuf, u16) {
@@ -64,10 +63,7 @@ fn named_rinetd_forks_writes_its_pid_and_stops_on_sigterm() {
     assert!(echo_once(port), "daemon forwards");
     let p = rustix::process::Pid::from_raw(pid).expect("pid");
     rustix::process::kill_process(p, rustix::process::Signal::TERM).expect("SIGTERM");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    holds_within(PATIENCE, || !alive(pid));
     assert!(!alive(pid), "daemon stopped on SIGTERM");
 }
 

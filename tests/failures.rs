@@ -16,23 +16,18 @@ use std::time::{Duration, Instant};
 
 /// Waits (bounded) until the server has no open connection and the process is back to `fds`.
 fn settles(srv: &TestServer, fds: usize) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if srv.open_connections() == 0 && open_fds() <= fds {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let settled = holds_within(Duration::from_secs(5), || {
+        srv.open_connections() == 0 && open_fds() <= fds
+    });
+    if !settled {
+        eprintln!(
+            "active {} fds {} (baseline {fds}): {:?}",
+            srv.open_connections(),
+            open_fds(),
+            fd_targets()
+        );
     }
-    eprintln!(
-        "active {} fds {} (baseline {fds}): {:?}",
-        srv.open_connections(),
-        open_fds(),
-        std::fs::read_dir("/proc/self/fd").map(|d| d
-            .flatten()
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            .collect::<Vec<_>>())
-    );
-    false
+    settled
 }
 
 /// Reads until EOF or error; returns how long it took.

@@ -178,15 +178,7 @@ fn removed_rule_closes_added_rule_serves_open_connection_flows() {
 
     // The open connection's last line names its own (removed) rule.
     let want = format!("\t{old}\t127.0.0.1\t{backend}\t12\t12\tdone-remote-closed");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut text = String::new();
-    while Instant::now() < deadline {
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains(&want) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    let text = wait_for_file(&log, |t| t.contains(&want));
     assert!(text.contains(&want), "{text}");
     oi.stop();
 }
@@ -208,26 +200,13 @@ fn log_file_is_reopened_after_rename() {
     );
     let oi = OiProcess::start(dir.path(), &conf, &[]);
     ping(port).expect("first");
-    let wait_for = |path: &std::path::Path, n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let lines = std::fs::read_to_string(path)
-                .unwrap_or_default()
-                .lines()
-                .count();
-            if lines >= n || Instant::now() > deadline {
-                return lines;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    };
-    assert_eq!(wait_for(&log, 2), 2);
+    assert_eq!(wait_lines(&log, 2).len(), 2);
     std::fs::rename(&log, &rotated).expect("rotate");
     oi.reload();
     ping(port).expect("second");
-    assert_eq!(wait_for(&log, 2), 2, "new file gets the new lines");
+    assert_eq!(wait_lines(&log, 2).len(), 2, "new file gets the new lines");
     assert_eq!(
-        wait_for(&rotated, 2),
+        wait_lines(&rotated, 2).len(),
         2,
         "rotated file keeps the old lines only"
     );

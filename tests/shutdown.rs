@@ -6,19 +6,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::{Duration, Instant};
-
-/// Waits (bounded) for the process to exit.
-fn exited_within(oi: &mut OiProcess, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = oi.child.try_wait() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
-}
+use std::time::Duration;
 
 fn setup() -> (tempfile::TempDir, std::path::PathBuf, u16) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -38,7 +26,9 @@ fn sigterm_exits_promptly_despite_open_connections() {
     let mut b = [0u8; 1];
     open.read_exact(&mut b).expect("echo");
     oi.signal(rustix::process::Signal::TERM);
-    let status = exited_within(&mut oi, Duration::from_secs(2)).expect("exits promptly");
+    let status = oi
+        .exited_within(Duration::from_secs(2))
+        .expect("exits promptly");
     assert!(status.success());
 }
 
@@ -53,10 +43,7 @@ fn drain_lets_open_connections_finish_and_refuses_new_ones() {
     oi.signal(rustix::process::Signal::TERM);
     assert!(oi.next_notify().contains("STOPPING=1"));
     // Listeners are closed at once...
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(local(port)).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    holds_within(PATIENCE, || TcpStream::connect(local(port)).is_err());
     assert!(
         TcpStream::connect(local(port)).is_err(),
         "still accepting after SIGTERM"
@@ -72,6 +59,28 @@ fn drain_lets_open_connections_finish_and_refuses_new_ones() {
     open.shutdown(Shutdown::Write).expect("close");
     let mut rest = Vec::new();
     open.read_to_end(&mut rest).expect("EOF");
-    let status = exited_within(&mut oi, Duration::from_secs(5)).expect("exits once drained");
+    let status = oi
+        .exited_within(Duration::from_secs(5))
+        .expect("exits once drained");
+    assert!(status.success());
+}
+
+#[test]
+fn a_second_sigterm_during_drain_exits_at_once() {
+    let (dir, conf, port) = setup();
+    let mut oi = OiProcess::start(dir.path(), &conf, &["--drain", "1h"]);
+    let mut open = connect(local(port));
+    open.write_all(b"x").expect("write");
+    let mut b = [0u8; 1];
+    open.read_exact(&mut b).expect("echo");
+    oi.signal(rustix::process::Signal::TERM);
+    assert!(oi.next_notify().contains("STOPPING=1"));
+    // The listener closes before the drain starts: once it refuses, oi is draining.
+    holds_within(PATIENCE, || TcpStream::connect(local(port)).is_err());
+    assert!(oi.child.try_wait().expect("try_wait").is_none(), "draining");
+    oi.signal(rustix::process::Signal::TERM);
+    let status = oi
+        .exited_within(Duration::from_secs(5))
+        .expect("a second SIGTERM ends the hour-long drain");
     assert!(status.success());
 }

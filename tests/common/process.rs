@@ -69,6 +69,23 @@ impl OiProcess {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
+    /// Waits (bounded) for the process to exit; `None` if it still runs after `limit`.
+    pub fn exited_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Sends a signal to the process.
     pub fn signal(&self, sig: rustix::process::Signal) {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");

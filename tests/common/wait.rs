@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Polls `cond` until it holds; fails the test after [`PATIENCE`].
-pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
@@ -17,7 +17,7 @@ pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
 }
 
 /// Polls `cond` until it holds or `limit` passes; returns whether it held.
-pub fn holds_within(limit: Duration, cond: impl Fn() -> bool) -> bool {
+pub fn holds_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
