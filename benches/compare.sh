@@ -20,7 +20,9 @@
 #
 # Environment knobs: SECS (iperf3 seconds, default 5), CONNRATE_SECS (3),
 # PINGS (20000), IDLE (10000), IDLE_SECS (time allowed to open them, 30),
-# WORKERS (connrate workers, 8), KEEP (set: keep the raw outputs in /tmp).
+# WORKERS (connrate workers, 8), KEEP (set: keep the raw outputs in /tmp),
+# OI_BASELINE (path of another oi binary, e.g. one built from an older commit:
+# its rows are measured in the same run, for a before/after comparison).
 set -euo pipefail
 
 SECS=${SECS:-5}
@@ -228,6 +230,11 @@ if [[ $SPLICE_FLAG == yes ]]; then
     run_forwarder "oi-splice-on" "$OI" --splice=on
 else
     run_forwarder "oi" "$OI"
+fi
+# OI_BASELINE=/path/to/an/older/oi adds its rows, for before/after in one run.
+if [[ -n ${OI_BASELINE:-} ]]; then
+    run_forwarder "baseline-splice-off" "$OI_BASELINE" --splice=off
+    run_forwarder "baseline-splice-on" "$OI_BASELINE" --splice=on
 fi
 if command -v rinetd >/dev/null; then
     run_forwarder "rinetd" rinetd -f

@@ -205,6 +205,27 @@ fn tcp_to_udp_round_trip() {
     );
 }
 
+#[test]
+fn tcp_to_udp_with_the_largest_timeout_serves_instead_of_aborting() {
+    let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
+    let mut r = tcp_rule_to_udp(backend);
+    // 18446744073709551615 seconds: `Instant + timeout` would overflow and panic.
+    r.rule.options.timeout = Some(std::time::Duration::from_secs(u64::MAX));
+    let srv = start(
+        vec![r],
+        Settings::default(),
+        oxidinetd::LogHandle::disabled(),
+    );
+    for _ in 0..2 {
+        let mut c = connect(srv.addr());
+        c.write_all(b"ping").expect("write");
+        let mut back = [0u8; 4];
+        c.read_exact(&mut back)
+            .expect("echo: the server is still up");
+        assert_eq!(&back, b"ping");
+    }
+}
+
 /// A TCP listener rule on loopback (the backend's family) to a UDP backend.
 fn tcp_rule_to_udp(backend: SocketAddr) -> oxidinetd::config::ResolvedRule {
     rule(loopback_for(backend), Proto::Tcp, backend, Proto::Udp)

@@ -158,7 +158,12 @@ async fn to_client(
 /// Completes once there has been no traffic either way for `timeout`.
 async fn idle(a: &Activity, timeout: std::time::Duration) -> End {
     loop {
-        Timer::at(a.last() + timeout).await;
+        // Checked: the timeout comes from the configuration, and an instant
+        // past what the clock can hold means "never", not a panic.
+        match a.last().checked_add(timeout) {
+            Some(at) => Timer::at(at).await,
+            None => Timer::never().await,
+        };
         if a.idle(Instant::now()) >= timeout {
             return End::Local;
         }
