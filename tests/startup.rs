@@ -62,3 +62,28 @@ fn config_errors_are_all_reported_and_nothing_is_bound() {
     );
     TcpListener::bind(("127.0.0.1", free)).expect("nothing was bound");
 }
+
+#[test]
+fn bad_command_line_values_exit_2_naming_the_flag() {
+    for (arg, flag) in [
+        ("--connect-timeout=-5", "--connect-timeout"),
+        ("--drain=NaN", "--drain"),
+        ("--half-close-timeout=inf", "--half-close-timeout"),
+        ("--drain=1e19", "--drain"),
+        ("--threads=0", "--threads"),
+        ("--splice=sometimes", "--splice"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+            .args(["-c", "/nonexistent/never-read.conf", arg])
+            .env_remove("NOTIFY_SOCKET")
+            .output()
+            .expect("run oi");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{arg}: {stderr}");
+        assert!(stderr.contains(flag), "{arg}: {stderr}");
+        assert!(
+            !stderr.contains("never-read"),
+            "rejected before reading: {stderr}"
+        );
+    }
+}

@@ -60,6 +60,8 @@ impl CopyMover {
         meter: &mut Meter<'_>,
     ) -> Poll<Result<Step, (Fault, io::Error)>> {
         loop {
+            // Same shape as the splice mover's drain loop, other system call
+            // (write(2) from a buffer, not splice(2) from a pipe): kept apart on purpose.
             if let Some(buf) = &self.buf {
                 while self.pos < self.end {
                     match to.get_ref().write(&buf[self.pos..self.end]) {

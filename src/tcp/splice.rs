@@ -106,6 +106,9 @@ impl SpliceMover {
     ) -> Poll<Result<Step, (Fault, io::Error)>> {
         loop {
             // Drain first: bytes in the pipe go out before anything more comes in.
+            // This write loop has the shape of the copy mover's, but splices
+            // from a pipe instead of writing from a buffer, with splice's own
+            // errors (EINVAL fallback): the two stay separate on purpose.
             while let (Some(pipe), 1..) = (&self.pipe, self.in_pipe) {
                 match splice(&pipe.read, None, to.get_ref(), None, self.in_pipe, FLAGS) {
                     Ok(0) => {
