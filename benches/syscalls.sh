@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# benches/syscalls.sh: system calls per forwarded connection and per 64-byte
+# round trip, counted with `strace -f -c` — a figure that does not move with
+# machine noise the way timings do, so a regression shows on a busy machine.
+#
+#   benches/syscalls.sh                      # oi at 2 threads, rinetd, haproxy (if installed)
+#   THREADS="1 2 16 64" benches/syscalls.sh  # oi at each thread count
+#   OI_BASELINE=/path/to/old/oi benches/syscalls.sh   # adds an older build, for before/after
+#
+# For each forwarder: one strace session with ROUNDS round trips of 64 bytes on
+# one connection (loadgen pingpong), one with CONN_SECS seconds of connect +
+# 64 B request/response + close from WORKERS clients (loadgen connrate). The
+# table shows every system call divided by round trips or by connections,
+# the calls that failed, and failed accept4 calls per connection (each wake-up
+# of a thread that finds the accept queue already empty costs one).
+# Needs strace and python3; rinetd and haproxy are used when installed.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5000}
+CONN_SECS=${CONN_SECS:-3}
+WORKERS=${WORKERS:-4}
+THREADS=${THREADS:-2}
+
+cd "$(dirname "$0")/.."
+for tool in strace python3; do
+    command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is required" >&2; exit 1; }
+done
+cargo build --release --examples --bins >&2
+OI=$PWD/target/release/oi
+LOADGEN=$PWD/target/release/examples/loadgen
+
+WORK=$(mktemp -d /tmp/oi-syscalls.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    [[ -n ${KEEP:-} ]] && echo "syscalls.sh: kept $WORK" >&2 || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+# Below the ephemeral range (32768+), so client sockets never take them.
+next_port=$(( 28000 + RANDOM % 4000 ))
+free_port() {
+    local tries=0
+    while listening "$next_port"; do
+        next_port=$((next_port + 1)); tries=$((tries + 1))
+        (( tries < 1000 )) || { echo "syscalls.sh: no free port" >&2; exit 1; }
+    done
+    PORT=$next_port
+    next_port=$((next_port + 1))
+}
+wait_listening() {
+    local i
+    for ((i = 0; i < 500; i++)); do listening "$1" && return 0; sleep 0.02; done
+    echo "syscalls.sh: nothing listens on port $1" >&2; exit 1
+}
+
+free_port; BACKEND=$PORT
+"$LOADGEN" echo-server "127.0.0.1:$BACKEND" >"$WORK/echo.log" 2>&1 &
+PIDS+=($!)
+wait_listening "$BACKEND"
+
+# Starts forwarder "$name" (remaining args: the command; @CONF@ is replaced by
+# its configuration file) under strace, runs load "$load", stops it, and
+# leaves strace's summary in $WORK/$name.$load.strace.
+measure() {
+    local name=$1 load=$2; shift 2
+    free_port; local port=$PORT
+    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$port" "$BACKEND" >"$WORK/$name.conf"
+    {
+        echo "global"
+        echo "    maxconn 4000"
+        echo "defaults"
+        echo "    mode tcp"
+        echo "    timeout connect 10s"
+        echo "    timeout client 60s"
+        echo "    timeout server 60s"
+        echo "listen fwd"
+        echo "    bind 127.0.0.1:$port"
+        echo "    server backend 127.0.0.1:$BACKEND"
+    } >"$WORK/$name.haproxy.cfg"
+    local args=() a
+    for a in "$@"; do
+        a=${a//@CONF@/$WORK/$name.conf}
+        a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
+        args+=("$a")
+    done
+    strace -f -c -o "$WORK/$name.$load.strace" "${args[@]}" >"$WORK/$name.$load.out" 2>&1 &
+    local pid=$!
+    wait_listening "$port"
+    case $load in
+        rtt) "$LOADGEN" pingpong "127.0.0.1:$port" --count "$ROUNDS" --warmup 0 --size 64 \
+                 >"$WORK/$name.$load.load" ;;
+        conn) "$LOADGEN" connrate "127.0.0.1:$port" --secs "$CONN_SECS" --conns "$WORKERS" \
+                 >"$WORK/$name.$load.load" ;;
+    esac
+    # Stop the traced forwarder (strace's child); strace writes its summary once it exits.
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    ROWS+=("$name")
+}
+
+ROWS=()
+for t in $THREADS; do
+    for load in rtt conn; do measure "oi-t$t" "$load" "$OI" --threads "$t" -c @CONF@; done
+done
+if [[ -n ${OI_BASELINE:-} ]]; then
+    for load in rtt conn; do measure "baseline-t2" "$load" "$OI_BASELINE" --threads 2 -c @CONF@; done
+fi
+if command -v rinetd >/dev/null; then
+    for load in rtt conn; do measure "rinetd" "$load" rinetd -f -c @CONF@; done
+fi
+if command -v haproxy >/dev/null; then
+    for load in rtt conn; do measure "haproxy" "$load" haproxy -db -f @HAPROXY@; done
+fi
+
+python3 - "$WORK" "$ROUNDS" "${ROWS[@]}" <<'EOF'
+import re, sys
+work, rounds, rows = sys.argv[1], int(sys.argv[2]), list(dict.fromkeys(sys.argv[3:]))
+
+def summary(path):
+    """{syscall: (calls, errors)} from an `strace -c` table."""
+    out = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 5 and re.match(r"^[\d.]+$", f[0]) and f[-1] != "total":
+            calls = int(f[3])
+            errors = int(f[4]) if len(f) == 6 else 0
+            out[f[-1]] = (calls, errors)
+    return out
+
+def result(path, key):
+    try:
+        for line in open(path):
+            if line.startswith("result:"):
+                kv = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
+                return float(kv.get(key, "nan"))
+    except OSError:
+        pass
+    return float("nan")
+
+print(f"| forwarder | syscalls per round trip | failed | syscalls per connection | failed | failed accept4 per connection | top calls per connection |")
+print("|---|---|---|---|---|---|---|")
+for name in rows:
+    rtt = summary(f"{work}/{name}.rtt.strace")
+    conn = summary(f"{work}/{name}.conn.strace")
+    conns = result(f"{work}/{name}.conn.load", "ok")
+    if conns != conns or conns == 0:
+        conns = result(f"{work}/{name}.conn.load", "connections")
+    per = lambda table, n: sum(c for c, _ in table.values()) / n if n else float("nan")
+    fail = lambda table, n: sum(e for _, e in table.values()) / n if n else float("nan")
+    acc = conn.get("accept4", conn.get("accept", (0, 0)))[1] / conns if conns else float("nan")
+    top = sorted(conn.items(), key=lambda kv: -kv[1][0])[:5]
+    tops = ", ".join(f"{k} {c / conns:.1f}" for k, (c, _) in top) if conns else ""
+    print(f"| {name} | {per(rtt, rounds):.1f} | {fail(rtt, rounds):.1f} | {per(conn, conns):.1f} | {fail(conn, conns):.1f} | {acc:.2f} | {tops} |")
+print()
+print(f"round trips: {rounds} of 64 B on one connection (no warm-up); connections: loadgen connrate, see *.conn.load")
+EOF
