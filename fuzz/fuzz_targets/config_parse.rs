@@ -45,9 +45,18 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again.rules[0].bind.host, rule.bind.host, "{canonical}");
                 assert_eq!(again.rules[0].bind.port, rule.bind.port, "{canonical}");
                 assert_eq!(again.rules[0].bind.proto, rule.bind.proto, "{canonical}");
-                assert_eq!(again.rules[0].connect.host, rule.connect.host, "{canonical}");
-                assert_eq!(again.rules[0].connect.port, rule.connect.port, "{canonical}");
-                assert_eq!(again.rules[0].connect.proto, rule.connect.proto, "{canonical}");
+                assert_eq!(
+                    again.rules[0].connect.host, rule.connect.host,
+                    "{canonical}"
+                );
+                assert_eq!(
+                    again.rules[0].connect.port, rule.connect.port,
+                    "{canonical}"
+                );
+                assert_eq!(
+                    again.rules[0].connect.proto, rule.connect.proto,
+                    "{canonical}"
+                );
                 assert_eq!(again.rules[0].options, rule.options, "{canonical}");
             }
             Err(e) => panic!("canonical form {canonical:?} does not parse: {e}"),
@@ -66,7 +75,9 @@ fuzz_target!(|data: &[u8]| {
     let mut offline = parsed;
     let literal = |h: &Host| matches!(h, Host::Ip(_));
     offline.rules.retain(|r| {
-        literal(&r.bind.host) && literal(&r.connect.host) && r.options.src.as_ref().map_or(true, literal)
+        literal(&r.bind.host)
+            && literal(&r.connect.host)
+            && r.options.src.as_ref().is_none_or(literal)
     });
     match config::resolve(offline, &Services::parse(SERVICES)) {
         Ok(resolved) => {
@@ -85,7 +96,11 @@ fn check_report(report: &str, listed: usize) {
         report.len()
     );
     for line in report.lines() {
-        assert!(line.len() <= MAX_ERROR_BYTES, "{} bytes: {line:?}", line.len());
+        assert!(
+            line.len() <= MAX_ERROR_BYTES,
+            "{} bytes: {line:?}",
+            line.len()
+        );
         assert!(
             !line.chars().any(char::is_control),
             "control character shown: {line:?}"
