@@ -1,7 +1,9 @@
 //! `oi --check`: load and resolve the configuration, show what would run, like `nginx -t`.
 
 use crate::config::services::Services;
-use crate::config::{self, AclRules, ConfigErrors, Endpoint, Host, Pattern, Port, ResolvedConfig};
+use crate::config::{
+    self, plural, AclRules, ConfigErrors, Endpoint, Host, Pattern, Port, ResolvedConfig, Shown,
+};
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,6 +18,10 @@ pub fn run(path: &Path) -> ExitCode {
         for w in &parsed.warnings {
             eprintln!("{}", format_warning(&file, w));
         }
+        if parsed.omitted_warnings > 0 {
+            let n = parsed.omitted_warnings;
+            eprintln!("{file}: warning: and {n} more warning{}", plural(n));
+        }
         config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file))
     });
     match result {
@@ -25,7 +31,7 @@ pub fn run(path: &Path) -> ExitCode {
         }
         Err(errors) => {
             eprintln!("{errors}");
-            let n = errors.errors.len();
+            let n = errors.count();
             eprintln!("configuration invalid ({n} error{})", plural(n));
             ExitCode::FAILURE
         }
@@ -70,23 +76,16 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         } else {
             "tab-separated"
         };
-        let _ = writeln!(out, "logfile {} ({format})", log.display());
+        let path = log.to_string_lossy();
+        let _ = writeln!(out, "logfile {} ({format})", Shown(&path));
     }
     if let Some(pid) = &c.pidlogfile {
-        let _ = writeln!(out, "pidlogfile {}", pid.display());
+        let path = pid.to_string_lossy();
+        let _ = writeln!(out, "pidlogfile {}", Shown(&path));
     }
     let n = resolved.rules.len();
     let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
     out
-}
-
-/// `"s"` unless `n` is 1.
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 /// One side: `10.0.0.1:80/tcp`, or `name:service/tcp (addr, addr)` when names were resolved.

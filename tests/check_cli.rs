@@ -109,3 +109,98 @@ fn missing_file() {
     assert!(text(&out.stderr)
         .starts_with("/nonexistent/oi.conf: cannot read configuration: No such file or directory"));
 }
+
+/// Runs `oi --check -c PATH`, killing it if it has not finished within 10 s:
+/// a regression (reading /dev/zero, blocking on a FIFO) fails instead of hanging.
+fn check_path_bounded(path: &std::path::Path) -> (Option<i32>, String) {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run oi");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for oi") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("oi --check -c {} did not finish in 10 s", path.display());
+        }
+        // Polling a child's exit: no portable blocking wait with a timeout exists.
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).expect("read stderr");
+    }
+    (status.code(), stderr)
+}
+
+#[test]
+fn dev_zero_fails_fast_with_a_clear_error() {
+    let (code, stderr) = check_path_bounded(std::path::Path::new("/dev/zero"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "/dev/zero: cannot read configuration: is a character device; the configuration must be a regular file\nconfiguration invalid (1 error)\n"
+    );
+}
+
+#[test]
+fn fifo_and_directory_fail_fast() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("fifo.conf");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let (code, stderr) = check_path_bounded(&fifo);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(": cannot read configuration: is a FIFO;"),
+        "{stderr}"
+    );
+    let (code, stderr) = check_path_bounded(dir.path());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(": cannot read configuration: is a directory;"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn repeated_options_print_a_short_report() {
+    let options = vec!["splice=on"; 30_000].join(",");
+    let (file, out) = check(&format!("127.0.0.1 18100 127.0.0.1 18101 [{options}]\n"));
+    let name = file.path().display().to_string();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.len() < 64 * 1024, "{} bytes", stderr.len());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 7, "{stderr}");
+    assert_eq!(
+        lines[5],
+        format!("{name}:1: and 29994 more errors on this line")
+    );
+    assert_eq!(lines[6], "configuration invalid (29999 errors)");
+}
+
+#[test]
+fn huge_udp_timeout_is_rejected() {
+    let line = "127.0.0.1 18110 127.0.0.1 18111/udp [timeout=18446744073709551615]";
+    let (file, out) = check(&format!("{line}\n"));
+    let name = file.path().display().to_string();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!("{name}:1: timeout must be between 1 and 31536000 seconds, not '18446744073709551615': '{line}'\nconfiguration invalid (1 error)\n")
+    );
+}

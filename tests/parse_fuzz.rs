@@ -2,7 +2,7 @@
 //! from a fixed seed so failures reproduce.
 
 use oxidinetd::acl;
-use oxidinetd::config::parse;
+use oxidinetd::config::{parse, ConfigErrors, MAX_ERRORS};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// xorshift64*: small, seeded, good enough to shake a parser.
@@ -67,8 +67,65 @@ fn random_bytes_never_panic() {
         let len = rng.below(200);
         let bytes: Vec<u8> = (0..len).map(|_| (rng.next() & 0xff) as u8).collect();
         let text = String::from_utf8_lossy(&bytes);
-        let _ = parse(&text);
+        if let Err(errors) = parse(&text) {
+            assert_report_bounded(&errors);
+        }
     }
+}
+
+/// Generous bound on one listed error's bytes: a constant message, two quoted
+/// values and the line, each cut to MAX_SHOWN_CHARS characters of up to 4 bytes.
+const MAX_ERROR_BYTES: usize = 2048;
+
+/// Issue 10: an error report is small and shows no raw control characters,
+/// whatever the input.
+fn assert_report_bounded(errors: &ConfigErrors) {
+    assert!(errors.errors.len() <= MAX_ERRORS);
+    let report = errors.to_string();
+    assert!(report.len() <= (MAX_ERRORS + 1) * MAX_ERROR_BYTES);
+    for line in report.lines() {
+        assert!(line.len() <= MAX_ERROR_BYTES, "{line:?}");
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+    }
+}
+
+#[test]
+fn hostile_files_give_bounded_reports() {
+    let mut rng = Rng(0x5EED_0003);
+    for _ in 0..50 {
+        // Many long lines of grammar bytes and controls: each line is bad
+        // several times over, and there are more bad lines than the cap.
+        let mut file = Vec::new();
+        for _ in 0..rng.below(300) {
+            for _ in 0..rng.below(2000) {
+                file.push(match rng.below(3) {
+                    0 => SPICE[rng.below(SPICE.len())],
+                    1 => (rng.next() & 0x1f) as u8,
+                    _ => b',',
+                });
+            }
+            file.push(b'\n');
+        }
+        if let Err(errors) = parse(&String::from_utf8_lossy(&file)) {
+            assert_report_bounded(&errors);
+        }
+    }
+}
+
+/// The committed fuzz seeds (fuzz/seeds/config_parse) go through the parser
+/// here too, so they keep meaning something without cargo-fuzz installed.
+#[test]
+fn fuzz_seeds_never_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/config_parse");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz seeds directory") {
+        let bytes = std::fs::read(entry.expect("seed entry").path()).expect("read seed");
+        if let Err(errors) = parse(&String::from_utf8_lossy(&bytes)) {
+            assert_report_bounded(&errors);
+        }
+        seen += 1;
+    }
+    assert!(seen >= 10, "only {seen} seeds in {}", dir.display());
 }
 
 #[test]
@@ -98,7 +155,10 @@ fn mutated_lines_never_panic() {
                     }
                 }
             }
-            Err(errors) => assert!(!errors.errors.is_empty()),
+            Err(errors) => {
+                assert!(!errors.errors.is_empty());
+                assert_report_bounded(&errors);
+            }
         }
     }
     // The mutations are mild enough that some files stay valid.

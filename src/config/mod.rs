@@ -4,17 +4,49 @@
 //! [`load`] adds the file; [`resolve`] turns names (hosts and services) into
 //! socket addresses, which is the only step that blocks.
 
+mod bounded;
 mod parse;
 mod resolve;
 pub mod services;
 
+pub use bounded::Shown;
 pub use parse::parse;
 pub use resolve::{resolve, ResolvedConfig, ResolvedRule};
 
 use std::fmt;
+use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Largest configuration file oi reads, in bytes (16 MiB). A real rinetd.conf
+/// is a few KiB; the cap keeps `-c /dev/zero` or a runaway generated file from
+/// exhausting memory at start or on a reload, and bounds everything parsing
+/// allocates.
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Longest piece of file text shown in one message, in characters, after
+/// escaping (see [`Shown`]); longer text is cut and ends in `...`.
+pub const MAX_SHOWN_CHARS: usize = 120;
+
+/// Most problems listed for one line; further ones are counted in
+/// `and N more errors on this line`.
+pub const MAX_ERRORS_PER_LINE: usize = 5;
+
+/// Most errors listed for one file; further ones are counted in `and N more errors`.
+pub const MAX_ERRORS: usize = 100;
+
+/// Most warnings kept for one file; further ones are counted
+/// ([`Config::omitted_warnings`]).
+pub const MAX_WARNINGS: usize = 100;
+
+/// Largest `[timeout=N]`, in seconds (365 days). Far beyond any sensible UDP
+/// idle time, and far below what overflows `Instant + Duration`.
+pub const MAX_UDP_TIMEOUT_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// Largest `[maxassoc=N]`. Each association holds a socket and a task; a
+/// million is beyond any single rule's file-descriptor budget.
+pub const MAX_ASSOC_LIMIT: usize = 1_000_000;
 
 /// Transport protocol of one side of a forwarding rule (`/tcp` or `/udp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -93,7 +125,7 @@ impl std::str::FromStr for SpliceMode {
             "off" => Ok(SpliceMode::Off),
             _ => Err(format!(
                 "invalid splice mode '{}' (expected on, off or auto)",
-                s.escape_default()
+                Shown(s)
             )),
         }
     }
@@ -184,8 +216,11 @@ pub struct Config {
     pub pidlogfile: Option<PathBuf>,
     /// `logcommon`: use the web-server common log format instead of tabs.
     pub logcommon: bool,
-    /// Accepted-but-suspicious lines (such as `timeout` on a TCP rule), shown by `--check`.
+    /// Accepted-but-suspicious lines (such as `timeout` on a TCP rule), shown by
+    /// `--check`; at most [`MAX_WARNINGS`].
     pub warnings: Vec<ConfigError>,
+    /// Warnings found beyond [`MAX_WARNINGS`]: counted so `--check` can say so, not kept.
+    pub omitted_warnings: usize,
 }
 
 /// One problem found in a configuration file.
@@ -193,10 +228,13 @@ pub struct Config {
 pub struct ConfigError {
     /// 1-based line number.
     pub line: usize,
-    /// What is wrong, without the line text.
+    /// What is wrong, without the line text; any file text in it is escaped and cut ([`Shown`]).
     pub message: String,
-    /// The offending text (the line, trimmed, or the part at fault).
+    /// The offending text (the line, trimmed, or the part at fault), already
+    /// escaped and cut to [`MAX_SHOWN_CHARS`] so that storing it is cheap.
     pub text: String,
+    /// Further problems found on the same line but not listed ([`MAX_ERRORS_PER_LINE`]).
+    pub more: usize,
 }
 
 /// Every problem found in one configuration file, reported together.
@@ -204,18 +242,41 @@ pub struct ConfigError {
 pub struct ConfigErrors {
     /// The file name used as the prefix of each message.
     pub file: String,
-    /// Errors in line order.
+    /// Errors in line order; at most [`MAX_ERRORS`].
     pub errors: Vec<ConfigError>,
+    /// Errors found beyond [`MAX_ERRORS`]: counted, not listed.
+    pub omitted: usize,
 }
 
 impl ConfigErrors {
-    /// Formats one problem as `FILE:LINE: message: 'text'`.
+    /// Formats one problem as `FILE:LINE: message: 'text'` (without the
+    /// `and N more` line that [`ConfigError::more`] adds in the full report).
     pub fn format_one(file: &str, e: &ConfigError) -> String {
         if e.line == 0 {
             format!("{file}: {}", e.message)
         } else {
             format!("{file}:{}: {}: '{}'", e.line, e.message, e.text)
         }
+    }
+
+    /// One error not tied to a line, such as an unreadable file.
+    fn whole_file(file: &str, message: String) -> Self {
+        ConfigErrors {
+            file: file.to_string(),
+            errors: vec![ConfigError {
+                line: 0,
+                message,
+                text: String::new(),
+                more: 0,
+            }],
+            omitted: 0,
+        }
+    }
+
+    /// How many errors were found, listed or not.
+    pub fn count(&self) -> usize {
+        let listed: usize = self.errors.iter().map(|e| 1 + e.more).sum();
+        listed + self.omitted
     }
 
     /// Names the file these errors belong to.
@@ -232,6 +293,21 @@ impl fmt::Display for ConfigErrors {
                 writeln!(f)?;
             }
             f.write_str(&Self::format_one(&self.file, e))?;
+            if e.more > 0 {
+                let s = plural(e.more);
+                write!(
+                    f,
+                    "\n{}:{}: and {} more error{s} on this line",
+                    self.file, e.line, e.more
+                )?;
+            }
+        }
+        if self.omitted > 0 {
+            if !self.errors.is_empty() {
+                writeln!(f)?;
+            }
+            let s = plural(self.omitted);
+            write!(f, "{}: and {} more error{s}", self.file, self.omitted)?;
         }
         Ok(())
     }
@@ -239,17 +315,79 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+/// `"s"` unless `n` is 1.
+pub(crate) fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Reads a configuration file: a regular file of at most [`MAX_CONFIG_BYTES`].
+///
+/// Devices, FIFOs, sockets and directories are refused with the reason: a
+/// character device such as `/dev/zero` never ends, and a FIFO would block.
+/// The open itself uses `O_NONBLOCK` so that opening a FIFO with no writer
+/// returns at once instead of hanging the start or the reload; the type is then
+/// checked on the opened descriptor (not the path), so nothing can be swapped
+/// in between. The read is capped too, for files that grow while being read or
+/// that report no size (as /proc files do).
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::unix::fs::FileTypeExt;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rustix::fs::open(path, flags, Mode::empty())
+        .map_err(|e| std::io::Error::from(e).to_string())?;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let kind = meta.file_type();
+    let refused = if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if !kind.is_file() {
+        Some("not a regular file")
+    } else {
+        None
+    };
+    if let Some(what) = refused {
+        return Err(format!(
+            "is {what}; the configuration must be a regular file"
+        ));
+    }
+    let too_large = || {
+        format!(
+            "larger than {} MiB ({MAX_CONFIG_BYTES} bytes), the most oi reads",
+            MAX_CONFIG_BYTES / (1024 * 1024)
+        )
+    };
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    // One byte past the cap tells "exactly at the cap" from "too large".
+    (&file)
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
 /// Reads and parses a configuration file. Errors carry the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
-    let text = std::fs::read(path).map_err(|e| ConfigErrors {
-        file: file.clone(),
-        errors: vec![ConfigError {
-            line: 0,
-            message: format!("cannot read configuration: {e}"),
-            text: String::new(),
-        }],
-    })?;
+    let text = read_limited(path)
+        .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
     // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
     let text = String::from_utf8_lossy(&text);
     parse(&text).map_err(|e| e.with_file(&file))
@@ -262,3 +400,6 @@ pub fn load_resolved(path: &Path) -> Result<ResolvedConfig, ConfigErrors> {
     let file = path.display().to_string();
     resolve(config, &services::Services::system()).map_err(|e| e.with_file(&file))
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,9 +18,10 @@ use address::{parse_host, parse_port};
 use options::parse_options;
 use pattern::parse_pattern;
 
+use super::bounded::{ErrorSink, LineErrors, Shown};
 use super::{
     AclRules, Config, ConfigError, ConfigErrors, Endpoint, Host, Port, Proto, Rule, RuleOptions,
-    SpliceMode,
+    SpliceMode, MAX_WARNINGS,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -38,21 +39,16 @@ const KEYWORDS: [&str; 5] = ["allow", "deny", "logfile", "pidlogfile", "logcommo
 
 /// Parses rinetd.conf text. Does no I/O and no DNS.
 ///
-/// Every bad line is reported; the result is `Ok` only when there are none.
-/// Accepted-but-dubious lines become [`Config::warnings`].
+/// Every bad line is reported (up to the caps in [`super::bounded`]); the
+/// result is `Ok` only when there are none. Accepted-but-dubious lines become
+/// [`Config::warnings`]. Never panics, and allocates a small multiple of the
+/// text's size at most, whatever the text.
 pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
     let mut p = Parser::default();
     for (index, raw) in text.lines().enumerate() {
         p.line(index + 1, raw);
     }
-    if p.errors.is_empty() {
-        Ok(p.config)
-    } else {
-        Err(ConfigErrors {
-            file: PLACEHOLDER_FILE.to_string(),
-            errors: p.errors,
-        })
-    }
+    p.errors.into_result(p.config, PLACEHOLDER_FILE)
 }
 
 /// Identity of a listener for duplicate detection before names are resolved.
@@ -69,8 +65,8 @@ enum HostKey {
 struct Parser {
     /// What has been parsed so far.
     config: Config,
-    /// Every error, in line order.
-    errors: Vec<ConfigError>,
+    /// Every error, in line order, under the caps.
+    errors: ErrorSink,
     /// Listener identity to the line that first defined it.
     listeners: HashMap<(HostKey, Port, Proto), usize>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
@@ -94,20 +90,21 @@ fn strip_comment(s: &str) -> &str {
 impl Parser {
     /// Records an error for `line`.
     fn error(&mut self, line: usize, message: String, text: &str) {
-        self.errors.push(ConfigError {
-            line,
-            message,
-            text: text.to_string(),
-        });
+        self.errors.one(line, message, text);
     }
 
-    /// Records a warning for `line`.
+    /// Records a warning for `line`, or only counts it past [`MAX_WARNINGS`].
     fn warn(&mut self, line: usize, message: String, text: &str) {
-        self.config.warnings.push(ConfigError {
-            line,
-            message,
-            text: text.to_string(),
-        });
+        if self.config.warnings.len() < MAX_WARNINGS {
+            self.config.warnings.push(ConfigError {
+                line,
+                message,
+                text: Shown(text).to_string(),
+                more: 0,
+            });
+        } else {
+            self.config.omitted_warnings += 1;
+        }
     }
 
     /// Parses one line (without its line ending).
@@ -206,39 +203,37 @@ impl Parser {
         if tokens.len() < 4 || tokens[1].starts_with('[') || tokens[3].starts_with('[') {
             let message = match KEYWORDS.iter().find(|k| k.eq_ignore_ascii_case(word)) {
                 Some(k) if tokens.len() < 4 => {
-                    format!("unknown keyword '{word}' (keywords are lower case: '{k}')")
+                    format!(
+                        "unknown keyword '{}' (keywords are lower case: '{k}')",
+                        Shown(word)
+                    )
                 }
                 _ => RULE_SHAPE.to_string(),
             };
             return self.error(line, message, text);
         }
-        let mut errors = Vec::new();
+        let mut errors = LineErrors::default();
         let bind = endpoint(tokens[0], tokens[1], &mut errors);
         let connect = endpoint(tokens[2], tokens[3], &mut errors);
         let mut options = RuleOptions::default();
         match tokens.get(4) {
             None => {}
             Some(t) if !t.starts_with('[') => {
-                errors.push(format!("unexpected '{t}' after the connect port"));
+                errors.push(format!("unexpected '{}' after the connect port", Shown(t)));
             }
             Some(t) => match t.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
                 None => errors.push("missing ']' after options".into()),
-                Some(inner) => {
-                    let (o, errs) = parse_options(inner);
-                    options = o;
-                    errors.extend(errs);
-                }
+                Some(inner) => options = parse_options(inner, &mut errors),
             },
         }
         if let Some(t) = tokens.get(5) {
             errors.push(format!(
-                "unexpected '{t}' after the options (put all options in one [...] list)"
+                "unexpected '{}' after the options (put all options in one [...] list)",
+                Shown(t)
             ));
         }
         let (Some(bind), Some(connect), true) = (bind, connect, errors.is_empty()) else {
-            for e in errors {
-                self.error(line, e, text);
-            }
+            self.errors.line(line, text, errors);
             return;
         };
         let key_host = match &bind.host {
@@ -278,7 +273,7 @@ impl Parser {
 }
 
 /// Builds one side of a rule, pushing any problems onto `errors`.
-fn endpoint(host: &str, port: &str, errors: &mut Vec<String>) -> Option<Endpoint> {
+fn endpoint(host: &str, port: &str, errors: &mut LineErrors) -> Option<Endpoint> {
     let host_parsed = parse_host(host).map_err(|e| errors.push(e)).ok();
     let port_parsed = parse_port(port).map_err(|e| errors.push(e)).ok();
     let (host_value, (port, proto)) = (host_parsed?, port_parsed?);
@@ -293,11 +288,15 @@ fn endpoint(host: &str, port: &str, errors: &mut Vec<String>) -> Option<Endpoint
 /// Splits a rule into fields. The first four end at white space (the port
 /// fields also at `[`, since rinetd allows `80[timeout=5]`); from the fifth on,
 /// a field starting with `[` runs to the matching `]` and may contain spaces.
+///
+/// Stops after [`MAX_TOKENS`]: a rule has at most five fields, and the sixth
+/// is only needed to report that there is one too many. A line of a million
+/// words must not become a vector of a million slices.
 fn tokenize(s: &str) -> Vec<&str> {
     let bytes = s.as_bytes();
     let mut tokens = Vec::new();
     let mut i = 0;
-    loop {
+    while tokens.len() < MAX_TOKENS {
         while i < bytes.len() && bytes[i].is_ascii_whitespace() {
             i += 1;
         }
@@ -319,7 +318,11 @@ fn tokenize(s: &str) -> Vec<&str> {
         }
         tokens.push(&s[start..i]);
     }
+    tokens
 }
+
+/// Fields [`tokenize`] returns at most: the five of a rule and one extra to complain about.
+const MAX_TOKENS: usize = 6;
 
 impl fmt::Display for Host {
     /// The address or name, IPv6 without brackets.

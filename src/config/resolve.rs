@@ -1,7 +1,8 @@
 //! Turns host and service names into socket addresses. Blocks on DNS.
 
+use super::bounded::{ErrorSink, LineErrors};
 use super::services::Services;
-use super::{Config, ConfigError, ConfigErrors, Endpoint, Host, Port, Proto, Rule};
+use super::{Config, ConfigErrors, Endpoint, Host, Port, Proto, Rule};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
@@ -64,12 +65,13 @@ pub struct ResolvedConfig {
 /// `host 'NAME' has no addresses`, the [`Services::lookup`] messages, and
 /// `duplicate listener ADDR:PORT/PROTO (after resolving names), first defined at line N`.
 /// The error text is the rule in canonical form (see `Display for Rule`).
+/// Errors are capped as the parser's are (see [`super::MAX_ERRORS`]).
 pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
-    let mut errors = Vec::new();
+    let mut errors = ErrorSink::default();
     let mut rules = Vec::with_capacity(config.rules.len());
     let mut listeners: HashMap<(SocketAddr, Proto), usize> = HashMap::new();
     for rule in &config.rules {
-        let mut problems = Vec::new();
+        let mut problems = LineErrors::default();
         let bind = addresses(&rule.bind, services)
             .map_err(|e| problems.push(e))
             .ok();
@@ -107,21 +109,14 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
                 src,
             });
         }
-        let text = rule.to_string();
-        errors.extend(problems.into_iter().map(|message| ConfigError {
-            line: rule.line,
-            message,
-            text: text.clone(),
-        }));
+        if !problems.is_empty() {
+            errors.line(rule.line, &rule.to_string(), problems);
+        }
     }
-    if errors.is_empty() {
-        Ok(ResolvedConfig { config, rules })
-    } else {
-        Err(ConfigErrors {
-            file: super::parse::PLACEHOLDER_FILE.to_string(),
-            errors,
-        })
-    }
+    errors.into_result(
+        ResolvedConfig { config, rules },
+        super::parse::PLACEHOLDER_FILE,
+    )
 }
 
 /// Every address of one side of a rule, in resolver order, without repeats; never empty.

@@ -1,6 +1,6 @@
 //! Hosts and ports as written in forwarding rules.
 
-use crate::config::{Host, Port, Proto};
+use crate::config::{Host, Port, Proto, Shown};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Parses a host field: IPv4, IPv6 (bare or in brackets) or a host name.
@@ -10,22 +10,22 @@ pub(crate) fn parse_host(text: &str) -> Result<Host, String> {
     if let Some(inner) = text.strip_prefix('[') {
         return match inner.strip_suffix(']').map(str::parse::<Ipv6Addr>) {
             Some(Ok(ip)) => Ok(Host::Ip(IpAddr::V6(ip))),
-            _ => Err(format!("invalid IPv6 address '{text}'")),
+            _ => Err(format!("invalid IPv6 address '{}'", Shown(text))),
         };
     }
     if let Ok(ip) = text.parse::<IpAddr>() {
         return Ok(Host::Ip(ip));
     }
     if text.contains(':') {
-        return Err(format!("invalid IPv6 address '{text}'"));
+        return Err(format!("invalid IPv6 address '{}'", Shown(text)));
     }
     if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return Err(format!("invalid IPv4 address '{text}'"));
+        return Err(format!("invalid IPv4 address '{}'", Shown(text)));
     }
     if is_host_name(text) {
         Ok(Host::Name(text.to_string()))
     } else {
-        Err(format!("invalid host name '{text}'"))
+        Err(format!("invalid host name '{}'", Shown(text)))
     }
 }
 
@@ -55,22 +55,25 @@ pub(crate) fn parse_port(text: &str) -> Result<(Port, Proto), String> {
         Some((port, "tcp")) => (port, Proto::Tcp),
         Some((port, "udp")) => (port, Proto::Udp),
         Some((_, other)) => {
-            return Err(format!("unknown protocol '{other}' (expected tcp or udp)"));
+            return Err(format!(
+                "unknown protocol '{}' (expected tcp or udp)",
+                Shown(other)
+            ));
         }
     };
     if port.is_empty() {
-        return Err(format!("missing port number in '{text}'"));
+        return Err(format!("missing port number in '{}'", Shown(text)));
     }
     if port.bytes().all(|b| b.is_ascii_digit()) {
         return match port.parse::<u16>() {
             Ok(n) if n > 0 => Ok((Port::Number(n), proto)),
-            _ => Err(format!("port out of range (1-65535) '{port}'")),
+            _ => Err(format!("port out of range (1-65535) '{}'", Shown(port))),
         };
     }
     if is_service_name(port) {
         Ok((Port::Service(port.to_string()), proto))
     } else {
-        Err(format!("invalid port '{port}'"))
+        Err(format!("invalid port '{}'", Shown(port)))
     }
 }
 

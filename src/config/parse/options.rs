@@ -1,13 +1,13 @@
 //! The bracketed options after a forwarding rule: `[timeout=N, src=ADDR, ...]`.
 
 use super::address::parse_host;
-use crate::config::{RuleOptions, SpliceMode};
+use crate::config::bounded::LineErrors;
+use crate::config::{RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_UDP_TIMEOUT_SECS};
 use std::time::Duration;
 
-/// Parses the text between `[` and `]`. Returns the options and every problem found.
-pub(crate) fn parse_options(inner: &str) -> (RuleOptions, Vec<String>) {
+/// Parses the text between `[` and `]`, adding every problem found to `errors`.
+pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions {
     let mut opts = RuleOptions::default();
-    let mut errors = Vec::new();
     for item in inner.split(',') {
         let item = item.trim_matches(|c: char| c.is_ascii_whitespace());
         if item.is_empty() {
@@ -15,20 +15,23 @@ pub(crate) fn parse_options(inner: &str) -> (RuleOptions, Vec<String>) {
             continue;
         }
         let Some((name, value)) = item.split_once('=') else {
-            errors.push(format!("malformed option '{item}' (expected name=value)"));
+            errors.push(format!(
+                "malformed option '{}' (expected name=value)",
+                Shown(item)
+            ));
             continue;
         };
         let name = name.trim_matches(|c: char| c.is_ascii_whitespace());
         let value = value.trim_matches(|c: char| c.is_ascii_whitespace());
         if value.is_empty() {
-            errors.push(format!("missing value for option '{name}'"));
+            errors.push(format!("missing value for option '{}'", Shown(name)));
             continue;
         }
         if let Err(e) = set_option(&mut opts, name, value) {
             errors.push(e);
         }
     }
-    (opts, errors)
+    opts
 }
 
 /// Stores one `name=value` in `opts`, refusing unknown names, bad values and repeats.
@@ -36,8 +39,12 @@ fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), Str
     let duplicate = || format!("duplicate option '{name}'");
     match name {
         "timeout" => {
-            let secs = positive(value).ok_or_else(|| {
-                format!("invalid timeout '{value}' (expected whole seconds, 1 or more)")
+            // The cap keeps `now + timeout` far from overflowing `Instant`.
+            let secs = in_range(value, MAX_UDP_TIMEOUT_SECS).ok_or_else(|| {
+                format!(
+                    "timeout must be between 1 and {MAX_UDP_TIMEOUT_SECS} seconds, not '{}'",
+                    Shown(value)
+                )
             })?;
             if opts.timeout.is_some() {
                 return Err(duplicate());
@@ -59,27 +66,35 @@ fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), Str
             opts.splice = Some(mode);
         }
         "maxassoc" => {
-            let n = positive(value)
+            let limit = u64::try_from(MAX_ASSOC_LIMIT).unwrap_or(u64::MAX);
+            let n = in_range(value, limit)
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| {
-                    format!("invalid maxassoc '{value}' (expected a whole number, 1 or more)")
+                    format!(
+                        "maxassoc must be between 1 and {MAX_ASSOC_LIMIT}, not '{}'",
+                        Shown(value)
+                    )
                 })?;
             if opts.max_assoc.is_some() {
                 return Err(duplicate());
             }
             opts.max_assoc = Some(n);
         }
-        _ => return Err(format!("unknown option '{name}'")),
+        _ => return Err(format!("unknown option '{}'", Shown(name))),
     }
     Ok(())
 }
 
-/// A decimal integer of 1 or more, digits only (no sign, no spaces).
-fn positive(value: &str) -> Option<u64> {
+/// A decimal integer from 1 to `max`, digits only (no sign, no spaces).
+/// Too many digits for a `u64` is simply out of range, never an overflow.
+fn in_range(value: &str, max: u64) -> Option<u64> {
     if !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    value.parse::<u64>().ok().filter(|&n| n > 0)
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| (1..=max).contains(&n))
 }
 
 #[cfg(test)]
@@ -88,8 +103,36 @@ mod tests {
     use crate::config::Host;
     use std::net::{IpAddr, Ipv4Addr};
 
+    fn parse_options(inner: &str) -> (RuleOptions, Vec<String>) {
+        let mut errors = LineErrors::default();
+        let opts = super::parse_options(inner, &mut errors);
+        assert_eq!(errors.more, 0, "tests stay under the per-line cap");
+        (opts, errors.kept)
+    }
+
     fn errs(inner: &str) -> Vec<String> {
         parse_options(inner).1
+    }
+
+    #[test]
+    fn limits_are_accepted() {
+        let (o, e) = parse_options("timeout=31536000, maxassoc=1000000");
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(o.timeout, Some(Duration::from_secs(MAX_UDP_TIMEOUT_SECS)));
+        assert_eq!(o.max_assoc, Some(MAX_ASSOC_LIMIT));
+        let (o, e) = parse_options("timeout=1, maxassoc=1");
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(o.timeout, Some(Duration::from_secs(1)));
+        assert_eq!(o.max_assoc, Some(1));
+    }
+
+    #[test]
+    fn the_longest_timeout_cannot_overflow_an_instant() {
+        // What the UDP code does with it: a deadline from now.
+        let now = std::time::Instant::now();
+        assert!(now
+            .checked_add(Duration::from_secs(MAX_UDP_TIMEOUT_SECS))
+            .is_some());
     }
 
     #[test]
@@ -123,21 +166,34 @@ mod tests {
         );
         assert_eq!(
             errs("timeout=5 src=1.2.3.4"),
-            ["invalid timeout '5 src=1.2.3.4' (expected whole seconds, 1 or more)"]
+            ["timeout must be between 1 and 31536000 seconds, not '5 src=1.2.3.4'"]
         );
         assert_eq!(errs("src="), ["missing value for option 'src'"]);
-        for bad in ["0", "-1", "abc", "1.5", "99999999999999999999999"] {
+        for bad in [
+            "0",
+            "-1",
+            "+5",
+            "abc",
+            "1.5",
+            "31536001",
+            "18446744073709551615",
+            "99999999999999999999999",
+        ] {
             assert_eq!(
                 errs(&format!("timeout={bad}")),
                 [format!(
-                    "invalid timeout '{bad}' (expected whole seconds, 1 or more)"
+                    "timeout must be between 1 and 31536000 seconds, not '{bad}'"
                 )]
             );
         }
-        assert_eq!(
-            errs("maxassoc=0"),
-            ["invalid maxassoc '0' (expected a whole number, 1 or more)"]
-        );
+        for bad in ["0", "1000001", "18446744073709551616", "-3", "x"] {
+            assert_eq!(
+                errs(&format!("maxassoc={bad}")),
+                [format!(
+                    "maxassoc must be between 1 and 1000000, not '{bad}'"
+                )]
+            );
+        }
         assert_eq!(
             errs("splice=yes"),
             ["invalid splice mode 'yes' (expected on, off or auto)"]

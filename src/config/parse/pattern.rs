@@ -1,6 +1,6 @@
 //! allow/deny patterns: rinetd wildcards or (oi extension) CIDR blocks.
 
-use crate::config::{Pattern, PatternKind};
+use crate::config::{Pattern, PatternKind, Shown};
 use std::net::IpAddr;
 
 /// Parses the pattern of an `allow` or `deny` line.
@@ -15,13 +15,18 @@ pub(crate) fn parse_pattern(written: &str) -> Result<Pattern, String> {
     if let Some((addr, len)) = text.split_once('/') {
         let net: IpAddr = addr
             .parse()
-            .map_err(|_| format!("invalid CIDR address '{addr}'"))?;
+            .map_err(|_| format!("invalid CIDR address '{}'", Shown(addr)))?;
         let max: u8 = if net.is_ipv4() { 32 } else { 128 };
         let prefix = len
             .parse::<u8>()
             .ok()
             .filter(|p| *p <= max && len.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("invalid prefix length '{len}' (0-{max} for {addr})"))?;
+            .ok_or_else(|| {
+                format!(
+                    "invalid prefix length '{}' (0-{max} for {addr})",
+                    Shown(len)
+                )
+            })?;
         return Ok(Pattern {
             text: text.to_string(),
             kind: PatternKind::Cidr { net, prefix },
@@ -30,7 +35,8 @@ pub(crate) fn parse_pattern(written: &str) -> Result<Pattern, String> {
     let wildcard_char = |b: u8| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'*' | b'?');
     if text.is_empty() || !text.bytes().all(wildcard_char) {
         return Err(format!(
-            "invalid pattern '{written}' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed)"
+            "invalid pattern '{}' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed)",
+            Shown(written)
         ));
     }
     Ok(Pattern {

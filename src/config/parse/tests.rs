@@ -262,7 +262,7 @@ fn field_errors() {
         ("[::1 80 ::1 81", "invalid IPv6 address '[::1'"),
         (
             "0.0.0.0 80 10.0.0.1 80 [timeout=0]",
-            "invalid timeout '0' (expected whole seconds, 1 or more)",
+            "timeout must be between 1 and 31536000 seconds, not '0'",
         ),
         ("0.0.0.0 80 10.0.0.1 80 []", "empty option"),
         (
@@ -372,4 +372,122 @@ fn display_round_trip() {
     let again = ok(&shown);
     assert_eq!(again.rules[0].bind, c.rules[0].bind);
     assert_eq!(again.rules[0].options, c.rules[0].options);
+}
+
+// Issue 10: whatever the file holds, parsing stays bounded and never panics.
+
+use crate::config::{
+    MAX_ERRORS, MAX_ERRORS_PER_LINE, MAX_SHOWN_CHARS, MAX_UDP_TIMEOUT_SECS, MAX_WARNINGS,
+};
+
+#[test]
+fn repeated_options_give_a_small_bounded_report() {
+    // Before the caps, each of these options copied the whole line into its
+    // own error: 10,000 repeats printed 1 GB and 30,000 ran out of memory.
+    let options = vec!["timeout=5"; 30_000].join(",");
+    let line = format!("0.0.0.0 80/udp 10.0.0.1 80/udp [{options}]\n");
+    let e = parse(&line).expect_err("duplicates are errors");
+    assert_eq!(e.count(), 29_999, "every duplicate is counted");
+    assert_eq!(
+        e.errors.len(),
+        MAX_ERRORS_PER_LINE,
+        "but only a few are listed"
+    );
+    let report = e.to_string();
+    assert!(report.len() < 64 * 1024, "{} bytes", report.len());
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), MAX_ERRORS_PER_LINE + 1);
+    assert!(
+        lines[0].starts_with("config:1: duplicate option 'timeout': '0.0.0.0 80/udp 10.0.0.1 80/udp [timeout=5,timeout=5,"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].ends_with("...'"), "{}", lines[0]);
+    assert_eq!(
+        lines[MAX_ERRORS_PER_LINE],
+        format!(
+            "config:1: and {} more errors on this line",
+            29_999 - MAX_ERRORS_PER_LINE
+        )
+    );
+}
+
+#[test]
+fn huge_timeout_on_a_tcp_to_udp_rule_is_rejected_with_the_range() {
+    // Before: accepted, and the first connection overflowed Instant + Duration.
+    let line = "127.0.0.1 9000 127.0.0.1 9001/udp [timeout=18446744073709551615]";
+    assert_eq!(
+        one_error(line),
+        format!("config:1: timeout must be between 1 and 31536000 seconds, not '18446744073709551615': '{line}'")
+    );
+    let longest = format!("127.0.0.1 9000 127.0.0.1 9001/udp [timeout={MAX_UDP_TIMEOUT_SECS}]");
+    assert_eq!(
+        ok(&longest).rules[0].options.timeout,
+        Some(Duration::from_secs(MAX_UDP_TIMEOUT_SECS))
+    );
+}
+
+#[test]
+fn maxassoc_out_of_range() {
+    assert_eq!(
+        one_error("::1 53/udp ::1 54/udp [maxassoc=1000001]"),
+        "config:1: maxassoc must be between 1 and 1000000, not '1000001': '::1 53/udp ::1 54/udp [maxassoc=1000001]'"
+    );
+}
+
+#[test]
+fn errors_across_lines_are_capped_with_a_count() {
+    let text = "nonsense\n".repeat(MAX_ERRORS + 50);
+    let e = parse(&text).expect_err("all bad");
+    assert_eq!(e.errors.len(), MAX_ERRORS);
+    assert_eq!(e.omitted, 50);
+    assert_eq!(e.count(), MAX_ERRORS + 50);
+    let report = e.to_string();
+    assert_eq!(report.lines().count(), MAX_ERRORS + 1);
+    assert_eq!(report.lines().last(), Some("config: and 50 more errors"));
+    // Every bad line up to the cap is reported, in order, in one pass.
+    assert!(report.starts_with("config:1: expected"), "{report}");
+    assert!(
+        report.contains(&format!("config:{MAX_ERRORS}: expected")),
+        "{report}"
+    );
+}
+
+#[test]
+fn warnings_are_capped_with_a_count() {
+    let text = "logfile /a\n".repeat(MAX_WARNINGS + 20);
+    let c = ok(&text);
+    assert_eq!(c.warnings.len(), MAX_WARNINGS);
+    assert_eq!(c.omitted_warnings, 19);
+}
+
+#[test]
+fn hostile_text_in_errors_is_escaped_and_cut() {
+    assert_eq!(
+        one_error("allow \x1b[2J\u{7}"),
+        "config:1: invalid pattern '\\x1b[2J\\x07' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed): 'allow \\x1b[2J\\x07'"
+    );
+    let name = "a".repeat(1_000_000);
+    let e = one_error(&format!("0.0.0.0 80 10.0.0.1 80 [{name}=1]"));
+    // The message quotes the name and the line, each cut.
+    assert!(e.len() < 4 * MAX_SHOWN_CHARS, "{} bytes", e.len());
+    assert!(e.starts_with("config:1: unknown option 'aaaa"), "{e}");
+    assert_eq!(e.matches("...'").count(), 2, "{e}");
+}
+
+#[test]
+fn a_line_of_a_million_words_is_two_short_errors() {
+    // The tokenizer stops at the sixth field instead of keeping a million.
+    let line = "x ".repeat(1_000_000);
+    let shown = format!(
+        "'{}...'",
+        &"x ".repeat(MAX_SHOWN_CHARS)[..MAX_SHOWN_CHARS - 3]
+    );
+    assert_eq!(
+        errors(&line),
+        [
+            format!("config:1: unexpected 'x' after the connect port: {shown}"),
+            format!("config:1: unexpected 'x' after the options (put all options in one [...] list): {shown}"),
+        ]
+    );
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Bounded fuzzing run of the config parser, for CI and for people.
+#
+#   fuzz/run.sh [SECONDS] [TARGET]      # defaults: 60 s, config_parse
+#
+# Installs cargo-fuzz if missing. cargo-fuzz needs nightly-only compiler flags
+# (-Zsanitizer=address); with only a stable toolchain, RUSTC_BOOTSTRAP=1 lets
+# stable accept them. The generated corpus lives in fuzz/corpus/TARGET (not
+# committed); the committed seeds in fuzz/seeds/TARGET start it. A crash leaves
+# its input in fuzz/artifacts/TARGET and makes this script exit non-zero.
+set -euo pipefail
+
+seconds="${1:-60}"
+target="${2:-config_parse}"
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "run.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+export RUSTC_BOOTSTRAP=1
+mkdir -p "corpus/$target"
+# -max_len: the parser's interesting structure is in lines, not megabytes;
+#   64 KiB still allows many lines and long ones.
+# -timeout: one input taking more than 10 s is a finding (a quadratic path).
+# -rss_limit_mb: one input using more than 1 GiB is a finding (issue 10).
+cargo fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+    -max_total_time="$seconds" \
+    -max_len=65536 \
+    -timeout=10 \
+    -rss_limit_mb=1024 \
+    -print_final_stats=1
