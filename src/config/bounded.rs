@@ -10,6 +10,7 @@
 
 use super::{ConfigError, ConfigErrors, MAX_ERRORS, MAX_ERRORS_PER_LINE, MAX_SHOWN_CHARS};
 use std::fmt::{self, Write};
+use std::sync::Arc;
 
 /// Marks text that was cut at [`MAX_SHOWN_CHARS`]. ASCII, so it survives any
 /// terminal or log encoding.
@@ -101,9 +102,37 @@ pub(crate) struct ErrorSink {
     errors: Vec<ConfigError>,
     /// Errors found beyond the cap (including their lines' extras); reported as a count.
     omitted: usize,
+    /// The included file being read, put into each error; `None` for the main file.
+    file: Option<Arc<str>>,
 }
 
 impl ErrorSink {
+    /// Names the file later errors are in (`None`: the main file).
+    pub(crate) fn set_file(&mut self, file: Option<Arc<str>>) {
+        self.file = file;
+    }
+
+    /// The file later errors are in.
+    pub(crate) fn file(&self) -> Option<Arc<str>> {
+        self.file.clone()
+    }
+
+    /// Records one problem at `line` and `column` (YAML), with the offending text.
+    pub(crate) fn at(&mut self, line: usize, column: usize, message: String, text: &str) {
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(ConfigError {
+                file: self.file.clone(),
+                line,
+                column,
+                message,
+                text: Shown(text).to_string(),
+                more: 0,
+            });
+        } else {
+            self.omitted += 1;
+        }
+    }
+
     /// Records every problem of `line`, whose (unescaped) text is `text`.
     pub(crate) fn line(&mut self, line: usize, text: &str, problems: LineErrors) {
         // Escape and cut the line once, not once per message.
@@ -112,7 +141,9 @@ impl ErrorSink {
         for message in problems.kept {
             if self.errors.len() < MAX_ERRORS {
                 self.errors.push(ConfigError {
+                    file: self.file.clone(),
                     line,
+                    column: 0,
                     message,
                     text: shown.clone(),
                     more: 0,
@@ -138,6 +169,17 @@ impl ErrorSink {
     /// True when no error was recorded.
     pub(crate) fn is_empty(&self) -> bool {
         self.errors.is_empty() && self.omitted == 0
+    }
+
+    /// Puts the listed errors in file order (line, then column): for
+    /// formats whose checks do not run in file order (YAML).
+    pub(crate) fn sort_by_position(&mut self) {
+        self.errors.sort_by_key(|e| (e.line, e.column));
+    }
+
+    /// How many errors were recorded, listed or only counted.
+    pub(crate) fn count(&self) -> usize {
+        self.errors.iter().map(|e| 1 + e.more).sum::<usize>() + self.omitted
     }
 
     /// `Ok(value)` when no error was recorded, else every error under `file`.

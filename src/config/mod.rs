@@ -5,18 +5,31 @@
 //! socket addresses, which is the only step that blocks.
 
 mod bounded;
+mod hint;
+mod include;
+mod model;
 mod parse;
 mod resolve;
 pub mod services;
+mod yaml;
 
 pub use bounded::Shown;
-pub use parse::parse;
-pub use resolve::{resolve, ResolvedConfig, ResolvedRule};
+pub use include::{
+    FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
+};
+pub use model::{
+    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, StatusFormat,
+    DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
+};
+pub use parse::{parse, parse_with_includes};
+pub use resolve::{resolve, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults};
+pub use yaml::parse_yaml;
 
 use std::fmt;
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest configuration file oi reads, in bytes (16 MiB). A real rinetd.conf
@@ -47,6 +60,27 @@ pub const MAX_UDP_TIMEOUT_SECS: u64 = 365 * 24 * 60 * 60;
 /// Largest `[maxassoc=N]`. Each association holds a socket and a task; a
 /// million is beyond any single rule's file-descriptor budget.
 pub const MAX_ASSOC_LIMIT: usize = 1_000_000;
+
+/// Largest `connect-timeout`, in seconds (one day, as rinetd-uv).
+pub const MAX_CONNECT_TIMEOUT_SECS: u64 = 86_400;
+
+/// Largest `dns-refresh`, in seconds (one week, as rinetd-uv).
+pub const MAX_DNS_REFRESH_SECS: u64 = 604_800;
+
+/// Largest `mode=` for a unix socket file: the permission and sticky bits.
+pub const MAX_SOCKET_MODE: u32 = 0o7777;
+
+/// Default TCP listen backlog of a .conf file without `listen-backlog` (oi's
+/// own; rinetd-uv uses 128).
+pub const DEFAULT_LISTEN_BACKLOG: u32 = 1024;
+
+/// Default UDP association idle timeout of a YAML file (rinetd-uv's; a .conf
+/// file keeps rinetd 0.73's [`DEFAULT_UDP_TIMEOUT`]).
+pub const DEFAULT_YAML_UDP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default cap on UDP associations per rule of a YAML file (rinetd-uv's
+/// `max_udp_connections` default; a .conf file keeps [`DEFAULT_MAX_ASSOC`]).
+pub const DEFAULT_YAML_MAX_ASSOC: usize = 5000;
 
 /// Transport protocol of one side of a forwarding rule (`/tcp` or `/udp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -142,6 +176,16 @@ pub struct RuleOptions {
     pub splice: Option<SpliceMode>,
     /// `[maxassoc=N]` (oi extension): cap on live UDP associations of this rule.
     pub max_assoc: Option<usize>,
+    /// `[keepalive=on|off]` (rinetd-uv): TCP keepalive on the rule's sockets; `None` = on.
+    pub keepalive: Option<bool>,
+    /// `[connect-timeout=N]` (rinetd-uv): give up on a backend after N s;
+    /// `Some(ZERO)` = the kernel's timeout; `None` = the global `connect-timeout`.
+    pub connect_timeout: Option<Duration>,
+    /// `[dns-refresh=N]` (rinetd-uv): look backend names up again every N s;
+    /// `Some(ZERO)` = never; `None` = the global `dns-refresh`.
+    pub dns_refresh: Option<Duration>,
+    /// `[mode=0660]` (rinetd-uv): permissions of a unix listening socket's file.
+    pub mode: Option<u32>,
 }
 
 /// Default UDP association idle timeout, as in rinetd.
@@ -191,12 +235,21 @@ impl AclRules {
 /// One forwarding rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
-    /// 1-based line number in the file, for messages.
+    /// The file the rule is in when it came from an `include`; `None` for the main file.
+    pub file: Option<Arc<str>>,
+    /// 1-based line number in its file, for messages.
     pub line: usize,
+    /// YAML `name:`; several `bind:` entries make several rules with one name.
+    pub name: Option<String>,
     /// Where to listen.
     pub bind: Endpoint,
-    /// Where to forward.
+    /// Where to forward: the first backend's endpoint (`backends[0].endpoint`),
+    /// kept so code that knows one backend per rule reads it directly.
     pub connect: Endpoint,
+    /// Every backend, in file order; never empty, and the first is `connect`.
+    pub backends: Vec<Backend>,
+    /// How to choose among `backends` (YAML `load_balancing:`).
+    pub balance: Balance,
     /// Bracketed options.
     pub options: RuleOptions,
     /// allow/deny lines that follow this rule and apply to it only.
@@ -216,6 +269,12 @@ pub struct Config {
     pub pidlogfile: Option<PathBuf>,
     /// `logcommon`: use the web-server common log format instead of tabs.
     pub logcommon: bool,
+    /// Which format the file was written in (decides some defaults).
+    pub format: Format,
+    /// The global settings rinetd-uv added (`buffersize`, `connect-timeout`, ...).
+    pub globals: Globals,
+    /// Every `include` line, in the order read, with the files it brought in.
+    pub includes: Vec<Include>,
     /// Accepted-but-suspicious lines (such as `timeout` on a TCP rule), shown by
     /// `--check`; at most [`MAX_WARNINGS`].
     pub warnings: Vec<ConfigError>,
@@ -226,8 +285,12 @@ pub struct Config {
 /// One problem found in a configuration file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
-    /// 1-based line number.
+    /// The included file the problem is in; `None` for the file [`ConfigErrors::file`] names.
+    pub file: Option<Arc<str>>,
+    /// 1-based line number; 0 for a problem with the whole file.
     pub line: usize,
+    /// 1-based column (YAML files); 0 when not known.
+    pub column: usize,
     /// What is wrong, without the line text; any file text in it is escaped and cut ([`Shown`]).
     pub message: String,
     /// The offending text (the line, trimmed, or the part at fault), already
@@ -251,12 +314,19 @@ pub struct ConfigErrors {
 impl ConfigErrors {
     /// Formats one problem as `FILE:LINE: message: 'text'` (without the
     /// `and N more` line that [`ConfigError::more`] adds in the full report).
+    /// FILE is the included file when the problem is in one; YAML problems
+    /// add the column (`FILE:LINE:COLUMN:`); an empty text is left out.
     pub fn format_one(file: &str, e: &ConfigError) -> String {
-        if e.line == 0 {
-            format!("{file}: {}", e.message)
-        } else {
-            format!("{file}:{}: {}: '{}'", e.line, e.message, e.text)
+        let file = e.file.as_deref().unwrap_or(file);
+        let mut out = match (e.line, e.column) {
+            (0, _) => format!("{file}: {}", e.message),
+            (line, 0) => format!("{file}:{line}: {}", e.message),
+            (line, column) => format!("{file}:{line}:{column}: {}", e.message),
+        };
+        if e.line != 0 && !e.text.is_empty() {
+            out.push_str(&format!(": '{}'", e.text));
         }
+        out
     }
 
     /// One error not tied to a line, such as an unreadable file.
@@ -264,7 +334,9 @@ impl ConfigErrors {
         ConfigErrors {
             file: file.to_string(),
             errors: vec![ConfigError {
+                file: None,
                 line: 0,
+                column: 0,
                 message,
                 text: String::new(),
                 more: 0,
@@ -295,10 +367,11 @@ impl fmt::Display for ConfigErrors {
             f.write_str(&Self::format_one(&self.file, e))?;
             if e.more > 0 {
                 let s = plural(e.more);
+                let file = e.file.as_deref().unwrap_or(&self.file);
                 write!(
                     f,
-                    "\n{}:{}: and {} more error{s} on this line",
-                    self.file, e.line, e.more
+                    "\n{file}:{}: and {} more error{s} on this line",
+                    e.line, e.more
                 )?;
             }
         }
@@ -383,14 +456,31 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// Reads and parses a configuration file. Errors carry the path as given.
+/// Reads and parses a configuration file, with every file it includes.
+/// Errors carry the path as given (included files as found from it).
+///
+/// The format follows the extension, as in rinetd-uv: `.yaml` and `.yml` are
+/// YAML ([`parse_yaml`]), anything else is rinetd.conf text, whose `include`
+/// lines read further files through [`FsIncludes`]. A reload calls this too,
+/// so it re-reads every included file.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let text = read_limited(path)
         .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
     // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
     let text = String::from_utf8_lossy(&text);
-    parse(&text).map_err(|e| e.with_file(&file))
+    if is_yaml(path) {
+        return parse_yaml(&text).map_err(|e| e.with_file(&file));
+    }
+    let mut includes = FsIncludes::new(path);
+    parse_with_includes(&text, &mut includes).map_err(|e| e.with_file(&file))
+}
+
+/// Whether `path` names a YAML file (`.yaml` or `.yml`, any case).
+pub fn is_yaml(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
 /// Loads and resolves a configuration file; the whole pipeline a start or a

@@ -7,26 +7,35 @@
 //! ```text
 //! bindaddr bindport connectaddr connectport [name=value, ...]
 //! allow PATTERN | deny PATTERN
-//! logfile PATH | pidlogfile PATH | logcommon
+//! logfile PATH | pidlogfile PATH | pidfile PATH | logcommon | statusfile PATH
+//! include FILE|GLOB
+//! buffersize N | connect-timeout N | dns-refresh N | ... (see parse/globals.rs)
 //! ```
 
 mod address;
+mod globals;
 mod options;
 mod pattern;
 
-use address::{parse_host, parse_port};
+pub(crate) use address::{parse_host, parse_port};
+use globals::{set_global, GLOBAL_KEYWORDS};
+pub(crate) use globals::{bounded, octal_mode, seconds};
 use options::parse_options;
-use pattern::parse_pattern;
+pub(crate) use pattern::parse_pattern;
 
 use super::bounded::{ErrorSink, LineErrors, Shown};
+use super::hint::closest;
+use super::include::{IncludeSource, IncludedFile};
 use super::{
-    AclRules, Config, ConfigError, ConfigErrors, Endpoint, Host, Port, Proto, Rule, RuleOptions,
-    SpliceMode, MAX_WARNINGS,
+    AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include, Port,
+    Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES,
+    MAX_INCLUDE_DEPTH, MAX_WARNINGS,
 };
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The file name `parse` puts in its errors; [`super::load`] replaces it with the path.
 pub(crate) const PLACEHOLDER_FILE: &str = "config";
@@ -34,10 +43,29 @@ pub(crate) const PLACEHOLDER_FILE: &str = "config";
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
 
-/// Keywords, for the "keywords are lower case" hint.
-const KEYWORDS: [&str; 5] = ["allow", "deny", "logfile", "pidlogfile", "logcommon"];
+/// Keywords other than the one-value globals, for hints.
+const KEYWORDS: [&str; 8] = [
+    "allow",
+    "deny",
+    "logfile",
+    "pidlogfile",
+    "pidfile",
+    "logcommon",
+    "include",
+    "statusfile",
+];
 
-/// Parses rinetd.conf text. Does no I/O and no DNS.
+/// Whether `word` is a keyword, and the closest keyword (for hints).
+fn keyword_hint(word: &str) -> Option<&'static str> {
+    let all: Vec<&'static str> = KEYWORDS.iter().chain(GLOBAL_KEYWORDS.iter()).copied().collect();
+    all.iter()
+        .find(|k| k.eq_ignore_ascii_case(word))
+        .copied()
+        .or_else(|| closest(word, &all))
+}
+
+/// Parses rinetd.conf text. Does no I/O and no DNS; an `include` line is an
+/// error (use [`parse_with_includes`]).
 ///
 /// Every bad line is reported (up to the caps in [`super::bounded`]); the
 /// result is `Ok` only when there are none. Accepted-but-dubious lines become
@@ -45,9 +73,28 @@ const KEYWORDS: [&str; 5] = ["allow", "deny", "logfile", "pidlogfile", "logcommo
 /// text's size at most, whatever the text.
 pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
     let mut p = Parser::default();
-    for (index, raw) in text.lines().enumerate() {
-        p.line(index + 1, raw);
-    }
+    p.text(text);
+    p.errors.into_result(p.config, PLACEHOLDER_FILE)
+}
+
+/// Parses rinetd.conf text whose `include` lines read files through
+/// `source`: relative to the including file, sorted, nested up to
+/// [`MAX_INCLUDE_DEPTH`] levels, cycles refused with their chain, each file
+/// and the total under [`MAX_CONFIG_BYTES`]. Errors in an included file name
+/// that file and its line.
+pub fn parse_with_includes(
+    text: &str,
+    source: &mut dyn IncludeSource,
+) -> Result<Config, ConfigErrors> {
+    let main = source.main_file();
+    let mut p = Parser {
+        main_name: main.name.as_str().into(),
+        stack: vec![main],
+        total_bytes: text.len(),
+        source: Some(source),
+        ..Parser::default()
+    };
+    p.text(text);
     p.errors.into_result(p.config, PLACEHOLDER_FILE)
 }
 
@@ -60,21 +107,38 @@ enum HostKey {
     Name(String),
 }
 
-/// Parser state across lines.
+/// Where something was written: a file (`None` for the main one) and a line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Place {
+    /// The included file, or `None` for the main file.
+    file: Option<Arc<str>>,
+    /// 1-based line.
+    line: usize,
+}
+
+/// Parser state across lines and included files.
 #[derive(Default)]
-struct Parser {
+struct Parser<'s> {
     /// What has been parsed so far.
     config: Config,
     /// Every error, in line order, under the caps.
     errors: ErrorSink,
-    /// Listener identity to the line that first defined it.
-    listeners: HashMap<(HostKey, Port, Proto), usize>,
+    /// Listener identity to where it was first defined.
+    listeners: HashMap<(HostKey, Port, Proto), Place>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
     seen_rule: bool,
-    /// Line of the last `logfile`, to warn about repeats.
-    logfile_line: Option<usize>,
-    /// Line of the last `pidlogfile`, to warn about repeats.
-    pidlogfile_line: Option<usize>,
+    /// Where each path or one-value keyword was last set, to warn about repeats.
+    set_at: HashMap<&'static str, Place>,
+    /// Where included files come from; `None` when includes are not allowed.
+    source: Option<&'s mut dyn IncludeSource>,
+    /// The main file's name, for messages that point from one file into another.
+    main_name: Arc<str>,
+    /// The files being read, outermost first: the include chain, for cycles.
+    stack: Vec<IncludedFile>,
+    /// Included files read so far (at most [`MAX_INCLUDED_FILES`]).
+    files_read: usize,
+    /// Bytes of text read so far, all files together (at most [`MAX_CONFIG_BYTES`]).
+    total_bytes: usize,
 }
 
 /// Trims the white space rinetd allows around fields (spaces, tabs, CR, ...).
@@ -87,7 +151,32 @@ fn strip_comment(s: &str) -> &str {
     s.split_once('#').map_or(s, |(before, _)| before)
 }
 
-impl Parser {
+impl Parser<'_> {
+    /// Parses every line of one file's text.
+    fn text(&mut self, text: &str) {
+        for (index, raw) in text.lines().enumerate() {
+            self.line(index + 1, raw);
+        }
+    }
+
+    /// Where `line` of the file being read is.
+    fn here(&self, line: usize) -> Place {
+        Place {
+            file: self.errors.file(),
+            line,
+        }
+    }
+
+    /// `line N` for a place in the file being read, else `FILE:N`.
+    fn describe(&self, place: &Place) -> String {
+        if place.file == self.errors.file() {
+            format!("line {}", place.line)
+        } else {
+            let file = place.file.as_deref().unwrap_or(&self.main_name);
+            format!("{file}:{}", place.line)
+        }
+    }
+
     /// Records an error for `line`.
     fn error(&mut self, line: usize, message: String, text: &str) {
         self.errors.one(line, message, text);
@@ -97,7 +186,9 @@ impl Parser {
     fn warn(&mut self, line: usize, message: String, text: &str) {
         if self.config.warnings.len() < MAX_WARNINGS {
             self.config.warnings.push(ConfigError {
+                file: self.errors.file(),
                 line,
+                column: 0,
                 message,
                 text: Shown(text).to_string(),
                 more: 0,
@@ -119,7 +210,9 @@ impl Parser {
         let (word, rest) = text.split_at(word_end);
         match word {
             "allow" | "deny" => self.acl(line, text, word, rest),
-            "logfile" | "pidlogfile" => self.path(line, text, word, rest),
+            "logfile" | "pidlogfile" | "pidfile" | "statusfile" | "include" => {
+                self.path(line, text, word, rest)
+            }
             "logcommon" => {
                 if trim_ws(strip_comment(rest)).is_empty() {
                     self.config.logcommon = true;
@@ -127,8 +220,131 @@ impl Parser {
                     self.error(line, "expected 'logcommon' alone".into(), text);
                 }
             }
+            w if GLOBAL_KEYWORDS.contains(&w) => self.global(line, text, word, rest),
             _ => self.rule(line, text, word),
         }
+    }
+
+    /// A one-value global line: `buffersize 65536`, `dns-multi-ip-proto any`, ...
+    fn global(&mut self, line: usize, text: &str, word: &str, rest: &str) {
+        let mut fields = strip_comment(rest).split_ascii_whitespace();
+        let (Some(value), None) = (fields.next(), fields.next()) else {
+            return self.error(line, format!("expected '{word} VALUE'"), text);
+        };
+        match set_global(&mut self.config.globals, word, value) {
+            Err(e) => self.error(line, e, text),
+            Ok(_) => self.note_repeat(line, text, word),
+        }
+    }
+
+    /// Warns when `word` was set before; remembers where it is set now.
+    fn note_repeat(&mut self, line: usize, text: &str, word: &str) {
+        let key = KEYWORDS
+            .iter()
+            .chain(GLOBAL_KEYWORDS.iter())
+            .find(|k| **k == word)
+            .copied()
+            .unwrap_or("");
+        // `pidfile` and `pidlogfile` set the same thing.
+        let key = if key == "pidfile" { "pidlogfile" } else { key };
+        let here = self.here(line);
+        if let Some(first) = self.set_at.insert(key, here) {
+            let at = self.describe(&first);
+            self.warn(
+                line,
+                format!("{word} repeated (previous at {at}); the last one wins"),
+                text,
+            );
+        }
+    }
+
+    /// `include PATTERN`: every file it names, in order, as if written here.
+    fn include(&mut self, line: usize, text: &str, pattern: &str) {
+        let Some(source) = self.source.as_deref_mut() else {
+            return self.error(
+                line,
+                "include is not available here (the text has no file to be relative to)".into(),
+                text,
+            );
+        };
+        let Some(from) = self.stack.last().cloned() else {
+            return;
+        };
+        let files = match source.expand(&from, pattern) {
+            Ok(f) => f,
+            Err(e) => {
+                let message = format!("cannot expand include pattern '{}': {e}", Shown(pattern));
+                return self.error(line, message, text);
+            }
+        };
+        let from_file = self.errors.file();
+        if files.is_empty() {
+            let message = format!("include pattern '{}' matches no files", Shown(pattern));
+            self.warn(line, message, text);
+        }
+        let mut record = Include {
+            from: from_file.clone(),
+            line,
+            pattern: pattern.to_string(),
+            files: Vec::new(),
+        };
+        for file in files {
+            if let Some(at) = self.stack.iter().position(|f| f.key == file.key) {
+                let chain: Vec<&str> = self.stack[at..]
+                    .iter()
+                    .chain(std::iter::once(&file))
+                    .map(|f| f.name.as_str())
+                    .collect();
+                let message = format!("include cycle: {}", Shown(&chain.join(" -> ")));
+                self.error(line, message, text);
+                continue;
+            }
+            if self.stack.len() > MAX_INCLUDE_DEPTH {
+                let message = format!(
+                    "includes nested more than {MAX_INCLUDE_DEPTH} levels deep: '{}' not read",
+                    Shown(&file.name)
+                );
+                self.error(line, message, text);
+                break;
+            }
+            if self.files_read >= MAX_INCLUDED_FILES {
+                let message =
+                    format!("more than {MAX_INCLUDED_FILES} included files; the rest are not read");
+                self.error(line, message, text);
+                break;
+            }
+            self.files_read += 1;
+            let read = match self.source.as_deref_mut() {
+                Some(source) => source.read(&file),
+                None => return,
+            };
+            let body = match read {
+                Ok(b) => b,
+                Err(e) => {
+                    let message = format!("cannot read included file '{}': {e}", Shown(&file.name));
+                    self.error(line, message, text);
+                    continue;
+                }
+            };
+            self.total_bytes = self.total_bytes.saturating_add(body.len());
+            if self.total_bytes as u64 > MAX_CONFIG_BYTES {
+                let message = format!(
+                    "included files exceed {} MiB ({MAX_CONFIG_BYTES} bytes) in all, the most oi reads: '{}' not read",
+                    MAX_CONFIG_BYTES / (1024 * 1024),
+                    Shown(&file.name)
+                );
+                self.error(line, message, text);
+                break;
+            }
+            let name: Arc<str> = file.name.as_str().into();
+            record.files.push(name.clone());
+            self.stack.push(file);
+            self.errors.set_file(Some(name));
+            self.text(&body);
+            self.errors.set_file(from_file.clone());
+            self.stack.pop();
+        }
+        self.config.includes.push(record);
     }
 
     /// `allow PATTERN` or `deny PATTERN`.
@@ -160,7 +376,8 @@ impl Parser {
 
     /// `logfile PATH` or `pidlogfile PATH`; PATH may be quoted with `"` or `'`.
     fn path(&mut self, line: usize, text: &str, word: &str, rest: &str) {
-        let shape = || format!("expected '{word} PATH' (quote a path that contains spaces)");
+        let what = if word == "include" { "FILE" } else { "PATH" };
+        let shape = || format!("expected '{word} {what}' (quote a {} that contains spaces)", what.to_ascii_lowercase());
         let rest = trim_ws(rest);
         let (path, after) = match rest.chars().next() {
             Some(q @ ('"' | '\'')) => match rest[1..].split_once(q) {
@@ -181,19 +398,14 @@ impl Parser {
         if path.is_empty() {
             return self.error(line, format!("empty path after '{word}'"), text);
         }
-        let (slot, seen) = if word == "logfile" {
-            (&mut self.config.logfile, &mut self.logfile_line)
-        } else {
-            (&mut self.config.pidlogfile, &mut self.pidlogfile_line)
+        let slot = match word {
+            "include" => return self.include(line, text, path),
+            "logfile" => &mut self.config.logfile,
+            "statusfile" => &mut self.config.globals.status_file,
+            _ => &mut self.config.pidlogfile,
         };
         *slot = Some(PathBuf::from(path));
-        if let Some(first) = seen.replace(line) {
-            self.warn(
-                line,
-                format!("{word} repeated (previous at line {first}); the last one wins"),
-                text,
-            );
-        }
+        self.note_repeat(line, text, word);
     }
 
     /// A forwarding rule.
@@ -201,15 +413,25 @@ impl Parser {
         self.seen_rule = true;
         let tokens = tokenize(strip_comment(text));
         if tokens.len() < 4 || tokens[1].starts_with('[') || tokens[3].starts_with('[') {
-            let message = match KEYWORDS.iter().find(|k| k.eq_ignore_ascii_case(word)) {
-                Some(k) if tokens.len() < 4 => {
+            let message = match keyword_hint(word) {
+                Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
                     format!(
                         "unknown keyword '{}' (keywords are lower case: '{k}')",
                         Shown(word)
                     )
                 }
+                Some(k) if tokens.len() < 4 => {
+                    format!("unknown keyword '{}' (did you mean '{k}'?)", Shown(word))
+                }
                 _ => RULE_SHAPE.to_string(),
             };
+            return self.error(line, message, text);
+        }
+        if let Some(unix) = [tokens[0], tokens[2]].iter().find(|t| t.starts_with("unix:")) {
+            let message = format!(
+                "unix socket endpoints ('{}') are not supported yet",
+                Shown(unix)
+            );
             return self.error(line, message, text);
         }
         let mut errors = LineErrors::default();
@@ -243,12 +465,16 @@ impl Parser {
         let key = (key_host, bind.port.clone(), bind.proto);
         if let Some(first) = self.listeners.get(&key) {
             let message = format!(
-                "duplicate listener {} {}/{}, first defined at line {first}",
-                bind.host_text, bind.port, bind.proto
+                "duplicate listener {} {}/{}, first defined at {}",
+                bind.host_text,
+                bind.port,
+                bind.proto,
+                self.describe(first)
             );
             return self.error(line, message, text);
         }
-        self.listeners.insert(key, line);
+        let here = self.here(line);
+        self.listeners.insert(key, here);
         let any_udp = bind.proto == Proto::Udp || connect.proto == Proto::Udp;
         if !any_udp {
             for (set, name) in [
@@ -262,10 +488,35 @@ impl Parser {
                 }
             }
         }
+        if options.mode.is_some() {
+            self.warn(
+                line,
+                "option 'mode' only applies to unix socket listeners; ignored".into(),
+                text,
+            );
+        }
+        let tcp_only = [
+            (options.keepalive.is_some(), "keepalive"),
+            (options.connect_timeout.is_some(), "connect-timeout"),
+        ];
+        if connect.proto == Proto::Udp {
+            for (set, name) in tcp_only {
+                if set {
+                    let message = format!(
+                        "option '{name}' only applies to TCP backends; ignored on this UDP backend"
+                    );
+                    self.warn(line, message, text);
+                }
+            }
+        }
         self.config.rules.push(Rule {
+            file: self.errors.file(),
             line,
+            name: None,
             bind,
+            backends: vec![Backend::plain(connect.clone(), line)],
             connect,
+            balance: Balance::default(),
             options,
             acl: AclRules::default(),
         });
@@ -378,6 +629,18 @@ impl fmt::Display for RuleOptions {
         if let Some(n) = self.max_assoc {
             parts.push(format!("maxassoc={n}"));
         }
+        if let Some(on) = self.keepalive {
+            parts.push(format!("keepalive={}", if on { "on" } else { "off" }));
+        }
+        if let Some(t) = self.connect_timeout {
+            parts.push(format!("connect-timeout={}", t.as_secs()));
+        }
+        if let Some(t) = self.dns_refresh {
+            parts.push(format!("dns-refresh={}", t.as_secs()));
+        }
+        if let Some(m) = self.mode {
+            parts.push(format!("mode={m:04o}"));
+        }
         if parts.is_empty() {
             Ok(())
         } else {
@@ -399,3 +662,6 @@ impl fmt::Display for Rule {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_uv;

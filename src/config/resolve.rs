@@ -2,9 +2,14 @@
 
 use super::bounded::{ErrorSink, LineErrors};
 use super::services::Services;
-use super::{Config, ConfigErrors, Endpoint, Host, Port, Proto, Rule};
+use super::{
+    Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Port, Proto, Rule,
+    DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT, DEFAULT_YAML_MAX_ASSOC,
+    DEFAULT_YAML_UDP_TIMEOUT,
+};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 /// A forwarding rule with every name looked up.
 #[derive(Clone, Debug)]
@@ -13,10 +18,103 @@ pub struct ResolvedRule {
     pub rule: Rule,
     /// The address to bind (the first the bind host resolves to).
     pub bind: SocketAddr,
-    /// Backend addresses, tried in order until one answers.
+    /// The first backend's addresses, tried in order until one answers.
     pub connect: Vec<SocketAddr>,
-    /// Resolved `[src=ADDR]`, bound before connecting.
+    /// Resolved `[src=ADDR]` (or the first backend's `src:`), bound before connecting.
     pub src: Option<IpAddr>,
+    /// Every backend with its addresses (the first is `connect` and `src`).
+    pub backends: Vec<ResolvedBackend>,
+    /// The global settings a rule falls back on, copied so a rule stands alone.
+    pub defaults: RuleDefaults,
+}
+
+/// One backend with its names looked up.
+#[derive(Clone, Debug)]
+pub struct ResolvedBackend {
+    /// The backend as parsed (weight, name, ...).
+    pub backend: Backend,
+    /// Its addresses, in resolver order.
+    pub addrs: Vec<SocketAddr>,
+    /// Source address to bind: the backend's `src:`, else the rule's.
+    pub src: Option<IpAddr>,
+}
+
+/// The file-wide settings a rule's own options override.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleDefaults {
+    /// Which format the file was in (YAML files take rinetd-uv's defaults).
+    pub format: Format,
+    /// Global `connect-timeout`; `Some(ZERO)` = the kernel's.
+    pub connect_timeout: Option<Duration>,
+    /// Global `listen-backlog`.
+    pub listen_backlog: Option<u32>,
+    /// Global `max-udp-connections`: the default of `[maxassoc=N]`.
+    pub max_udp_connections: Option<usize>,
+    /// Global `buffersize`.
+    pub buffer_size: Option<usize>,
+}
+
+impl RuleDefaults {
+    /// The defaults `config`'s globals give its rules.
+    pub fn of(config: &Config) -> Self {
+        let g = &config.globals;
+        RuleDefaults {
+            format: config.format,
+            connect_timeout: g.connect_timeout,
+            listen_backlog: g.listen_backlog,
+            max_udp_connections: g.max_udp_connections,
+            buffer_size: g.buffer_size,
+        }
+    }
+}
+
+impl ResolvedRule {
+    /// How long to wait for a backend to accept: the rule's `connect-timeout`,
+    /// else the global one; `None` (also for 0) leaves it to the kernel.
+    pub fn connect_timeout(&self) -> Option<Duration> {
+        self.rule
+            .options
+            .connect_timeout
+            .or(self.defaults.connect_timeout)
+            .filter(|t| !t.is_zero())
+    }
+
+    /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` turns it off).
+    pub fn keepalive(&self) -> bool {
+        self.rule.options.keepalive.unwrap_or(true)
+    }
+
+    /// The TCP listen backlog: `listen-backlog`, else [`DEFAULT_LISTEN_BACKLOG`].
+    pub fn listen_backlog(&self) -> u32 {
+        self.defaults
+            .listen_backlog
+            .unwrap_or(DEFAULT_LISTEN_BACKLOG)
+    }
+
+    /// The cap on live UDP associations: `[maxassoc=N]`, else
+    /// `max-udp-connections`, else the format's default.
+    pub fn max_assoc(&self) -> usize {
+        let default = match self.defaults.format {
+            Format::Conf => DEFAULT_MAX_ASSOC,
+            Format::Yaml => DEFAULT_YAML_MAX_ASSOC,
+        };
+        self.rule
+            .options
+            .max_assoc
+            .or(self.defaults.max_udp_connections)
+            .unwrap_or(default)
+            .max(1)
+    }
+
+    /// The UDP idle timeout: `[timeout=N]`, else the format's default (72 s
+    /// for rinetd.conf as rinetd 0.73, 10 s for YAML as rinetd-uv).
+    pub fn udp_timeout(&self) -> Duration {
+        let default = match self.defaults.format {
+            Format::Conf => DEFAULT_UDP_TIMEOUT,
+            Format::Yaml => DEFAULT_YAML_UDP_TIMEOUT,
+        };
+        self.rule.options.timeout.unwrap_or(default)
+    }
 }
 
 impl ResolvedRule {
@@ -35,17 +133,28 @@ impl ResolvedRule {
             port: Port::Number(a.port()),
             proto,
         };
+        let backend = Backend::plain(endpoint(connect, connect_proto), 1);
         ResolvedRule {
             rule: Rule {
+                file: None,
                 line: 1,
+                name: None,
                 bind: endpoint(bind, bind_proto),
-                connect: endpoint(connect, connect_proto),
+                connect: backend.endpoint.clone(),
+                backends: vec![backend.clone()],
+                balance: Balance::default(),
                 options: Default::default(),
                 acl: Default::default(),
             },
             bind,
             connect: vec![connect],
             src: None,
+            backends: vec![ResolvedBackend {
+                backend,
+                addrs: vec![connect],
+                src: None,
+            }],
+            defaults: RuleDefaults::default(),
         }
     }
 }
@@ -69,50 +178,75 @@ pub struct ResolvedConfig {
 pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
     let mut errors = ErrorSink::default();
     let mut rules = Vec::with_capacity(config.rules.len());
-    let mut listeners: HashMap<(SocketAddr, Proto), usize> = HashMap::new();
+    let mut listeners: HashMap<(SocketAddr, Proto), (Option<std::sync::Arc<str>>, usize)> =
+        HashMap::new();
+    let defaults = RuleDefaults::of(&config);
     for rule in &config.rules {
+        errors.set_file(rule.file.clone());
         let mut problems = LineErrors::default();
         let bind = addresses(&rule.bind, services)
             .map_err(|e| problems.push(e))
             .ok();
-        let connect = addresses(&rule.connect, services)
-            .map_err(|e| problems.push(e))
-            .ok();
-        let src = match &rule.options.src {
-            None => Some(None),
-            Some(host) => {
-                let family = connect
-                    .as_ref()
-                    .and_then(|c| c.first())
-                    .map(SocketAddr::is_ipv4);
-                source(host, family)
-                    .map(Some)
-                    .map_err(|e| problems.push(e))
-                    .ok()
+        let mut backends = Vec::with_capacity(rule.backends.len());
+        for backend in &rule.backends {
+            let addrs = addresses(&backend.endpoint, services)
+                .map_err(|e| problems.push(e))
+                .ok();
+            let src = match backend.src.as_ref().or(rule.options.src.as_ref()) {
+                None => Some(None),
+                Some(host) => {
+                    let family = addrs
+                        .as_ref()
+                        .and_then(|c| c.first())
+                        .map(SocketAddr::is_ipv4);
+                    source(host, family)
+                        .map(Some)
+                        .map_err(|e| problems.push(e))
+                        .ok()
+                }
+            };
+            if let (Some(addrs), Some(src)) = (addrs, src) {
+                backends.push(ResolvedBackend {
+                    backend: backend.clone(),
+                    addrs,
+                    src,
+                });
             }
-        };
-        if let (Some(bind), Some(connect), Some(src)) = (bind, connect, src) {
+        }
+        let complete = backends.len() == rule.backends.len();
+        if let (Some(bind), true, Some(first)) = (bind, complete, backends.first()) {
             let bind = bind[0];
             match listeners.get(&(bind, rule.bind.proto)) {
-                Some(first) => problems.push(format!(
-                    "duplicate listener {bind}/{} (after resolving names), first defined at line {first}",
-                    rule.bind.proto
-                )),
+                Some((file, line)) => {
+                    let at = if *file == rule.file {
+                        format!("line {line}")
+                    } else {
+                        let file = file.as_deref().unwrap_or(super::parse::PLACEHOLDER_FILE);
+                        format!("{file}:{line}")
+                    };
+                    problems.push(format!(
+                        "duplicate listener {bind}/{} (after resolving names), first defined at {at}",
+                        rule.bind.proto
+                    ))
+                }
                 None => {
-                    listeners.insert((bind, rule.bind.proto), rule.line);
+                    listeners.insert((bind, rule.bind.proto), (rule.file.clone(), rule.line));
                 }
             }
             rules.push(ResolvedRule {
                 rule: rule.clone(),
                 bind,
-                connect,
-                src,
+                connect: first.addrs.clone(),
+                src: first.src,
+                backends,
+                defaults,
             });
         }
         if !problems.is_empty() {
             errors.line(rule.line, &rule.to_string(), problems);
         }
     }
+    errors.set_file(None);
     errors.into_result(
         ResolvedConfig { config, rules },
         super::parse::PLACEHOLDER_FILE,

@@ -1,9 +1,26 @@
 //! The bracketed options after a forwarding rule: `[timeout=N, src=ADDR, ...]`.
 
 use super::address::parse_host;
+use super::globals::{octal_mode, on_off, seconds};
 use crate::config::bounded::LineErrors;
-use crate::config::{RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_UDP_TIMEOUT_SECS};
+use crate::config::hint::suggestion;
+use crate::config::{
+    RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
+    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
+};
 use std::time::Duration;
+
+/// Every option name, for "did you mean" hints.
+pub(crate) const OPTION_NAMES: [&str; 8] = [
+    "timeout",
+    "src",
+    "splice",
+    "maxassoc",
+    "keepalive",
+    "connect-timeout",
+    "dns-refresh",
+    "mode",
+];
 
 /// Parses the text between `[` and `]`, adding every problem found to `errors`.
 pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions {
@@ -23,6 +40,23 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
         };
         let name = name.trim_matches(|c: char| c.is_ascii_whitespace());
         let value = value.trim_matches(|c: char| c.is_ascii_whitespace());
+        // `timeout=5 src=1.2.3.4`: two options with the comma left out.
+        if let Some((first, next)) = value.split_once(|c: char| c.is_ascii_whitespace()) {
+            let next = next.trim_start_matches(|c: char| c.is_ascii_whitespace());
+            if next.contains('=') {
+                let next = next
+                    .split(|c: char| c.is_ascii_whitespace())
+                    .next()
+                    .unwrap_or(next);
+                errors.push(format!(
+                    "missing comma between options '{}={}' and '{}'",
+                    Shown(name),
+                    Shown(first),
+                    Shown(next)
+                ));
+                continue;
+            }
+        }
         if value.is_empty() {
             errors.push(format!("missing value for option '{}'", Shown(name)));
             continue;
@@ -80,7 +114,41 @@ fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), Str
             }
             opts.max_assoc = Some(n);
         }
-        _ => return Err(format!("unknown option '{}'", Shown(name))),
+        "keepalive" => {
+            let on = on_off(name, value)?;
+            if opts.keepalive.is_some() {
+                return Err(duplicate());
+            }
+            opts.keepalive = Some(on);
+        }
+        "connect-timeout" => {
+            let t = seconds(name, value, 0, MAX_CONNECT_TIMEOUT_SECS)?;
+            if opts.connect_timeout.is_some() {
+                return Err(duplicate());
+            }
+            opts.connect_timeout = Some(t);
+        }
+        "dns-refresh" => {
+            let t = seconds(name, value, 0, MAX_DNS_REFRESH_SECS)?;
+            if opts.dns_refresh.is_some() {
+                return Err(duplicate());
+            }
+            opts.dns_refresh = Some(t);
+        }
+        "mode" => {
+            let mode = octal_mode(name, value)?;
+            if opts.mode.is_some() {
+                return Err(duplicate());
+            }
+            opts.mode = Some(mode);
+        }
+        _ => {
+            return Err(format!(
+                "unknown option '{}'{}",
+                Shown(name),
+                suggestion(name, &OPTION_NAMES)
+            ))
+        }
     }
     Ok(())
 }
@@ -155,9 +223,62 @@ mod tests {
     }
 
     #[test]
+    fn rinetd_uv_options() {
+        let (o, e) = parse_options("keepalive=off, connect-timeout=5, dns-refresh=0, mode=0660");
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(o.keepalive, Some(false));
+        assert_eq!(o.connect_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(o.dns_refresh, Some(Duration::ZERO));
+        assert_eq!(o.mode, Some(0o660));
+        let (o, e) = parse_options("keepalive=on,connect-timeout=86400,dns-refresh=604800,mode=7777");
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(o.keepalive, Some(true));
+        assert_eq!(o.mode, Some(0o7777));
+        assert_eq!(
+            errs("keepalive=yes"),
+            ["keepalive must be on or off, not 'yes'"]
+        );
+        assert_eq!(
+            errs("connect-timeout=86401"),
+            ["connect-timeout must be between 0 and 86400 seconds, not '86401'"]
+        );
+        assert_eq!(
+            errs("dns-refresh=-1"),
+            ["dns-refresh must be between 0 and 604800 seconds, not '-1'"]
+        );
+        for bad in ["0680", "17777", "rw", "", "0x1ff"] {
+            let e = errs(&format!("mode={bad}"));
+            if bad.is_empty() {
+                assert_eq!(e, ["missing value for option 'mode'"]);
+            } else {
+                assert_eq!(
+                    e,
+                    [format!("mode must be an octal file mode from 0 to 7777, not '{bad}'")]
+                );
+            }
+        }
+        assert_eq!(
+            errs("keepalive=on,keepalive=off"),
+            ["duplicate option 'keepalive'"]
+        );
+        assert_eq!(
+            errs("conect-timeout=5"),
+            ["unknown option 'conect-timeout' (did you mean 'connect-timeout'?)"]
+        );
+        assert_eq!(
+            errs("dns_refresh=5"),
+            ["unknown option 'dns_refresh' (did you mean 'dns-refresh'?)"]
+        );
+    }
+
+    #[test]
     fn errors() {
-        assert_eq!(errs("timout=5"), ["unknown option 'timout'"]);
+        assert_eq!(
+            errs("timout=5"),
+            ["unknown option 'timout' (did you mean 'timeout'?)"]
+        );
         assert_eq!(errs("TIMEOUT=5"), ["unknown option 'TIMEOUT'"]);
+        assert_eq!(errs("colour=red"), ["unknown option 'colour'"]);
         assert_eq!(errs(""), ["empty option"]);
         assert_eq!(errs("timeout=5,"), ["empty option"]);
         assert_eq!(
@@ -166,7 +287,15 @@ mod tests {
         );
         assert_eq!(
             errs("timeout=5 src=1.2.3.4"),
-            ["timeout must be between 1 and 31536000 seconds, not '5 src=1.2.3.4'"]
+            ["missing comma between options 'timeout=5' and 'src=1.2.3.4'"]
+        );
+        assert_eq!(
+            errs("timeout=5  keepalive=off src=::1, splice=on"),
+            ["missing comma between options 'timeout=5' and 'keepalive=off'"]
+        );
+        assert_eq!(
+            errs("timeout=5 6"),
+            ["timeout must be between 1 and 31536000 seconds, not '5 6'"]
         );
         assert_eq!(errs("src="), ["missing value for option 'src'"]);
         for bad in [
@@ -212,7 +341,7 @@ mod tests {
         assert_eq!(
             errs("timout=5, splice=maybe"),
             [
-                "unknown option 'timout'",
+                "unknown option 'timout' (did you mean 'timeout'?)",
                 "invalid splice mode 'maybe' (expected on, off or auto)"
             ]
         );

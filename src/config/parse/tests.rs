@@ -198,7 +198,7 @@ fn repeated_logfile_last_wins_with_warning() {
 fn error_format_and_placeholder_file() {
     assert_eq!(
         one_error("\n\n0.0.0.0 80 10.0.0.1 80 [timout=5]\n"),
-        "config:3: unknown option 'timout': '0.0.0.0 80 10.0.0.1 80 [timout=5]'"
+        "config:3: unknown option 'timout' (did you mean 'timeout'?): '0.0.0.0 80 10.0.0.1 80 [timout=5]'"
     );
 }
 
@@ -289,7 +289,7 @@ fn several_errors_on_one_line_and_across_lines() {
             format!("config:1: invalid host name 'x..y': {l}"),
             format!("config:1: port out of range (1-65535) '0': {l}"),
             format!("config:1: unknown protocol 'sctp' (expected tcp or udp): {l}"),
-            format!("config:1: unknown option 'timout': {l}"),
+            format!("config:1: unknown option 'timout' (did you mean 'timeout'?): {l}"),
             format!("config:1: invalid splice mode 'maybe' (expected on, off or auto): {l}"),
             "config:3: invalid pattern 'localhost' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed): 'allow localhost'".to_string(),
         ]

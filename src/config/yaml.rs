@@ -1,0 +1,598 @@
+//! rinetd-uv's YAML configuration format, mapped onto the same [`Config`] as
+//! rinetd.conf text, so `--check`, reload and the runtime see one model.
+//!
+//! ```yaml
+//! global:
+//!   log_file: /var/log/oi.log
+//!   connect_timeout: 10
+//! rules:
+//!   - name: web
+//!     bind: ["0.0.0.0:80/tcp", "[::]:80/tcp"]
+//!     connect:
+//!       - dest: "10.0.0.1:8080"
+//!         weight: 2
+//!       - dest: "10.0.0.2:8080"
+//!     load_balancing: { algorithm: leastconn }
+//! ```
+//!
+//! Every problem is reported with its line and column; unknown keys are
+//! errors (rinetd-uv only warns), with a "did you mean" hint. A rule with
+//! several `bind` entries becomes one [`Rule`] per entry, sharing the name.
+
+mod tree;
+
+use super::bounded::ErrorSink;
+use super::hint::suggestion;
+use super::parse::{bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds};
+use super::{
+    AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Port,
+    Proto, Rule, RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
+    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS, MAX_WEIGHT,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use tree::{Node, Spanned};
+
+/// Keys of the top-level mapping.
+const ROOT_KEYS: [&str; 2] = ["global", "rules"];
+/// Keys of `global:`.
+const GLOBAL_KEYS: [&str; 16] = [
+    "log_file",
+    "log_common",
+    "pid_file",
+    "buffer_size",
+    "pool_min_free",
+    "pool_max_free",
+    "pool_trim_delay",
+    "dns_refresh",
+    "dns_multi_ip_expand",
+    "dns_multi_ip_proto",
+    "connect_timeout",
+    "listen_backlog",
+    "max_udp_connections",
+    "status",
+    "stats_log_interval",
+    "access",
+];
+/// Keys of `global.status:`.
+const STATUS_KEYS: [&str; 4] = ["enabled", "file", "interval", "format"];
+/// Keys of one rule (`splice` and `maxassoc` are oi's).
+const RULE_KEYS: [&str; 11] = [
+    "name",
+    "bind",
+    "connect",
+    "timeout",
+    "keepalive",
+    "connect_timeout",
+    "mode",
+    "load_balancing",
+    "access",
+    "splice",
+    "maxassoc",
+];
+/// Keys of one backend in a `connect:` list.
+const BACKEND_KEYS: [&str; 5] = ["dest", "name", "weight", "src", "dns_refresh"];
+/// Keys of `load_balancing:`.
+const BALANCE_KEYS: [&str; 5] = [
+    "algorithm",
+    "health_threshold",
+    "recovery_timeout",
+    "affinity_ttl",
+    "affinity_max_entries",
+];
+/// Keys of `access:`.
+const ACCESS_KEYS: [&str; 2] = ["allow", "deny"];
+
+/// Parses YAML text (rinetd-uv's format). Does no I/O and no DNS.
+pub fn parse_yaml(text: &str) -> Result<Config, ConfigErrors> {
+    let mut m = Mapper {
+        config: Config {
+            format: Format::Yaml,
+            ..Config::default()
+        },
+        ..Mapper::default()
+    };
+    match tree::parse(text) {
+        Err(e) => m.errors.at(
+            e.pos.line,
+            e.pos.column,
+            format!("YAML syntax error: {}", Shown(&e.message)),
+            "",
+        ),
+        Ok(None) => {}
+        Ok(Some(root)) => m.root(&root),
+    }
+    m.errors.sort_by_position();
+    m.errors
+        .into_result(m.config, super::parse::PLACEHOLDER_FILE)
+}
+
+/// Mapping state: what has been built, and the errors found.
+#[derive(Default)]
+struct Mapper {
+    /// The configuration built so far.
+    config: Config,
+    /// Every problem, with line and column.
+    errors: ErrorSink,
+    /// Rule names seen, with their lines (names must be unique).
+    names: HashMap<String, usize>,
+    /// Listeners seen (lower-cased host, port, protocol), with their lines.
+    listeners: HashMap<(String, Port, Proto), usize>,
+}
+
+impl Mapper {
+    /// Records a problem at `node`.
+    fn error(&mut self, node: &Spanned, message: String) {
+        self.errors
+            .at(node.pos.line, node.pos.column, message, "");
+    }
+
+    /// The entries of a mapping, checking every key against `allowed`; an
+    /// unknown or repeated key is an error and its entry is left out.
+    fn entries<'a>(
+        &mut self,
+        node: &'a Spanned,
+        what: &str,
+        allowed: &[&str],
+    ) -> Vec<(&'a str, &'a Spanned)> {
+        let Node::Map(entries) = &node.node else {
+            self.error(node, format!("{what} must be a mapping, not {}", node.kind()));
+            return Vec::new();
+        };
+        let mut out: Vec<(&str, &Spanned)> = Vec::new();
+        for (k, v) in entries {
+            let Some(key) = k.text() else {
+                self.error(k, format!("a key in {what} must be a single value, not {}", k.kind()));
+                continue;
+            };
+            if !allowed.contains(&key) {
+                let hint = suggestion(key, allowed);
+                self.error(k, format!("unknown key '{}' in {what}{hint}", Shown(key)));
+            } else if out.iter().any(|(seen, _)| *seen == key) {
+                self.error(k, format!("duplicate key '{}' in {what}", Shown(key)));
+            } else {
+                out.push((key, v));
+            }
+        }
+        out
+    }
+
+    /// A single value's text, or an error naming `key`.
+    fn scalar<'a>(&mut self, key: &str, v: &'a Spanned) -> Option<&'a str> {
+        let text = v.text();
+        if text.is_none() {
+            self.error(v, format!("{key} must be a single value, not {}", v.kind()));
+        }
+        text
+    }
+
+    /// One value or a list of values (`bind`, `allow`).
+    fn scalars<'a>(&mut self, key: &str, v: &'a Spanned) -> Vec<(&'a str, &'a Spanned)> {
+        match &v.node {
+            Node::Seq(items) => items
+                .iter()
+                .filter_map(|i| self.scalar(key, i).map(|t| (t, i)))
+                .collect(),
+            _ => self.scalar(key, v).map(|t| vec![(t, v)]).unwrap_or_default(),
+        }
+    }
+
+    /// A whole number from `min` to `max`.
+    fn number(&mut self, key: &str, v: &Spanned, min: u64, max: u64) -> Option<u64> {
+        let text = self.scalar(key, v)?;
+        bounded(key, text, min, max, "")
+            .map_err(|e| self.error(v, e))
+            .ok()
+    }
+
+    /// Whole seconds from `min` to `max`.
+    fn secs(&mut self, key: &str, v: &Spanned, min: u64, max: u64) -> Option<Duration> {
+        let text = self.scalar(key, v)?;
+        seconds(key, text, min, max)
+            .map_err(|e| self.error(v, e))
+            .ok()
+    }
+
+    /// `true`/`false` (also `yes`/`no` and `on`/`off`, as rinetd-uv).
+    fn boolean(&mut self, key: &str, v: &Spanned) -> Option<bool> {
+        let text = self.scalar(key, v)?;
+        match text.to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" => Some(true),
+            "false" | "no" | "off" => Some(false),
+            _ => {
+                self.error(v, format!("{key} must be true or false, not '{}'", Shown(text)));
+                None
+            }
+        }
+    }
+
+    /// A path.
+    fn path(&mut self, key: &str, v: &Spanned) -> Option<PathBuf> {
+        let text = self.scalar(key, v)?;
+        if text.is_empty() {
+            self.error(v, format!("{key} must not be empty"));
+            return None;
+        }
+        Some(PathBuf::from(text))
+    }
+
+    /// The document: `global:` and `rules:`.
+    fn root(&mut self, root: &Spanned) {
+        for (key, v) in self.entries(root, "the top level", &ROOT_KEYS) {
+            match key {
+                "global" => self.global(v),
+                _ => match &v.node {
+                    Node::Seq(rules) => rules.iter().for_each(|r| self.rule(r)),
+                    Node::Scalar { null: true, .. } => {}
+                    _ => self.error(v, format!("rules must be a list, not {}", v.kind())),
+                },
+            }
+        }
+    }
+
+    /// `global:`.
+    fn global(&mut self, node: &Spanned) {
+        if matches!(node.node, Node::Scalar { null: true, .. }) {
+            return;
+        }
+        for (key, v) in self.entries(node, "global", &GLOBAL_KEYS) {
+            match key {
+                "log_file" => self.config.logfile = self.path(key, v),
+                "pid_file" => self.config.pidlogfile = self.path(key, v),
+                "log_common" => self.config.logcommon = self.boolean(key, v).unwrap_or(false),
+                "buffer_size" => {
+                    self.config.globals.buffer_size =
+                        self.number(key, v, 1024, 1024 * 1024).map(|n| n as usize)
+                }
+                "pool_min_free" => {
+                    self.config.globals.pool_min_free = self.number(key, v, 0, 10_000).map(|n| n as u32)
+                }
+                "pool_max_free" => {
+                    self.config.globals.pool_max_free =
+                        self.number(key, v, 1, 100_000).map(|n| n as u32)
+                }
+                "pool_trim_delay" => {
+                    self.config.globals.pool_trim_delay = self.scalar(key, v).and_then(|t| {
+                        bounded(key, t, 100, 300_000, " milliseconds")
+                            .map(Duration::from_millis)
+                            .map_err(|e| self.error(v, e))
+                            .ok()
+                    })
+                }
+                "dns_refresh" => {
+                    self.config.globals.dns_refresh = self.secs(key, v, 0, MAX_DNS_REFRESH_SECS)
+                }
+                "dns_multi_ip_expand" => {
+                    self.config.globals.dns_multi_ip_expand = self.boolean(key, v)
+                }
+                "dns_multi_ip_proto" => {
+                    let Some(text) = self.scalar(key, v) else { continue };
+                    self.config.globals.dns_multi_ip_proto = match text {
+                        "ipv4" => Some(super::IpFilter::Ipv4),
+                        "ipv6" => Some(super::IpFilter::Ipv6),
+                        "any" => Some(super::IpFilter::Any),
+                        _ => {
+                            let m = format!("{key} must be ipv4, ipv6 or any, not '{}'", Shown(text));
+                            self.error(v, m);
+                            None
+                        }
+                    }
+                }
+                "connect_timeout" => {
+                    self.config.globals.connect_timeout =
+                        self.secs(key, v, 0, MAX_CONNECT_TIMEOUT_SECS)
+                }
+                "listen_backlog" => {
+                    self.config.globals.listen_backlog = self.number(key, v, 1, 65_535).map(|n| n as u32)
+                }
+                "max_udp_connections" => {
+                    self.config.globals.max_udp_connections =
+                        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64).map(|n| n as usize)
+                }
+                "stats_log_interval" => {
+                    self.config.globals.stats_log_interval = self.secs(key, v, 0, 86_400)
+                }
+                "status" => self.status(v),
+                _ => {
+                    let acl = self.access(v);
+                    self.config.global_acl = acl;
+                }
+            }
+        }
+    }
+
+    /// `global.status:`.
+    fn status(&mut self, node: &Spanned) {
+        for (key, v) in self.entries(node, "status", &STATUS_KEYS) {
+            match key {
+                "enabled" => self.config.globals.status_enabled = self.boolean(key, v),
+                "file" => self.config.globals.status_file = self.path(key, v),
+                "interval" => self.config.globals.status_interval = self.secs(key, v, 1, 86_400),
+                _ => {
+                    let Some(text) = self.scalar(key, v) else { continue };
+                    self.config.globals.status_format = match text {
+                        "json" => Some(super::StatusFormat::Json),
+                        "text" => Some(super::StatusFormat::Text),
+                        _ => {
+                            self.error(v, format!("format must be json or text, not '{}'", Shown(text)));
+                            None
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `access:` with `allow:` and `deny:` (each one pattern or a list).
+    fn access(&mut self, node: &Spanned) -> AclRules {
+        let mut acl = AclRules::default();
+        for (key, v) in self.entries(node, "access", &ACCESS_KEYS) {
+            for (text, at) in self.scalars(key, v) {
+                match parse_pattern(text) {
+                    Ok(p) if key == "allow" => acl.allow.push(p),
+                    Ok(p) => acl.deny.push(p),
+                    Err(e) => self.error(at, e),
+                }
+            }
+        }
+        acl
+    }
+
+    /// One entry of `rules:`.
+    fn rule(&mut self, node: &Spanned) {
+        let errors_before = self.errors_count();
+        let mut name: Option<String> = None;
+        let mut binds: Vec<(Endpoint, usize, &Spanned)> = Vec::new();
+        let mut backends: Vec<Backend> = Vec::new();
+        let mut options = RuleOptions::default();
+        let mut balance = Balance::default();
+        let mut acl = AclRules::default();
+        let mut saw = (false, false);
+        for (key, v) in self.entries(node, "a rule", &RULE_KEYS) {
+            match key {
+                "name" => {
+                    let Some(text) = self.scalar(key, v) else { continue };
+                    if text.is_empty() {
+                        self.error(v, "name must not be empty".into());
+                    } else if let Some(first) = self.names.get(text) {
+                        let m = format!("duplicate rule name '{}', first used at line {first}", Shown(text));
+                        self.error(v, m);
+                    } else {
+                        self.names.insert(text.to_string(), v.pos.line);
+                        name = Some(text.to_string());
+                    }
+                }
+                "bind" => {
+                    saw.0 = true;
+                    for (text, at) in self.scalars(key, v) {
+                        match endpoint(text) {
+                            Ok(e) => binds.push((e, at.pos.line, at)),
+                            Err(e) => self.error(at, format!("invalid bind address: {e}")),
+                        }
+                    }
+                }
+                "connect" => {
+                    saw.1 = true;
+                    backends = self.backends(v);
+                }
+                "timeout" => options.timeout = self.secs(key, v, 1, MAX_UDP_TIMEOUT_SECS),
+                "keepalive" => options.keepalive = self.boolean(key, v),
+                "connect_timeout" => {
+                    options.connect_timeout = self.secs(key, v, 0, MAX_CONNECT_TIMEOUT_SECS)
+                }
+                "mode" => {
+                    options.mode = self
+                        .scalar(key, v)
+                        .and_then(|t| octal_mode(key, t).map_err(|e| self.error(v, e)).ok())
+                }
+                "splice" => {
+                    options.splice = self.scalar(key, v).and_then(|t| {
+                        t.parse::<SpliceMode>().map_err(|e| self.error(v, e)).ok()
+                    })
+                }
+                "maxassoc" => {
+                    options.max_assoc =
+                        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64).map(|n| n as usize)
+                }
+                "load_balancing" => balance = self.balance(v),
+                _ => acl = self.access(v),
+            }
+        }
+        if name.is_none() && !self.entries_have(node, "name") {
+            self.error(node, "a rule needs a name".into());
+        }
+        if !saw.0 {
+            self.error(node, "a rule needs 'bind'".into());
+        }
+        if !saw.1 {
+            self.error(node, "a rule needs 'connect'".into());
+        }
+        if self.errors_count() != errors_before || backends.is_empty() {
+            return;
+        }
+        let connect = backends[0].endpoint.clone();
+        for (bind, line, at) in binds {
+            let host = match &bind.host {
+                Host::Ip(ip) => ip.to_string(),
+                Host::Name(n) => n.to_ascii_lowercase(),
+            };
+            let key = (host, bind.port.clone(), bind.proto);
+            if let Some(first) = self.listeners.get(&key) {
+                let m = format!(
+                    "duplicate listener {} {}/{}, first defined at line {first}",
+                    bind.host_text, bind.port, bind.proto
+                );
+                self.error(at, m);
+                continue;
+            }
+            self.listeners.insert(key, line);
+            self.config.rules.push(Rule {
+                file: None,
+                line,
+                name: name.clone(),
+                bind,
+                connect: connect.clone(),
+                backends: backends.clone(),
+                balance: balance.clone(),
+                options: options.clone(),
+                acl: acl.clone(),
+            });
+        }
+    }
+
+    /// Whether the mapping `node` has the key `key` (even with a bad value).
+    fn entries_have(&self, node: &Spanned, key: &str) -> bool {
+        match &node.node {
+            Node::Map(entries) => entries.iter().any(|(k, _)| k.text() == Some(key)),
+            _ => true,
+        }
+    }
+
+    /// Errors so far (listed or counted), to tell whether a rule added any.
+    fn errors_count(&self) -> usize {
+        self.errors.count()
+    }
+
+    /// `connect:`: one destination, or a list of backends (mappings or destinations).
+    fn backends(&mut self, v: &Spanned) -> Vec<Backend> {
+        let items: Vec<&Spanned> = match &v.node {
+            Node::Seq(items) => items.iter().collect(),
+            _ => vec![v],
+        };
+        if items.is_empty() {
+            self.error(v, "connect must name at least one backend".into());
+        }
+        let mut out = Vec::new();
+        for item in items {
+            if let Some(text) = item.text() {
+                match endpoint(text) {
+                    Ok(e) => out.push(Backend::plain(e, item.pos.line)),
+                    Err(e) => self.error(item, format!("invalid connect address: {e}")),
+                }
+                continue;
+            }
+            if !matches!(item.node, Node::Map(_)) {
+                self.error(item, format!("a backend must be an address or a mapping, not {}", item.kind()));
+                continue;
+            }
+            let mut backend: Option<Backend> = None;
+            let mut extra = (None, 1u32, None, None);
+            for (key, v) in self.entries(item, "a backend", &BACKEND_KEYS) {
+                match key {
+                    "dest" => {
+                        let Some(text) = self.scalar(key, v) else { continue };
+                        match endpoint(text) {
+                            Ok(e) => backend = Some(Backend::plain(e, item.pos.line)),
+                            Err(e) => self.error(v, format!("invalid dest address: {e}")),
+                        }
+                    }
+                    "name" => extra.0 = self.scalar(key, v).map(str::to_string),
+                    "weight" => {
+                        extra.1 = self
+                            .number(key, v, 1, u64::from(MAX_WEIGHT))
+                            .map_or(1, |n| n as u32)
+                    }
+                    "src" => {
+                        extra.2 = self.scalar(key, v).and_then(|t| {
+                            parse_host(t)
+                                .map_err(|e| self.error(v, format!("invalid src address: {e}")))
+                                .ok()
+                        })
+                    }
+                    _ => extra.3 = self.secs(key, v, 0, MAX_DNS_REFRESH_SECS),
+                }
+            }
+            match backend {
+                Some(mut b) => {
+                    (b.name, b.weight, b.src, b.dns_refresh) = extra;
+                    out.push(b);
+                }
+                None if !self.entries_have(item, "dest") => {
+                    self.error(item, "a backend needs 'dest'".into())
+                }
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// `load_balancing:`.
+    fn balance(&mut self, node: &Spanned) -> Balance {
+        let mut b = Balance::default();
+        for (key, v) in self.entries(node, "load_balancing", &BALANCE_KEYS) {
+            match key {
+                "algorithm" => {
+                    let Some(text) = self.scalar(key, v) else { continue };
+                    match Algorithm::from_name(text) {
+                        Some(a) => b.algorithm = a,
+                        None => {
+                            let hint = suggestion(text, &Algorithm::NAMES);
+                            let m = format!(
+                                "algorithm must be roundrobin, leastconn, random or iphash, not '{}'{hint}",
+                                Shown(text)
+                            );
+                            self.error(v, m);
+                        }
+                    }
+                }
+                "health_threshold" => {
+                    if let Some(n) = self.number(key, v, 1, 100) {
+                        b.health_threshold = n as u32;
+                    }
+                }
+                "recovery_timeout" => {
+                    if let Some(t) = self.secs(key, v, 1, 86_400) {
+                        b.recovery_timeout = t;
+                    }
+                }
+                "affinity_ttl" => {
+                    if let Some(t) = self.secs(key, v, 0, 30 * 86_400) {
+                        b.affinity_ttl = t;
+                    }
+                }
+                _ => {
+                    if let Some(n) = self.number(key, v, 100, 10_000_000) {
+                        b.affinity_max_entries = n as usize;
+                    }
+                }
+            }
+        }
+        b
+    }
+}
+
+/// `host:port[/proto]`, `[v6]:port[/proto]`: one side of a YAML rule.
+fn endpoint(text: &str) -> Result<Endpoint, String> {
+    if text.starts_with("unix:") {
+        return Err(format!(
+            "unix socket endpoints ('{}') are not supported yet",
+            Shown(text)
+        ));
+    }
+    let split = if text.starts_with('[') {
+        text.find("]:").map(|i| (&text[..=i], &text[i + 2..]))
+    } else {
+        text.rsplit_once(':')
+    };
+    let Some((host, port)) = split else {
+        return Err(format!("expected HOST:PORT[/PROTO], not '{}'", Shown(text)));
+    };
+    if host.contains(':') && !host.starts_with('[') {
+        return Err(format!(
+            "put an IPv6 address in brackets, as in '[::1]:80', not '{}'",
+            Shown(text)
+        ));
+    }
+    let host_value = parse_host(host)?;
+    let (port, proto) = parse_port(port)?;
+    Ok(Endpoint {
+        host: host_value,
+        host_text: host.to_string(),
+        port,
+        proto,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! YAML tests: valid files mapped onto the model, and every error with its
+//! line and column.
+
+use super::*;
+use crate::config::IpFilter;
+
+fn ok(text: &str) -> Config {
+    parse_yaml(text).unwrap_or_else(|e| panic!("unexpected errors:\n{e}"))
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match parse_yaml(text) {
+        Ok(c) => panic!("expected errors, got {c:?}"),
+        Err(e) => e.to_string().lines().map(str::to_string).collect(),
+    }
+}
+
+const FULL: &str = r#"
+global:
+  log_file: /var/log/oi.log
+  log_common: true
+  pid_file: /run/oi.pid
+  buffer_size: 65536
+  pool_min_free: 64
+  pool_max_free: 1024
+  pool_trim_delay: 60000
+  dns_refresh: 600
+  dns_multi_ip_expand: false
+  dns_multi_ip_proto: ipv6
+  connect_timeout: 10
+  listen_backlog: 256
+  max_udp_connections: 2000
+  status:
+    enabled: true
+    file: /run/oi-status.json
+    interval: 30
+    format: json
+  stats_log_interval: 60
+  access:
+    allow: ["10.*", "192.168.*"]
+    deny: "192.168.1.100"
+
+rules:
+  - name: web
+    bind:
+      - "0.0.0.0:443/tcp"
+      - "[::]:443/tcp"
+    connect:
+      - dest: "web1.internal:8443"
+        weight: 3
+        name: w1
+      - dest: "10.0.0.2:8443"
+        src: 10.0.0.254
+        dns_refresh: 0
+    load_balancing:
+      algorithm: leastconn
+      health_threshold: 5
+      recovery_timeout: 60
+      affinity_ttl: 300
+      affinity_max_entries: 50000
+    access:
+      allow: ["10.*"]
+      deny: ["*"]
+    keepalive: false
+    connect_timeout: 5
+
+  - name: dns
+    bind: "127.0.0.1:5353/udp"
+    connect: "8.8.8.8:53/udp"
+    timeout: 30
+    maxassoc: 100
+    splice: off
+    mode: "0660"
+"#;
+
+#[test]
+fn a_full_file_maps_onto_the_model() {
+    let c = ok(FULL);
+    assert_eq!(c.format, Format::Yaml);
+    assert_eq!(c.logfile, Some(PathBuf::from("/var/log/oi.log")));
+    assert!(c.logcommon);
+    assert_eq!(c.pidlogfile, Some(PathBuf::from("/run/oi.pid")));
+    let g = &c.globals;
+    assert_eq!(g.buffer_size, Some(65536));
+    assert_eq!(g.pool_trim_delay, Some(Duration::from_millis(60000)));
+    assert_eq!(g.dns_multi_ip_expand, Some(false));
+    assert_eq!(g.dns_multi_ip_proto, Some(IpFilter::Ipv6));
+    assert_eq!(g.connect_timeout, Some(Duration::from_secs(10)));
+    assert_eq!(g.listen_backlog, Some(256));
+    assert_eq!(g.max_udp_connections, Some(2000));
+    assert_eq!(g.status_enabled, Some(true));
+    assert_eq!(g.status_file, Some(PathBuf::from("/run/oi-status.json")));
+    assert_eq!(g.stats_log_interval, Some(Duration::from_secs(60)));
+    assert_eq!(c.global_acl.allow.len(), 2);
+    assert_eq!(c.global_acl.deny[0].text, "192.168.1.100");
+
+    // Two binds: two rules sharing name, backends and settings.
+    assert_eq!(c.rules.len(), 3);
+    let (a, b) = (&c.rules[0], &c.rules[1]);
+    assert_eq!(a.name.as_deref(), Some("web"));
+    assert_eq!(b.name.as_deref(), Some("web"));
+    assert_eq!((a.line, b.line), (29, 30));
+    assert_eq!(a.bind.to_string(), "0.0.0.0 443/tcp");
+    assert_eq!(b.bind.to_string(), "[::] 443/tcp");
+    assert_eq!(a.backends, b.backends);
+    assert_eq!(a.backends.len(), 2);
+    assert_eq!(a.connect, a.backends[0].endpoint);
+    assert_eq!(a.backends[0].name.as_deref(), Some("w1"));
+    assert_eq!(a.backends[0].weight, 3);
+    assert_eq!(a.backends[0].endpoint.host, Host::Name("web1.internal".into()));
+    assert_eq!(a.backends[1].weight, 1);
+    assert_eq!(a.backends[1].src, Some(Host::Ip("10.0.0.254".parse().expect("ip"))));
+    assert_eq!(a.backends[1].dns_refresh, Some(Duration::ZERO));
+    assert_eq!(a.balance.algorithm, Algorithm::LeastConn);
+    assert_eq!(a.balance.health_threshold, 5);
+    assert_eq!(a.balance.recovery_timeout, Duration::from_secs(60));
+    assert_eq!(a.balance.affinity_ttl, Duration::from_secs(300));
+    assert_eq!(a.balance.affinity_max_entries, 50000);
+    assert_eq!(a.acl.deny[0].text, "*");
+    assert_eq!(a.options.keepalive, Some(false));
+    assert_eq!(a.options.connect_timeout, Some(Duration::from_secs(5)));
+
+    let d = &c.rules[2];
+    assert_eq!(d.bind.proto, Proto::Udp);
+    assert_eq!(d.connect.proto, Proto::Udp);
+    assert_eq!(d.options.timeout, Some(Duration::from_secs(30)));
+    assert_eq!(d.options.max_assoc, Some(100));
+    assert_eq!(d.options.splice, Some(SpliceMode::Off));
+    assert_eq!(d.options.mode, Some(0o660));
+    assert_eq!(d.balance, Balance::default());
+}
+
+#[test]
+fn small_files() {
+    assert_eq!(ok("").rules.len(), 0);
+    assert_eq!(ok("# nothing\n").rules.len(), 0);
+    assert_eq!(ok("rules:\n").rules.len(), 0);
+    let c = ok("rules:\n  - {name: a, bind: '127.0.0.1:80', connect: 'localhost:http'}\n");
+    assert_eq!(c.rules[0].connect.port, Port::Service("http".into()));
+    assert_eq!(c.rules[0].bind.proto, Proto::Tcp);
+    // A list of plain destinations is a list of backends too.
+    let c = ok("rules:\n- name: a\n  bind: 127.0.0.1:80\n  connect: [10.0.0.1:80, 10.0.0.2:80]\n");
+    assert_eq!(c.rules[0].backends.len(), 2);
+}
+
+#[test]
+fn unknown_keys_have_line_column_and_hint() {
+    assert_eq!(
+        errors("global:\n  log_fle: /x\nrules: []\nextra: 1\n"),
+        [
+            "config:2:3: unknown key 'log_fle' in global (did you mean 'log_file'?)",
+            "config:4:1: unknown key 'extra' in the top level"
+        ]
+    );
+    assert_eq!(
+        errors("rules:\n  - name: a\n    bnd: 127.0.0.1:80\n    connect: 10.0.0.1:80\n"),
+        [
+            "config:2:5: a rule needs 'bind'",
+            "config:3:5: unknown key 'bnd' in a rule (did you mean 'bind'?)"
+        ]
+    );
+    assert_eq!(
+        errors("rules:\n- name: a\n  bind: 127.0.0.1:80\n  connect:\n  - dest: 10.0.0.1:80\n    wieght: 2\n"),
+        ["config:6:5: unknown key 'wieght' in a backend (did you mean 'weight'?)"]
+    );
+    assert_eq!(
+        errors("rules:\n- name: a\n  bind: 127.0.0.1:80\n  connect: 10.0.0.1:80\n  load_balancing: {algorithm: leastcon}\n"),
+        ["config:5:31: algorithm must be roundrobin, leastconn, random or iphash, not 'leastcon' (did you mean 'leastconn'?)"]
+    );
+}
+
+#[test]
+fn value_errors_have_line_and_column() {
+    let text = "\
+global:
+  buffer_size: 10
+  listen_backlog: lots
+  dns_multi_ip_expand: maybe
+rules:
+  - name: a
+    bind: 127.0.0.1:0
+    connect: ['10.0.0.1:80', {dest: '::1:80'}, {weight: 2}]
+    timeout: 0
+    mode: '0999'
+  - name: a
+    bind: [unix:/run/x.sock, '[::1]:70000']
+    connect: {dest: 10.0.0.1:80, weight: 101}
+";
+    assert_eq!(
+        errors(text),
+        [
+            "config:2:16: buffer_size must be between 1024 and 1048576, not '10'",
+            "config:3:19: listen_backlog must be between 1 and 65535, not 'lots'",
+            "config:4:24: dns_multi_ip_expand must be true or false, not 'maybe'",
+            "config:7:11: invalid bind address: port out of range (1-65535) '0'",
+            "config:8:37: invalid dest address: put an IPv6 address in brackets, as in '[::1]:80', not '::1:80'",
+            "config:8:49: a backend needs 'dest'",
+            "config:9:14: timeout must be between 1 and 31536000 seconds, not '0'",
+            "config:10:11: mode must be an octal file mode from 0 to 7777, not '0999'",
+            "config:11:11: duplicate rule name 'a', first used at line 6",
+            "config:12:12: invalid bind address: unix socket endpoints ('unix:/run/x.sock') are not supported yet",
+            "config:12:30: invalid bind address: port out of range (1-65535) '70000'",
+            "config:13:42: weight must be between 1 and 100, not '101'",
+        ]
+    );
+}
+
+#[test]
+fn shapes_and_syntax_errors() {
+    assert_eq!(
+        errors("rules: {name: a}\n"),
+        ["config:1:9: rules must be a list, not a mapping"]
+    );
+    assert_eq!(errors("- 1\n"), ["config:1:1: the top level must be a mapping, not a list"]);
+    assert_eq!(
+        errors("rules:\n  - bind: 127.0.0.1:80\n    connect: 10.0.0.1:80\n"),
+        ["config:2:5: a rule needs a name"]
+    );
+    assert_eq!(
+        errors("rules:\n  - name: a\n    bind: 127.0.0.1:80\n    connect: 10.0.0.1:80\n  - name: b\n    bind: 127.0.0.1:80\n    connect: 10.0.0.1:81\n"),
+        ["config:6:11: duplicate listener 127.0.0.1 80/tcp, first defined at line 3"]
+    );
+    let e = errors("rules: [\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("config:2:1: YAML syntax error: "), "{e:?}");
+    assert_eq!(
+        errors("a: &x 1\nb: *x\n"),
+        ["config:2:4: YAML syntax error: aliases (*name) are not supported"]
+    );
+    assert_eq!(
+        errors("global:\n  log_file: [a]\n"),
+        ["config:2:13: log_file must be a single value, not a list"]
+    );
+}
