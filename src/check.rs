@@ -2,7 +2,8 @@
 
 use crate::config::services::Services;
 use crate::config::{
-    self, plural, AclRules, ConfigErrors, Endpoint, Host, Pattern, Port, ResolvedConfig, Shown,
+    self, plural, AclRules, Balance, Config, ConfigErrors, Endpoint, Globals, Host, Pattern, Port,
+    ResolvedConfig, ResolvedRule, Shown,
 };
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -48,28 +49,42 @@ pub fn format_warning(file: &str, w: &config::ConfigError) -> String {
 /// What `--check` prints on stdout for a valid configuration.
 pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
     let mut out = String::new();
-    let global = &resolved.config.global_acl;
+    let c = &resolved.config;
+    let global = &c.global_acl;
+    for inc in &c.includes {
+        let from = inc.from.as_deref().unwrap_or(file);
+        let files = inc
+            .files
+            .iter()
+            .map(|f| Shown(f).to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let files = if files.is_empty() { "no files".to_string() } else { files };
+        let _ = writeln!(out, "{from}:{}: include {} -> {files}", inc.line, Shown(&inc.pattern));
+    }
     for r in &resolved.rules {
         let rule = &r.rule;
-        let _ = write!(
-            out,
-            "{file}:{}: {} -> {}",
-            rule.line,
-            side(&rule.bind, &[r.bind]),
-            side(&rule.connect, &r.connect)
-        );
+        let at = rule.file.as_deref().unwrap_or(file);
+        let _ = write!(out, "{at}:{}: ", rule.line);
+        if let Some(name) = &rule.name {
+            let _ = write!(out, "{}: ", Shown(name));
+        }
+        let _ = write!(out, "{} -> {}", side(&rule.bind, &[r.bind]), backends(r));
         let options = rule.options.to_string();
         if !options.is_empty() {
             let _ = write!(out, " {options}");
         }
         if let Some(src) = r.src {
-            if !matches!(rule.options.src, Some(Host::Ip(_))) {
+            if r.backends.len() == 1 && !matches!(rule.options.src, Some(Host::Ip(_))) {
                 let _ = write!(out, " (src {src})");
             }
         }
-        let _ = writeln!(out, " {}", acl_summary(global, &rule.acl));
+        let _ = write!(out, " {}", acl_summary(global, &rule.acl));
+        if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
+            let _ = write!(out, " (included from {chain})");
+        }
+        out.push('\n');
     }
-    let c = &resolved.config;
     if let Some(log) = &c.logfile {
         let format = if c.logcommon {
             "common log format"
@@ -83,9 +98,126 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         let path = pid.to_string_lossy();
         let _ = writeln!(out, "pidlogfile {}", Shown(&path));
     }
+    globals_report(&mut out, &c.globals);
     let n = resolved.rules.len();
     let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
     out
+}
+
+/// Where the rules after `-> ` go: one side as before for a plain rule, or
+/// `pool (ALGORITHM, health ...): a weight 2, b` for several backends or a
+/// YAML pool.
+fn backends(r: &ResolvedRule) -> String {
+    let rule = &r.rule;
+    let plain = r.backends.len() == 1
+        && rule.balance == Balance::default()
+        && r.backends[0].backend.name.is_none()
+        && r.backends[0].backend.weight == 1
+        && r.backends[0].backend.src.is_none()
+        && r.backends[0].backend.dns_refresh.is_none();
+    if plain || r.backends.is_empty() {
+        return side(&rule.connect, &r.connect);
+    }
+    let list = r
+        .backends
+        .iter()
+        .map(|b| {
+            let mut one = side(&b.backend.endpoint, &b.addrs);
+            if let Some(name) = &b.backend.name {
+                one = format!("{} = {one}", Shown(name));
+            }
+            let _ = write!(one, " weight {}", b.backend.weight);
+            if let Some(src) = b.src {
+                let _ = write!(one, " src {src}");
+            }
+            if let Some(t) = b.backend.dns_refresh {
+                let _ = write!(one, " dns-refresh {}s", t.as_secs());
+            }
+            one
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("pool ({}): {list}", rule.balance)
+}
+
+/// `conf.d/a.conf:3 <- main.conf:7`: the include lines that brought `file`
+/// in, innermost first; `None` for the main file.
+fn include_chain(c: &Config, file: Option<&str>, main: &str) -> Option<String> {
+    let mut links = Vec::new();
+    let mut current = file?;
+    // Each step goes one level out; the depth limit bounds the walk.
+    for _ in 0..=config::MAX_INCLUDE_DEPTH {
+        let Some(inc) = c
+            .includes
+            .iter()
+            .find(|i| i.files.iter().any(|f| &**f == current))
+        else {
+            break;
+        };
+        let from = inc.from.as_deref().unwrap_or(main);
+        links.push(format!("{}:{}", Shown(from), inc.line));
+        match inc.from.as_deref() {
+            Some(outer) => current = outer,
+            None => break,
+        }
+    }
+    Some(links.join(" <- "))
+}
+
+/// One line per rinetd-uv global setting the file sets, saying what oi does with it.
+fn globals_report(out: &mut String, g: &Globals) {
+    let secs = |d: &std::time::Duration| format!("{}s", d.as_secs());
+    let on = |b: bool| if b { "on" } else { "off" };
+    let mut line = |what: String, does: &str| {
+        let _ = writeln!(out, "{what}: {does}");
+    };
+    if let Some(n) = g.buffer_size {
+        line(format!("buffersize {n}"), "stored; the copy buffers still take their size from --buffer-size");
+    }
+    if let Some(t) = &g.connect_timeout {
+        line(format!("connect-timeout {}", secs(t)), "default for rules without their own connect-timeout (0 = the kernel's)");
+    }
+    if let Some(t) = &g.dns_refresh {
+        line(format!("dns-refresh {}", secs(t)), "stored; oi looks names up at start and on reload only");
+    }
+    if let Some(b) = g.dns_multi_ip_expand {
+        line(format!("dns-multi-ip-expand {}", on(b)), "stored; oi tries every address of a backend name in order");
+    }
+    if let Some(f) = g.dns_multi_ip_proto {
+        line(format!("dns-multi-ip-proto {f}"), "stored; not used yet");
+    }
+    if let Some(n) = g.listen_backlog {
+        line(format!("listen-backlog {n}"), "the accept queue of every TCP listener");
+    }
+    if let Some(n) = g.max_udp_connections {
+        line(format!("max-udp-connections {n}"), "default of [maxassoc] for UDP rules");
+    }
+    if let Some(n) = g.pool_min_free {
+        line(format!("pool-min-free {n}"), "ignored; oi's buffer pools size themselves");
+    }
+    if let Some(n) = g.pool_max_free {
+        line(format!("pool-max-free {n}"), "ignored; oi's buffer pools size themselves");
+    }
+    if let Some(t) = &g.pool_trim_delay {
+        let ms = t.as_millis();
+        line(format!("pool-trim-delay {ms}ms"), "ignored; oi's buffer pools size themselves");
+    }
+    if let Some(p) = &g.status_file {
+        let p = p.to_string_lossy();
+        line(format!("statusfile {}", Shown(&p)), "stored; no status file is written yet");
+    }
+    if let Some(b) = g.status_enabled {
+        line(format!("status enabled {}", on(b)), "stored; no status file is written yet");
+    }
+    if let Some(t) = &g.status_interval {
+        line(format!("statusinterval {}", secs(t)), "stored; not used yet");
+    }
+    if let Some(f) = g.status_format {
+        line(format!("statusformat {f}"), "stored; not used yet");
+    }
+    if let Some(t) = &g.stats_log_interval {
+        line(format!("statsloginterval {}", secs(t)), "stored; no summary lines are logged yet");
+    }
 }
 
 /// One side: `10.0.0.1:80/tcp`, or `name:service/tcp (addr, addr)` when names were resolved.
@@ -158,6 +290,41 @@ mod tests {
              f.conf:6: 127.0.0.1:www/tcp (127.0.0.1:80) -> 127.0.0.1:81/tcp global: allow 127.*\n\
              logfile /tmp/x.log (common log format)\n\
              configuration OK (3 rules)\n"
+        );
+    }
+
+    #[test]
+    fn report_pools_names_and_globals() {
+        let yaml = "global:\n  listen_backlog: 128\n  pool_min_free: 4\nrules:\n  - name: web\n    bind: 127.0.0.1:8080\n    connect:\n      - {dest: '127.0.0.2:80', weight: 3, name: a}\n      - {dest: '127.0.0.3:80', src: 127.0.0.9}\n    load_balancing: {algorithm: iphash, affinity_ttl: 60}\n";
+        let parsed = config::parse_yaml(yaml).expect("valid");
+        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
+        assert_eq!(
+            report("oi.yaml", &resolved),
+            "oi.yaml:6: web: 127.0.0.1:8080/tcp -> pool (iphash, health 3 failures, recovery 30s, affinity 60s (max 10000)): a = 127.0.0.2:80/tcp weight 3, 127.0.0.3:80/tcp weight 1 src 127.0.0.9 allow all\n\
+             listen-backlog 128: the accept queue of every TCP listener\n\
+             pool-min-free 4: ignored; oi's buffer pools size themselves\n\
+             configuration OK (1 rule)\n"
+        );
+    }
+
+    #[test]
+    fn report_include_chains() {
+        let mut source = config::MemIncludes {
+            main: "a.conf".into(),
+            files: vec![
+                ("conf.d/b.conf".into(), "\ninclude c.conf\n".into()),
+                ("c.conf".into(), "127.0.0.1 8080 127.0.0.2 80\n".into()),
+            ],
+        };
+        let parsed =
+            config::parse_with_includes("include conf.d/*.conf\n", &mut source).expect("valid");
+        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
+        assert_eq!(
+            report("a.conf", &resolved),
+            "a.conf:1: include conf.d/*.conf -> conf.d/b.conf\n\
+             conf.d/b.conf:2: include c.conf -> c.conf\n\
+             c.conf:1: 127.0.0.1:8080/tcp -> 127.0.0.2:80/tcp allow all (included from conf.d/b.conf:2 <- a.conf:1)\n\
+             configuration OK (1 rule)\n"
         );
     }
 

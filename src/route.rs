@@ -6,8 +6,7 @@
 //! line still names its own rule.
 
 use crate::acl::{self, Verdict};
-use crate::config::DEFAULT_UDP_TIMEOUT;
-use crate::config::{AclRules, Proto, ResolvedRule, RuleOptions, DEFAULT_MAX_ASSOC};
+use crate::config::{AclRules, Proto, ResolvedRule, RuleOptions};
 use crate::logfile::{Event, LogEvent, RuleNames};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -33,11 +32,24 @@ pub struct Route {
     pub(crate) global_acl: Arc<AclRules>,
     /// The rule's names as the log file prints them.
     pub(crate) names: Arc<RuleNames>,
+    /// How long to wait for a backend to accept (`connect-timeout`); `None`
+    /// leaves it to the kernel.
+    connect_timeout: Option<Duration>,
+    /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` clears it).
+    keepalive: bool,
+    /// UDP idle limit, with the file format's default applied.
+    udp_timeout: Duration,
+    /// Cap on live UDP associations (`maxassoc`, else `max-udp-connections`, else the default).
+    max_assoc: usize,
 }
 
 impl Route {
     /// The route for `rule` under `global_acl`.
     pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        let connect_timeout = rule.connect_timeout();
+        let keepalive = rule.keepalive();
+        let udp_timeout = rule.udp_timeout();
+        let max_assoc = rule.max_assoc();
         let names = Arc::new(RuleNames {
             bind_host: rule.rule.bind.host_text,
             bind_port: rule.bind.port(),
@@ -54,6 +66,10 @@ impl Route {
             acl: rule.rule.acl,
             global_acl,
             names,
+            connect_timeout,
+            keepalive,
+            udp_timeout,
+            max_assoc,
         }
     }
 
@@ -78,14 +94,26 @@ impl Route {
         }
     }
 
+    /// How long to wait for a backend to accept: the rule's `connect-timeout`,
+    /// else the global one; `None` (also for 0) leaves it to the kernel.
+    /// For `tcp::forward` and UDP→TCP associations to honour.
+    pub fn connect_timeout(&self) -> Option<Duration> {
+        self.connect_timeout
+    }
+
+    /// Whether forwarded TCP sockets get SO_KEEPALIVE (on unless `[keepalive=off]`).
+    pub fn keepalive(&self) -> bool {
+        self.keepalive
+    }
+
     /// The idle limit of this rule's UDP associations and TCP→UDP connections.
     pub(crate) fn udp_timeout(&self) -> Duration {
-        self.options.timeout.unwrap_or(DEFAULT_UDP_TIMEOUT)
+        self.udp_timeout
     }
 
     /// The most UDP associations this rule's listener keeps at once (at least one).
     pub(crate) fn max_assoc(&self) -> usize {
-        self.options.max_assoc.unwrap_or(DEFAULT_MAX_ASSOC).max(1)
+        self.max_assoc
     }
 }
 

@@ -282,12 +282,14 @@ impl Parser<'_> {
             let message = format!("include pattern '{}' matches no files", Shown(pattern));
             self.warn(line, message, text);
         }
-        let mut record = Include {
+        // Recorded before the files are read, so outer includes come first.
+        let record = self.config.includes.len();
+        self.config.includes.push(Include {
             from: from_file.clone(),
             line,
             pattern: pattern.to_string(),
             files: Vec::new(),
-        };
+        });
         for file in files {
             if let Some(at) = self.stack.iter().position(|f| f.key == file.key) {
                 let chain: Vec<&str> = self.stack[at..]
@@ -337,14 +339,15 @@ impl Parser<'_> {
                 break;
             }
             let name: Arc<str> = file.name.as_str().into();
-            record.files.push(name.clone());
+            if let Some(r) = self.config.includes.get_mut(record) {
+                r.files.push(name.clone());
+            }
             self.stack.push(file);
             self.errors.set_file(Some(name));
             self.text(&body);
             self.errors.set_file(from_file.clone());
             self.stack.pop();
         }
-        self.config.includes.push(record);
     }
 
     /// `allow PATTERN` or `deny PATTERN`.

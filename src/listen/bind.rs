@@ -6,9 +6,6 @@ use crate::config::{Proto, ResolvedConfig, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
-/// Pending connections the kernel queues per TCP listener before accept.
-const LISTEN_BACKLOG: i32 = 1024;
-
 /// A socket bound for one rule, not yet serving.
 pub enum BoundSocket {
     /// A listening TCP socket.
@@ -38,7 +35,9 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
             // Restarting must not fail while old connections sit in TIME_WAIT.
             s.set_reuse_address(true)?;
             s.bind(&addr.into())?;
-            s.listen(LISTEN_BACKLOG)?;
+            // Pending connections the kernel queues before accept (`listen-backlog`).
+            let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
+            s.listen(backlog)?;
             s.set_nonblocking(true)?;
             Ok(BoundSocket::Tcp(s.into()))
         }
@@ -53,6 +52,8 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
 
 /// The message for a rule whose socket could not be bound, naming its line.
 pub(crate) fn bind_error(file: &str, rule: &ResolvedRule, e: &io::Error) -> String {
+    // A rule from an included file names that file.
+    let file = rule.rule.file.as_deref().unwrap_or(file);
     format!(
         "{file}:{}: cannot bind {}/{}: {e}",
         rule.rule.line, rule.bind, rule.rule.bind.proto
