@@ -4,8 +4,13 @@ use std::io::Write;
 use std::process::{Command, Output};
 
 fn check(contents: &str) -> (tempfile::NamedTempFile, Output) {
+    check_as(".conf", contents)
+}
+
+/// `oi --check` on `contents` in a temporary file ending in `suffix`.
+fn check_as(suffix: &str, contents: &str) -> (tempfile::NamedTempFile, Output) {
     let mut file = tempfile::Builder::new()
-        .suffix(".conf")
+        .suffix(suffix)
         .tempfile()
         .expect("temp file");
     file.write_all(contents.as_bytes()).expect("write config");
@@ -76,7 +81,7 @@ fn invalid_file_reports_every_error() {
     assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
     let expected = [
-        format!("{name}:2: unknown option 'timout': '0.0.0.0 80 10.0.0.1 80 [timout=5]'"),
+        format!("{name}:2: unknown option 'timout' (did you mean 'timeout'?): '0.0.0.0 80 10.0.0.1 80 [timout=5]'"),
         format!("{name}:3: invalid pattern 'localhost' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed): 'allow localhost'"),
         format!("{name}:4: port out of range (1-65535) '70000': '127.0.0.1 70000 127.0.0.1 1'"),
         format!("{name}:5: duplicate listener 127.0.0.1 18080/tcp, first defined at line 1: '127.0.0.1 18080 127.0.0.1 18082'"),
@@ -202,5 +207,107 @@ fn huge_udp_timeout_is_rejected() {
     assert_eq!(
         text(&out.stderr),
         format!("{name}:1: timeout must be between 1 and 31536000 seconds, not '18446744073709551615': '{line}'\nconfiguration invalid (1 error)\n")
+    );
+}
+
+#[test]
+fn yaml_file_shows_pools_and_weights() {
+    let (file, out) = check_as(
+        ".yaml",
+        concat!(
+            "global:\n",
+            "  pool_max_free: 10\n",
+            "rules:\n",
+            "  - name: web\n",
+            "    bind: 127.0.0.1:18090\n",
+            "    connect:\n",
+            "      - {dest: '127.0.0.2:80', name: one, weight: 2}\n",
+            "      - {dest: '127.0.0.3:80'}\n",
+            "    load_balancing: {algorithm: leastconn, health_threshold: 2, recovery_timeout: 9}\n",
+        ),
+    );
+    let name = file.path().display().to_string();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert_eq!(
+        stdout,
+        format!(
+            "{name}:5: web: 127.0.0.1:18090/tcp -> pool (leastconn, health 2 failures, recovery 9s): one = 127.0.0.2:80/tcp weight 2, 127.0.0.3:80/tcp weight 1 allow all\n\
+             pool-max-free 10: ignored; oi's buffer pools size themselves\n\
+             configuration OK (1 rule)\n"
+        )
+    );
+}
+
+#[test]
+fn yaml_errors_have_line_and_column() {
+    let (file, out) = check_as(
+        ".yml",
+        "rules:\n  - name: web\n    bnd: 127.0.0.1:80\n    connect: 127.0.0.2:80\n",
+    );
+    let name = file.path().display().to_string();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{name}:2:5: a rule needs 'bind'\n\
+             {name}:3:5: unknown key 'bnd' in a rule (did you mean 'bind'?)\n\
+             configuration invalid (2 errors)\n"
+        )
+    );
+}
+
+#[test]
+fn include_chain_is_shown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("conf.d")).expect("conf.d");
+    let main = dir.path().join("a.conf");
+    std::fs::write(&main, "include conf.d/*.conf\n").expect("write");
+    std::fs::write(
+        dir.path().join("conf.d/b.conf"),
+        "# web\n127.0.0.1 18091 127.0.0.2 80\ninclude ../c.conf\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("c.conf"), "\n127.0.0.1 18092 127.0.0.2 81\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(&main)
+        .output()
+        .expect("run oi");
+    let d = dir.path().display().to_string();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{d}/a.conf:1: include conf.d/*.conf -> {d}/conf.d/b.conf\n\
+             {d}/conf.d/b.conf:3: include ../c.conf -> {d}/conf.d/../c.conf\n\
+             {d}/conf.d/b.conf:2: 127.0.0.1:18091/tcp -> 127.0.0.2:80/tcp allow all (included from {d}/a.conf:1)\n\
+             {d}/conf.d/../c.conf:2: 127.0.0.1:18092/tcp -> 127.0.0.2:81/tcp allow all (included from {d}/conf.d/b.conf:3 <- {d}/a.conf:1)\n\
+             configuration OK (2 rules)\n"
+        )
+    );
+}
+
+#[test]
+fn include_cycle_names_the_chain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = dir.path().join("a.conf");
+    std::fs::write(&a, "\n\ninclude b.conf\n").expect("write");
+    std::fs::write(dir.path().join("b.conf"), "include a.conf\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(&a)
+        .output()
+        .expect("run oi");
+    let d = dir.path().display().to_string();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{d}/b.conf:1: include cycle: {d}/a.conf -> {d}/b.conf -> {d}/a.conf: 'include a.conf'\n\
+             configuration invalid (1 error)\n"
+        )
     );
 }

@@ -1,4 +1,5 @@
-//! Every shipped configuration (examples/*.conf, profiling.conf) must parse cleanly.
+//! Every shipped configuration (examples/*.conf, examples/*.yaml,
+//! profiling.conf) must parse cleanly.
 
 use oxidinetd::config;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ fn shipped_files() -> Vec<PathBuf> {
     let dir = std::fs::read_dir(root.join("examples")).expect("examples/ exists");
     for entry in dir {
         let path = entry.expect("readable dir entry").path();
-        if path.extension().is_some_and(|e| e == "conf") {
+        if path.extension().is_some_and(|e| e == "conf" || e == "yaml") {
             files.push(path);
         }
     }
@@ -66,4 +67,41 @@ fn forward_conf_shows_every_feature() {
     assert!(rules
         .iter()
         .any(|r| matches!(r.connect.host, config::Host::Name(_))));
+}
+
+#[test]
+fn rinetd_uv_conf_uses_the_dialect_and_an_include() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rinetd-uv.conf");
+    let c = config::load(&path).expect("rinetd-uv.conf parses");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let g = &c.globals;
+    assert!(c.pidlogfile.is_some() && c.logfile.is_some());
+    assert!(g.buffer_size.is_some() && g.connect_timeout.is_some() && g.dns_refresh.is_some());
+    assert!(g.dns_multi_ip_expand.is_some() && g.dns_multi_ip_proto.is_some());
+    assert!(g.listen_backlog.is_some() && g.max_udp_connections.is_some());
+    assert!(g.pool_min_free.is_some() && g.pool_max_free.is_some() && g.pool_trim_delay.is_some());
+    assert!(g.status_file.is_some() && g.status_interval.is_some());
+    assert!(g.status_format.is_some() && g.stats_log_interval.is_some());
+    assert_eq!(c.includes.len(), 1);
+    assert_eq!(c.includes[0].files.len(), 1, "{:?}", c.includes);
+    let included = c.rules.iter().find(|r| r.file.is_some()).expect("an included rule");
+    assert!(included.file.as_deref().is_some_and(|f| f.ends_with("conf.d/web.conf")));
+    assert!(!included.acl.allow.is_empty());
+    let o = c.rules.iter().map(|r| &r.options);
+    assert!(o.clone().any(|o| o.keepalive.is_some()));
+    assert!(o.clone().any(|o| o.connect_timeout.is_some()));
+    assert!(o.clone().any(|o| o.dns_refresh.is_some()));
+}
+
+#[test]
+fn oi_yaml_has_pools() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/oi.yaml");
+    let c = config::load(&path).expect("oi.yaml parses");
+    assert_eq!(c.format, config::Format::Yaml);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // Two binds of "web" are two rules with one name.
+    assert_eq!(c.rules.iter().filter(|r| r.name.as_deref() == Some("web")).count(), 2);
+    assert!(c.rules.iter().any(|r| r.backends.len() > 1 && r.backends[0].weight > 1));
+    assert!(c.rules.iter().any(|r| r.balance.algorithm == config::Algorithm::IpHash));
+    assert!(c.rules.iter().any(|r| r.bind.proto == config::Proto::Udp));
 }
