@@ -2,7 +2,7 @@
 //! from a fixed seed so failures reproduce.
 
 use oxidinetd::acl;
-use oxidinetd::config::{parse, ConfigErrors, MAX_ERRORS};
+use oxidinetd::config::{parse, parse_yaml, ConfigErrors, MAX_ERRORS};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// xorshift64*: small, seeded, good enough to shake a parser.
@@ -34,6 +34,14 @@ const VALID: &[&str] = &[
     "logcommon",
     "# comment",
     "\t 1.2.3.4\t1\t5.6.7.8\t65535\r",
+    "0.0.0.0 81 10.0.0.1 80 [keepalive=off, connect-timeout=5, dns-refresh=0, mode=0660]",
+    "pidfile /run/oi.pid",
+    "buffersize 65536",
+    "dns-multi-ip-proto any",
+    "listen-backlog 128",
+    "statusformat json",
+    "alow 10.*",
+    "0.0.0.0 82 10.0.0.1 80 [timeout=5 src=127.0.0.1]",
 ];
 
 /// Bytes that matter to the grammar, to make mutations interesting.
@@ -163,4 +171,80 @@ fn mutated_lines_never_panic() {
     }
     // The mutations are mild enough that some files stay valid.
     assert!(oks > 0);
+}
+
+/// A YAML file using every key, to mutate.
+const YAML: &str = "global:\n  log_file: /x\n  buffer_size: 4096\n  status: {enabled: true, format: text}\n  access: {allow: ['10.*'], deny: '10.0.0.0/8'}\nrules:\n  - name: a\n    bind: ['127.0.0.1:80', '[::1]:80/tcp']\n    connect:\n      - {dest: '127.0.0.2:81', weight: 2, name: x, src: 127.0.0.3, dns_refresh: 0}\n      - 127.0.0.4:81\n    load_balancing: {algorithm: iphash, health_threshold: 3, recovery_timeout: 5, affinity_ttl: 9, affinity_max_entries: 100}\n    timeout: 5\n    keepalive: false\n    connect_timeout: 2\n    mode: '0660'\n";
+
+#[test]
+fn the_yaml_sample_parses() {
+    let c = parse_yaml(YAML).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.rules.len(), 2);
+}
+
+#[test]
+fn mutated_yaml_never_panics() {
+    let mut rng = Rng(0x5EED_0004);
+    let mut oks = 0;
+    for _ in 0..3000 {
+        let bytes = mutate(&mut rng, YAML);
+        match parse_yaml(&String::from_utf8_lossy(&bytes)) {
+            Ok(c) => {
+                oks += 1;
+                for r in &c.rules {
+                    assert_eq!(r.backends[0].endpoint, r.connect);
+                }
+            }
+            Err(errors) => {
+                assert!(errors.errors.iter().all(|e| e.line >= 1 && e.column >= 1));
+                assert_report_bounded(&errors);
+            }
+        }
+    }
+    assert!(oks > 0);
+}
+
+/// Bytes that matter to YAML's grammar.
+const YAML_SPICE: &[u8] = b"{}[]-:&*!|>'\"\n ";
+
+#[test]
+fn hostile_yaml_gives_bounded_reports() {
+    let mut rng = Rng(0x5EED_0005);
+    for _ in 0..200 {
+        let len = rng.below(3000);
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| match rng.below(3) {
+                0 => SPICE[rng.below(SPICE.len())],
+                1 => YAML_SPICE[rng.below(YAML_SPICE.len())],
+                _ => (rng.next() & 0xff) as u8,
+            })
+            .collect();
+        if let Err(errors) = parse_yaml(&String::from_utf8_lossy(&bytes)) {
+            assert_report_bounded(&errors);
+        }
+    }
+    // Deep nesting, a thousand bad rules, a huge key: all bounded.
+    let deep = format!("rules: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_report_bounded(&parse_yaml(&deep).expect_err("too deep"));
+    let many = "rules:\n".to_string() + &"  - {name: a, bind: x, connect: y}\n".repeat(1000);
+    let e = parse_yaml(&many).expect_err("bad rules");
+    assert_eq!(e.errors.len(), MAX_ERRORS);
+    assert_report_bounded(&e);
+    let huge = format!("{}: 1\n", "k\u{1b}".repeat(100_000));
+    assert_report_bounded(&parse_yaml(&huge).expect_err("unknown key"));
+}
+
+/// The committed YAML fuzz seeds (fuzz/seeds/yaml_parse) go through the parser here too.
+#[test]
+fn yaml_fuzz_seeds_never_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/yaml_parse");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz seeds directory") {
+        let bytes = std::fs::read(entry.expect("seed entry").path()).expect("read seed");
+        if let Err(errors) = parse_yaml(&String::from_utf8_lossy(&bytes)) {
+            assert_report_bounded(&errors);
+        }
+        seen += 1;
+    }
+    assert!(seen >= 3, "only {seen} seeds in {}", dir.display());
 }
