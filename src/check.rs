@@ -59,8 +59,17 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
             .map(|f| Shown(f).to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let files = if files.is_empty() { "no files".to_string() } else { files };
-        let _ = writeln!(out, "{from}:{}: include {} -> {files}", inc.line, Shown(&inc.pattern));
+        let files = if files.is_empty() {
+            "no files".to_string()
+        } else {
+            files
+        };
+        let _ = writeln!(
+            out,
+            "{from}:{}: include {} -> {files}",
+            inc.line,
+            Shown(&inc.pattern)
+        );
     }
     for r in &resolved.rules {
         let rule = &r.rule;
@@ -172,51 +181,90 @@ fn globals_report(out: &mut String, g: &Globals) {
         let _ = writeln!(out, "{what}: {does}");
     };
     if let Some(n) = g.buffer_size {
-        line(format!("buffersize {n}"), "stored; the copy buffers still take their size from --buffer-size");
+        line(
+            format!("buffersize {n}"),
+            "stored; the copy buffers still take their size from --buffer-size",
+        );
     }
     if let Some(t) = &g.connect_timeout {
-        line(format!("connect-timeout {}", secs(t)), "default for rules without their own connect-timeout (0 = the kernel's)");
+        line(
+            format!("connect-timeout {}", secs(t)),
+            "default for rules without their own connect-timeout (0 = the kernel's)",
+        );
     }
     if let Some(t) = &g.dns_refresh {
-        line(format!("dns-refresh {}", secs(t)), "stored; oi looks names up at start and on reload only");
+        line(
+            format!("dns-refresh {}", secs(t)),
+            "stored; oi looks names up at start and on reload only",
+        );
     }
     if let Some(b) = g.dns_multi_ip_expand {
-        line(format!("dns-multi-ip-expand {}", on(b)), "stored; oi tries every address of a backend name in order");
+        line(
+            format!("dns-multi-ip-expand {}", on(b)),
+            "stored; oi tries every address of a backend name in order",
+        );
     }
     if let Some(f) = g.dns_multi_ip_proto {
         line(format!("dns-multi-ip-proto {f}"), "stored; not used yet");
     }
     if let Some(n) = g.listen_backlog {
-        line(format!("listen-backlog {n}"), "the accept queue of every TCP listener");
+        line(
+            format!("listen-backlog {n}"),
+            "the accept queue of every TCP listener",
+        );
     }
     if let Some(n) = g.max_udp_connections {
-        line(format!("max-udp-connections {n}"), "default of [maxassoc] for UDP rules");
+        line(
+            format!("max-udp-connections {n}"),
+            "default of [maxassoc] for UDP rules",
+        );
     }
     if let Some(n) = g.pool_min_free {
-        line(format!("pool-min-free {n}"), "ignored; oi's buffer pools size themselves");
+        line(
+            format!("pool-min-free {n}"),
+            "ignored; oi's buffer pools size themselves",
+        );
     }
     if let Some(n) = g.pool_max_free {
-        line(format!("pool-max-free {n}"), "ignored; oi's buffer pools size themselves");
+        line(
+            format!("pool-max-free {n}"),
+            "ignored; oi's buffer pools size themselves",
+        );
     }
     if let Some(t) = &g.pool_trim_delay {
         let ms = t.as_millis();
-        line(format!("pool-trim-delay {ms}ms"), "ignored; oi's buffer pools size themselves");
+        line(
+            format!("pool-trim-delay {ms}ms"),
+            "ignored; oi's buffer pools size themselves",
+        );
     }
     if let Some(p) = &g.status_file {
         let p = p.to_string_lossy();
-        line(format!("statusfile {}", Shown(&p)), "stored; no status file is written yet");
+        line(
+            format!("statusfile {}", Shown(&p)),
+            "stored; no status file is written yet",
+        );
     }
     if let Some(b) = g.status_enabled {
-        line(format!("status enabled {}", on(b)), "stored; no status file is written yet");
+        line(
+            format!("status enabled {}", on(b)),
+            "stored; no status file is written yet",
+        );
     }
     if let Some(t) = &g.status_interval {
-        line(format!("statusinterval {}", secs(t)), "stored; not used yet");
+        line(
+            format!("statusinterval {}", secs(t)),
+            "stored; not used yet",
+        );
     }
     if let Some(f) = g.status_format {
         line(format!("statusformat {f}"), "stored; not used yet");
     }
     if let Some(t) = &g.stats_log_interval {
-        line(format!("statsloginterval {}", secs(t)), "stored; no summary lines are logged yet");
+        line(
+            format!("statsloginterval {}", secs(t)),
+            "stored; no summary lines are logged yet",
+        );
     }
 }
 

@@ -268,7 +268,11 @@ fn include_chain_is_shown() {
         "# web\n127.0.0.1 18091 127.0.0.2 80\ninclude ../c.conf\n",
     )
     .expect("write");
-    std::fs::write(dir.path().join("c.conf"), "\n127.0.0.1 18092 127.0.0.2 81\n").expect("write");
+    std::fs::write(
+        dir.path().join("c.conf"),
+        "\n127.0.0.1 18092 127.0.0.2 81\n",
+    )
+    .expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_oi"))
         .arg("--check")
         .arg("-c")

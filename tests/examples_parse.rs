@@ -84,8 +84,15 @@ fn rinetd_uv_conf_uses_the_dialect_and_an_include() {
     assert!(g.status_format.is_some() && g.stats_log_interval.is_some());
     assert_eq!(c.includes.len(), 1);
     assert_eq!(c.includes[0].files.len(), 1, "{:?}", c.includes);
-    let included = c.rules.iter().find(|r| r.file.is_some()).expect("an included rule");
-    assert!(included.file.as_deref().is_some_and(|f| f.ends_with("conf.d/web.conf")));
+    let included = c
+        .rules
+        .iter()
+        .find(|r| r.file.is_some())
+        .expect("an included rule");
+    assert!(included
+        .file
+        .as_deref()
+        .is_some_and(|f| f.ends_with("conf.d/web.conf")));
     assert!(!included.acl.allow.is_empty());
     let o = c.rules.iter().map(|r| &r.options);
     assert!(o.clone().any(|o| o.keepalive.is_some()));
@@ -100,8 +107,20 @@ fn oi_yaml_has_pools() {
     assert_eq!(c.format, config::Format::Yaml);
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     // Two binds of "web" are two rules with one name.
-    assert_eq!(c.rules.iter().filter(|r| r.name.as_deref() == Some("web")).count(), 2);
-    assert!(c.rules.iter().any(|r| r.backends.len() > 1 && r.backends[0].weight > 1));
-    assert!(c.rules.iter().any(|r| r.balance.algorithm == config::Algorithm::IpHash));
+    assert_eq!(
+        c.rules
+            .iter()
+            .filter(|r| r.name.as_deref() == Some("web"))
+            .count(),
+        2
+    );
+    assert!(c
+        .rules
+        .iter()
+        .any(|r| r.backends.len() > 1 && r.backends[0].weight > 1));
+    assert!(c
+        .rules
+        .iter()
+        .any(|r| r.balance.algorithm == config::Algorithm::IpHash));
     assert!(c.rules.iter().any(|r| r.bind.proto == config::Proto::Udp));
 }

@@ -14,7 +14,11 @@ pub(crate) fn closest<'a>(written: &str, candidates: &[&'a str]) -> Option<&'a s
     if written.is_empty() || written.len() > MAX_HINT_LEN {
         return None;
     }
-    let limit = if written.chars().count() <= 3 { 1 } else { MAX_DISTANCE };
+    let limit = if written.chars().count() <= 3 {
+        1
+    } else {
+        MAX_DISTANCE
+    };
     candidates
         .iter()
         .filter(|c| **c != written)

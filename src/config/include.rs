@@ -60,7 +60,8 @@ impl FsIncludes {
     /// The entry for `path`: its name as given, its canonical path as the key.
     fn file(path: &Path) -> IncludedFile {
         let name = path.display().to_string();
-        let key = std::fs::canonicalize(path).map_or_else(|_| name.clone(), |p| p.display().to_string());
+        let key =
+            std::fs::canonicalize(path).map_or_else(|_| name.clone(), |p| p.display().to_string());
         IncludedFile { name, key }
     }
 }
@@ -80,7 +81,9 @@ impl IncludeSource for FsIncludes {
         let full = if Path::new(pattern).is_absolute() || dir.as_os_str().is_empty() {
             pattern.to_string()
         } else {
-            let dir = dir.to_str().ok_or("the including file's directory is not UTF-8")?;
+            let dir = dir
+                .to_str()
+                .ok_or("the including file's directory is not UTF-8")?;
             format!("{}/{pattern}", glob::Pattern::escape(dir))
         };
         let options = glob::MatchOptions {
@@ -131,7 +134,10 @@ impl IncludeSource for MemIncludes {
     fn expand(&mut self, _from: &IncludedFile, pattern: &str) -> Result<Vec<IncludedFile>, String> {
         if !has_wildcards(pattern) {
             let name = pattern.to_string();
-            return Ok(vec![IncludedFile { key: name.clone(), name }]);
+            return Ok(vec![IncludedFile {
+                key: name.clone(),
+                name,
+            }]);
         }
         let pattern = glob::Pattern::new(pattern).map_err(|e| format!("invalid pattern: {e}"))?;
         let mut names: Vec<&String> = self

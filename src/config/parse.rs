@@ -18,8 +18,8 @@ mod options;
 mod pattern;
 
 pub(crate) use address::{parse_host, parse_port};
-use globals::{set_global, GLOBAL_KEYWORDS};
 pub(crate) use globals::{bounded, octal_mode, seconds};
+use globals::{set_global, GLOBAL_KEYWORDS};
 use options::parse_options;
 pub(crate) use pattern::parse_pattern;
 
@@ -28,8 +28,8 @@ use super::hint::closest;
 use super::include::{IncludeSource, IncludedFile};
 use super::{
     AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include, Port,
-    Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES,
-    MAX_INCLUDE_DEPTH, MAX_WARNINGS,
+    Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
+    MAX_WARNINGS,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -57,7 +57,11 @@ const KEYWORDS: [&str; 8] = [
 
 /// Whether `word` is a keyword, and the closest keyword (for hints).
 fn keyword_hint(word: &str) -> Option<&'static str> {
-    let all: Vec<&'static str> = KEYWORDS.iter().chain(GLOBAL_KEYWORDS.iter()).copied().collect();
+    let all: Vec<&'static str> = KEYWORDS
+        .iter()
+        .chain(GLOBAL_KEYWORDS.iter())
+        .copied()
+        .collect();
     all.iter()
         .find(|k| k.eq_ignore_ascii_case(word))
         .copied()
@@ -380,7 +384,12 @@ impl Parser<'_> {
     /// `logfile PATH` or `pidlogfile PATH`; PATH may be quoted with `"` or `'`.
     fn path(&mut self, line: usize, text: &str, word: &str, rest: &str) {
         let what = if word == "include" { "FILE" } else { "PATH" };
-        let shape = || format!("expected '{word} {what}' (quote a {} that contains spaces)", what.to_ascii_lowercase());
+        let shape = || {
+            format!(
+                "expected '{word} {what}' (quote a {} that contains spaces)",
+                what.to_ascii_lowercase()
+            )
+        };
         let rest = trim_ws(rest);
         let (path, after) = match rest.chars().next() {
             Some(q @ ('"' | '\'')) => match rest[1..].split_once(q) {
@@ -430,7 +439,10 @@ impl Parser<'_> {
             };
             return self.error(line, message, text);
         }
-        if let Some(unix) = [tokens[0], tokens[2]].iter().find(|t| t.starts_with("unix:")) {
+        if let Some(unix) = [tokens[0], tokens[2]]
+            .iter()
+            .find(|t| t.starts_with("unix:"))
+        {
             let message = format!(
                 "unix socket endpoints ('{}') are not supported yet",
                 Shown(unix)

@@ -124,8 +124,7 @@ struct Mapper {
 impl Mapper {
     /// Records a problem at `node`.
     fn error(&mut self, node: &Spanned, message: String) {
-        self.errors
-            .at(node.pos.line, node.pos.column, message, "");
+        self.errors.at(node.pos.line, node.pos.column, message, "");
     }
 
     /// The entries of a mapping, checking every key against `allowed`; an
@@ -137,13 +136,19 @@ impl Mapper {
         allowed: &[&str],
     ) -> Vec<(&'a str, &'a Spanned)> {
         let Node::Map(entries) = &node.node else {
-            self.error(node, format!("{what} must be a mapping, not {}", node.kind()));
+            self.error(
+                node,
+                format!("{what} must be a mapping, not {}", node.kind()),
+            );
             return Vec::new();
         };
         let mut out: Vec<(&str, &Spanned)> = Vec::new();
         for (k, v) in entries {
             let Some(key) = k.text() else {
-                self.error(k, format!("a key in {what} must be a single value, not {}", k.kind()));
+                self.error(
+                    k,
+                    format!("a key in {what} must be a single value, not {}", k.kind()),
+                );
                 continue;
             };
             if !allowed.contains(&key) {
@@ -174,7 +179,10 @@ impl Mapper {
                 .iter()
                 .filter_map(|i| self.scalar(key, i).map(|t| (t, i)))
                 .collect(),
-            _ => self.scalar(key, v).map(|t| vec![(t, v)]).unwrap_or_default(),
+            _ => self
+                .scalar(key, v)
+                .map(|t| vec![(t, v)])
+                .unwrap_or_default(),
         }
     }
 
@@ -201,7 +209,10 @@ impl Mapper {
             "true" | "yes" | "on" => Some(true),
             "false" | "no" | "off" => Some(false),
             _ => {
-                self.error(v, format!("{key} must be true or false, not '{}'", Shown(text)));
+                self.error(
+                    v,
+                    format!("{key} must be true or false, not '{}'", Shown(text)),
+                );
                 None
             }
         }
@@ -246,7 +257,8 @@ impl Mapper {
                         self.number(key, v, 1024, 1024 * 1024).map(|n| n as usize)
                 }
                 "pool_min_free" => {
-                    self.config.globals.pool_min_free = self.number(key, v, 0, 10_000).map(|n| n as u32)
+                    self.config.globals.pool_min_free =
+                        self.number(key, v, 0, 10_000).map(|n| n as u32)
                 }
                 "pool_max_free" => {
                     self.config.globals.pool_max_free =
@@ -267,13 +279,16 @@ impl Mapper {
                     self.config.globals.dns_multi_ip_expand = self.boolean(key, v)
                 }
                 "dns_multi_ip_proto" => {
-                    let Some(text) = self.scalar(key, v) else { continue };
+                    let Some(text) = self.scalar(key, v) else {
+                        continue;
+                    };
                     self.config.globals.dns_multi_ip_proto = match text {
                         "ipv4" => Some(super::IpFilter::Ipv4),
                         "ipv6" => Some(super::IpFilter::Ipv6),
                         "any" => Some(super::IpFilter::Any),
                         _ => {
-                            let m = format!("{key} must be ipv4, ipv6 or any, not '{}'", Shown(text));
+                            let m =
+                                format!("{key} must be ipv4, ipv6 or any, not '{}'", Shown(text));
                             self.error(v, m);
                             None
                         }
@@ -284,11 +299,13 @@ impl Mapper {
                         self.secs(key, v, 0, MAX_CONNECT_TIMEOUT_SECS)
                 }
                 "listen_backlog" => {
-                    self.config.globals.listen_backlog = self.number(key, v, 1, 65_535).map(|n| n as u32)
+                    self.config.globals.listen_backlog =
+                        self.number(key, v, 1, 65_535).map(|n| n as u32)
                 }
                 "max_udp_connections" => {
-                    self.config.globals.max_udp_connections =
-                        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64).map(|n| n as usize)
+                    self.config.globals.max_udp_connections = self
+                        .number(key, v, 1, MAX_ASSOC_LIMIT as u64)
+                        .map(|n| n as usize)
                 }
                 "stats_log_interval" => {
                     self.config.globals.stats_log_interval = self.secs(key, v, 0, 86_400)
@@ -310,12 +327,17 @@ impl Mapper {
                 "file" => self.config.globals.status_file = self.path(key, v),
                 "interval" => self.config.globals.status_interval = self.secs(key, v, 1, 86_400),
                 _ => {
-                    let Some(text) = self.scalar(key, v) else { continue };
+                    let Some(text) = self.scalar(key, v) else {
+                        continue;
+                    };
                     self.config.globals.status_format = match text {
                         "json" => Some(super::StatusFormat::Json),
                         "text" => Some(super::StatusFormat::Text),
                         _ => {
-                            self.error(v, format!("format must be json or text, not '{}'", Shown(text)));
+                            self.error(
+                                v,
+                                format!("format must be json or text, not '{}'", Shown(text)),
+                            );
                             None
                         }
                     }
@@ -352,11 +374,16 @@ impl Mapper {
         for (key, v) in self.entries(node, "a rule", &RULE_KEYS) {
             match key {
                 "name" => {
-                    let Some(text) = self.scalar(key, v) else { continue };
+                    let Some(text) = self.scalar(key, v) else {
+                        continue;
+                    };
                     if text.is_empty() {
                         self.error(v, "name must not be empty".into());
                     } else if let Some(first) = self.names.get(text) {
-                        let m = format!("duplicate rule name '{}', first used at line {first}", Shown(text));
+                        let m = format!(
+                            "duplicate rule name '{}', first used at line {first}",
+                            Shown(text)
+                        );
                         self.error(v, m);
                     } else {
                         self.names.insert(text.to_string(), v.pos.line);
@@ -387,13 +414,14 @@ impl Mapper {
                         .and_then(|t| octal_mode(key, t).map_err(|e| self.error(v, e)).ok())
                 }
                 "splice" => {
-                    options.splice = self.scalar(key, v).and_then(|t| {
-                        t.parse::<SpliceMode>().map_err(|e| self.error(v, e)).ok()
-                    })
+                    options.splice = self
+                        .scalar(key, v)
+                        .and_then(|t| t.parse::<SpliceMode>().map_err(|e| self.error(v, e)).ok())
                 }
                 "maxassoc" => {
-                    options.max_assoc =
-                        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64).map(|n| n as usize)
+                    options.max_assoc = self
+                        .number(key, v, 1, MAX_ASSOC_LIMIT as u64)
+                        .map(|n| n as usize)
                 }
                 "load_balancing" => balance = self.balance(v),
                 _ => acl = self.access(v),
@@ -473,7 +501,13 @@ impl Mapper {
                 continue;
             }
             if !matches!(item.node, Node::Map(_)) {
-                self.error(item, format!("a backend must be an address or a mapping, not {}", item.kind()));
+                self.error(
+                    item,
+                    format!(
+                        "a backend must be an address or a mapping, not {}",
+                        item.kind()
+                    ),
+                );
                 continue;
             }
             let mut backend: Option<Backend> = None;
@@ -481,7 +515,9 @@ impl Mapper {
             for (key, v) in self.entries(item, "a backend", &BACKEND_KEYS) {
                 match key {
                     "dest" => {
-                        let Some(text) = self.scalar(key, v) else { continue };
+                        let Some(text) = self.scalar(key, v) else {
+                            continue;
+                        };
                         match endpoint(text) {
                             Ok(e) => backend = Some(Backend::plain(e, item.pos.line)),
                             Err(e) => self.error(v, format!("invalid dest address: {e}")),
@@ -523,7 +559,9 @@ impl Mapper {
         for (key, v) in self.entries(node, "load_balancing", &BALANCE_KEYS) {
             match key {
                 "algorithm" => {
-                    let Some(text) = self.scalar(key, v) else { continue };
+                    let Some(text) = self.scalar(key, v) else {
+                        continue;
+                    };
                     match Algorithm::from_name(text) {
                         Some(a) => b.algorithm = a,
                         None => {

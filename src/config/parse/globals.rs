@@ -86,10 +86,7 @@ pub(crate) fn set_global(globals: &mut Globals, word: &str, value: &str) -> Resu
                 .replace(Duration::from_millis(n))
                 .is_some()
         }
-        "statusinterval" => globals
-            .status_interval
-            .replace(secs(1, 86_400)?)
-            .is_some(),
+        "statusinterval" => globals.status_interval.replace(secs(1, 86_400)?).is_some(),
         "statusformat" => {
             let format = match value {
                 "json" => StatusFormat::Json,
@@ -128,7 +125,13 @@ pub(crate) fn seconds(name: &str, value: &str, min: u64, max: u64) -> Result<Dur
 
 /// A decimal number from `min` to `max` (digits only: no sign, no spaces);
 /// the message gives the range, then `unit`.
-pub(crate) fn bounded(name: &str, value: &str, min: u64, max: u64, unit: &str) -> Result<u64, String> {
+pub(crate) fn bounded(
+    name: &str,
+    value: &str,
+    min: u64,
+    max: u64,
+    unit: &str,
+) -> Result<u64, String> {
     let ok = value.bytes().all(|b| b.is_ascii_digit());
     value
         .parse::<u64>()
@@ -144,7 +147,8 @@ pub(crate) fn bounded(name: &str, value: &str, min: u64, max: u64, unit: &str) -
 
 /// An octal file mode from 0 to 7777 (`0660`, `660`): what `mode=` takes.
 pub(crate) fn octal_mode(name: &str, value: &str) -> Result<u32, String> {
-    let ok = !value.is_empty() && value.len() <= 5 && value.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    let ok =
+        !value.is_empty() && value.len() <= 5 && value.bytes().all(|b| (b'0'..=b'7').contains(&b));
     u32::from_str_radix(value, 8)
         .ok()
         .filter(|m| ok && *m <= crate::config::MAX_SOCKET_MODE)

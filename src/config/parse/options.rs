@@ -230,7 +230,8 @@ mod tests {
         assert_eq!(o.connect_timeout, Some(Duration::from_secs(5)));
         assert_eq!(o.dns_refresh, Some(Duration::ZERO));
         assert_eq!(o.mode, Some(0o660));
-        let (o, e) = parse_options("keepalive=on,connect-timeout=86400,dns-refresh=604800,mode=7777");
+        let (o, e) =
+            parse_options("keepalive=on,connect-timeout=86400,dns-refresh=604800,mode=7777");
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(o.keepalive, Some(true));
         assert_eq!(o.mode, Some(0o7777));
@@ -253,7 +254,9 @@ mod tests {
             } else {
                 assert_eq!(
                     e,
-                    [format!("mode must be an octal file mode from 0 to 7777, not '{bad}'")]
+                    [format!(
+                        "mode must be an octal file mode from 0 to 7777, not '{bad}'"
+                    )]
                 );
             }
         }

@@ -53,7 +53,10 @@ fn every_global_keyword() {
     assert_eq!(g.pool_min_free, Some(64));
     assert_eq!(g.pool_max_free, Some(1024));
     assert_eq!(g.pool_trim_delay, Some(Duration::from_millis(60000)));
-    assert_eq!(g.status_file, Some(PathBuf::from("/var/log/oi-status.json")));
+    assert_eq!(
+        g.status_file,
+        Some(PathBuf::from("/var/log/oi-status.json"))
+    );
     assert_eq!(g.status_interval, Some(Duration::from_secs(30)));
     assert_eq!(g.status_format, Some(StatusFormat::Text));
     assert_eq!(g.stats_log_interval, Some(Duration::ZERO));
@@ -63,20 +66,62 @@ fn every_global_keyword() {
 #[test]
 fn global_ranges_are_in_the_messages() {
     let cases = [
-        ("buffersize 1023", "buffersize must be between 1024 and 1048576, not '1023'"),
-        ("buffersize 1048577", "buffersize must be between 1024 and 1048576, not '1048577'"),
-        ("connect-timeout 86401", "connect-timeout must be between 0 and 86400 seconds, not '86401'"),
-        ("dns-refresh -1", "dns-refresh must be between 0 and 604800 seconds, not '-1'"),
-        ("dns-multi-ip-expand yes", "dns-multi-ip-expand must be on or off, not 'yes'"),
-        ("dns-multi-ip-proto ip4", "dns-multi-ip-proto must be ipv4, ipv6 or any, not 'ip4'"),
-        ("listen-backlog 0", "listen-backlog must be between 1 and 65535, not '0'"),
-        ("max-udp-connections 1000001", "max-udp-connections must be between 1 and 1000000, not '1000001'"),
-        ("pool-min-free 10001", "pool-min-free must be between 0 and 10000, not '10001'"),
-        ("pool-max-free 0", "pool-max-free must be between 1 and 100000, not '0'"),
-        ("pool-trim-delay 99", "pool-trim-delay must be between 100 and 300000 milliseconds, not '99'"),
-        ("statusinterval 0", "statusinterval must be between 1 and 86400 seconds, not '0'"),
-        ("statusformat xml", "statusformat must be json or text, not 'xml'"),
-        ("statsloginterval 99999999999999999999", "statsloginterval must be between 0 and 86400 seconds, not '99999999999999999999'"),
+        (
+            "buffersize 1023",
+            "buffersize must be between 1024 and 1048576, not '1023'",
+        ),
+        (
+            "buffersize 1048577",
+            "buffersize must be between 1024 and 1048576, not '1048577'",
+        ),
+        (
+            "connect-timeout 86401",
+            "connect-timeout must be between 0 and 86400 seconds, not '86401'",
+        ),
+        (
+            "dns-refresh -1",
+            "dns-refresh must be between 0 and 604800 seconds, not '-1'",
+        ),
+        (
+            "dns-multi-ip-expand yes",
+            "dns-multi-ip-expand must be on or off, not 'yes'",
+        ),
+        (
+            "dns-multi-ip-proto ip4",
+            "dns-multi-ip-proto must be ipv4, ipv6 or any, not 'ip4'",
+        ),
+        (
+            "listen-backlog 0",
+            "listen-backlog must be between 1 and 65535, not '0'",
+        ),
+        (
+            "max-udp-connections 1000001",
+            "max-udp-connections must be between 1 and 1000000, not '1000001'",
+        ),
+        (
+            "pool-min-free 10001",
+            "pool-min-free must be between 0 and 10000, not '10001'",
+        ),
+        (
+            "pool-max-free 0",
+            "pool-max-free must be between 1 and 100000, not '0'",
+        ),
+        (
+            "pool-trim-delay 99",
+            "pool-trim-delay must be between 100 and 300000 milliseconds, not '99'",
+        ),
+        (
+            "statusinterval 0",
+            "statusinterval must be between 1 and 86400 seconds, not '0'",
+        ),
+        (
+            "statusformat xml",
+            "statusformat must be json or text, not 'xml'",
+        ),
+        (
+            "statsloginterval 99999999999999999999",
+            "statsloginterval must be between 0 and 86400 seconds, not '99999999999999999999'",
+        ),
     ];
     for (line, message) in cases {
         assert_eq!(one_error(line), format!("config:1: {message}: '{line}'"));
@@ -191,8 +236,13 @@ fn with_files(main: &str, files: &[(&str, &str)]) -> Result<Config, Vec<String>>
             .map(|(n, t)| (n.to_string(), t.to_string()))
             .collect(),
     };
-    parse_with_includes(main, &mut source)
-        .map_err(|e| e.with_file("a.conf").to_string().lines().map(str::to_string).collect())
+    parse_with_includes(main, &mut source).map_err(|e| {
+        e.with_file("a.conf")
+            .to_string()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    })
 }
 
 #[test]
@@ -201,7 +251,10 @@ fn include_reads_files_in_sorted_order_where_written() {
         "allow 10.*\ninclude conf.d/*.conf\n127.0.0.1 9000 127.0.0.1 90\n",
         &[
             ("conf.d/b.conf", "127.0.0.1 8002 127.0.0.1 82\n"),
-            ("conf.d/a.conf", "# first\n127.0.0.1 8001 127.0.0.1 81\ndeny 10.0.0.9\n"),
+            (
+                "conf.d/a.conf",
+                "# first\n127.0.0.1 8001 127.0.0.1 81\ndeny 10.0.0.9\n",
+            ),
             ("other/c.conf", "127.0.0.1 8003 127.0.0.1 83\n"),
         ],
     )
@@ -242,17 +295,17 @@ fn include_errors_name_the_included_file_and_line() {
 
 #[test]
 fn include_cycles_are_reported_with_the_chain() {
-    let e = with_files(
-        "\n\ninclude b.conf\n",
-        &[("b.conf", "include a.conf\n")],
-    )
-    .expect_err("cycle");
+    let e =
+        with_files("\n\ninclude b.conf\n", &[("b.conf", "include a.conf\n")]).expect_err("cycle");
     assert_eq!(
         e,
         ["b.conf:1: include cycle: a.conf -> b.conf -> a.conf: 'include a.conf'"]
     );
     let e = with_files("include a.conf\n", &[]).expect_err("self");
-    assert_eq!(e, ["a.conf:1: include cycle: a.conf -> a.conf: 'include a.conf'"]);
+    assert_eq!(
+        e,
+        ["a.conf:1: include cycle: a.conf -> a.conf: 'include a.conf'"]
+    );
 }
 
 #[test]
@@ -261,7 +314,10 @@ fn include_depth_is_limited() {
     let files: Vec<(String, String)> = (0..12)
         .map(|i| (format!("f{i}.conf"), format!("include f{}.conf\n", i + 1)))
         .collect();
-    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let e = with_files("include f0.conf\n", &refs).expect_err("too deep");
     assert_eq!(
         e,
@@ -288,11 +344,17 @@ fn include_total_size_is_capped() {
     struct Big;
     impl IncludeSource for Big {
         fn main_file(&self) -> IncludedFile {
-            IncludedFile { name: "a.conf".into(), key: "a".into() }
+            IncludedFile {
+                name: "a.conf".into(),
+                key: "a".into(),
+            }
         }
         fn expand(&mut self, _: &IncludedFile, p: &str) -> Result<Vec<IncludedFile>, String> {
             Ok((0..3)
-                .map(|i| IncludedFile { name: format!("{p}{i}"), key: format!("{p}{i}") })
+                .map(|i| IncludedFile {
+                    name: format!("{p}{i}"),
+                    key: format!("{p}{i}"),
+                })
                 .collect())
         }
         fn read(&mut self, _: &IncludedFile) -> Result<String, String> {

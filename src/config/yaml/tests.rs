@@ -107,9 +107,15 @@ fn a_full_file_maps_onto_the_model() {
     assert_eq!(a.connect, a.backends[0].endpoint);
     assert_eq!(a.backends[0].name.as_deref(), Some("w1"));
     assert_eq!(a.backends[0].weight, 3);
-    assert_eq!(a.backends[0].endpoint.host, Host::Name("web1.internal".into()));
+    assert_eq!(
+        a.backends[0].endpoint.host,
+        Host::Name("web1.internal".into())
+    );
     assert_eq!(a.backends[1].weight, 1);
-    assert_eq!(a.backends[1].src, Some(Host::Ip("10.0.0.254".parse().expect("ip"))));
+    assert_eq!(
+        a.backends[1].src,
+        Some(Host::Ip("10.0.0.254".parse().expect("ip")))
+    );
     assert_eq!(a.backends[1].dns_refresh, Some(Duration::ZERO));
     assert_eq!(a.balance.algorithm, Algorithm::LeastConn);
     assert_eq!(a.balance.health_threshold, 5);
@@ -211,7 +217,10 @@ fn shapes_and_syntax_errors() {
         errors("rules: {name: a}\n"),
         ["config:1:9: rules must be a list, not a mapping"]
     );
-    assert_eq!(errors("- 1\n"), ["config:1:1: the top level must be a mapping, not a list"]);
+    assert_eq!(
+        errors("- 1\n"),
+        ["config:1:1: the top level must be a mapping, not a list"]
+    );
     assert_eq!(
         errors("rules:\n  - bind: 127.0.0.1:80\n    connect: 10.0.0.1:80\n"),
         ["config:2:5: a rule needs a name"]
