@@ -11,6 +11,9 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+/// Where a rule was written: its included file (`None`: the main file) and line.
+type RuleAt = (Option<std::sync::Arc<str>>, usize);
+
 /// A forwarding rule with every name looked up.
 #[derive(Clone, Debug)]
 pub struct ResolvedRule {
@@ -178,8 +181,8 @@ pub struct ResolvedConfig {
 pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
     let mut errors = ErrorSink::default();
     let mut rules = Vec::with_capacity(config.rules.len());
-    let mut listeners: HashMap<(SocketAddr, Proto), (Option<std::sync::Arc<str>>, usize)> =
-        HashMap::new();
+    // Listener to the file (None: the main one) and line that first defined it.
+    let mut listeners: HashMap<(SocketAddr, Proto), RuleAt> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
     for rule in &config.rules {
         errors.set_file(rule.file.clone());
