@@ -41,7 +41,7 @@ fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketA
     addrs
         .iter()
         .copied()
-        .find(|a| src.map_or(true, |s| s.is_ipv4() == a.is_ipv4()))
+        .find(|a| src.is_none_or(|s| s.is_ipv4() == a.is_ipv4()))
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
