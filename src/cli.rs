@@ -48,6 +48,10 @@ pub struct Cli {
     #[arg(long)]
     pub check: bool,
 
+    /// With --check: print nothing when the configuration is valid (errors and warnings still go to stderr).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
     /// Fork to the background like rinetd, write a pid file and log to syslog.
     #[arg(long)]
     pub daemon: bool,
@@ -94,6 +98,8 @@ pub struct RunOptions {
     pub conf_file: PathBuf,
     /// Only check the configuration (`--check`).
     pub check: bool,
+    /// With `--check`, print nothing on success (`-q`).
+    pub quiet: bool,
     /// Fork to the background (`--daemon`, or started as `rinetd`), unless `-f`.
     pub background: bool,
     /// Whether rinetd's defaults apply: its pid file, syslog name (`--daemon` or drop-in mode).
@@ -119,6 +125,7 @@ impl RunOptions {
         RunOptions {
             conf_file: cli.conf_file,
             check: cli.check,
+            quiet: cli.quiet,
             background: (cli.daemon || as_rinetd) && !cli.foreground,
             rinetd_defaults: cli.daemon || as_rinetd,
             program: if as_rinetd { "rinetd" } else { "oi" },

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 mod connect;
 mod daemon;
+mod diagnostics;
 mod listen;
 mod logfile;
 mod notify;

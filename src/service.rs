@@ -9,6 +9,7 @@
 use crate::cli::RunOptions;
 use crate::config::{self, ResolvedConfig};
 use crate::daemon;
+use crate::diagnostics;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
@@ -26,16 +27,17 @@ use std::time::Duration;
 /// Runs oi with validated options; returns the process exit code.
 pub fn run(opts: RunOptions) -> ExitCode {
     if opts.check {
-        return crate::check::run(&opts.conf_file);
+        return crate::check::run(&opts.conf_file, opts.quiet);
     }
-    init_diagnostics();
+    // Drop-in and daemon mode also report to syslog, as rinetd does.
+    diagnostics::init(opts.program, opts.rinetd_defaults);
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{}", e.with_file(&file));
+            diagnostics::report(&e.with_file(&file).to_string());
             return ExitCode::FAILURE;
         }
     };
@@ -43,7 +45,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         Ok(s) => s,
         Err(errors) => {
             for e in errors {
-                eprintln!("{e}");
+                diagnostics::report(&e);
             }
             return ExitCode::FAILURE;
         }
@@ -51,12 +53,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let pidfile = pidfile_for(&cfg, opts.rinetd_defaults);
     let write_pid = || pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
     let started = if opts.background {
-        daemon::daemonize(write_pid).map(|()| daemon::init_syslog(opts.program))
+        daemon::daemonize(write_pid).map(|()| diagnostics::daemonized(opts.program))
     } else {
         write_pid()
     };
     if let Err(e) = started {
-        eprintln!("cannot start: {e}");
+        diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
     let log = match LogHandle::start() {
@@ -68,7 +70,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
     };
     if let Err(e) = log.reopen(cfg.config.logfile.clone(), log_format(&cfg)) {
         // rinetd carries on without its log file; so do we, loudly.
-        log::error!("cannot open log file {:?}: {e}", cfg.config.logfile);
+        let path = cfg
+            .config
+            .logfile
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""));
+        log::error!("cannot open log file {}: {e}", path.display());
     }
     let runtime = match Runtime::start(opts.threads) {
         Ok(r) => Arc::new(r),
@@ -90,7 +97,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
-            eprintln!("cannot start listeners: {e}");
+            diagnostics::report(&format!("cannot start listeners: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -118,12 +125,6 @@ fn pidfile_for(cfg: &ResolvedConfig, rinetd_defaults: bool) -> Option<PathBuf> {
         .pidlogfile
         .clone()
         .or_else(|| rinetd_defaults.then(|| PathBuf::from(daemon::DEFAULT_PIDFILE)))
-}
-
-/// Diagnostics go to stderr at `info` unless RUST_LOG says otherwise.
-fn init_diagnostics() {
-    let env = env_logger::Env::default().default_filter_or("info");
-    let _ = env_logger::Builder::from_env(env).try_init();
 }
 
 /// The log file format a configuration asks for.

@@ -132,10 +132,19 @@ impl Listeners {
 
     /// Starts serving already-bound sockets, each with its route.
     fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
+        // A line per rule helps with a few rules and drowns the log with
+        // thousands: past this many, the lines go to debug.
+        const RULES_LISTED: usize = 20;
+        let level = if sockets.len() <= RULES_LISTED {
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
         for (socket, route) in sockets {
             let addr = socket.local_addr()?;
             let proto = route.bind_proto;
-            log::info!(
+            log::log!(
+                level,
                 "forwarding {addr}/{proto} -> {} ({}:{})",
                 fmt_addrs(&route.backends, route.backend_proto),
                 route.names.connect_host,

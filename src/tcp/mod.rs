@@ -62,13 +62,29 @@ pub(crate) async fn forward(
         shared.settings.half_close_idle,
     )
     .await;
-    if let Some(e) = &outcome.error {
-        log::debug!("{peer}: connection ended: {e}");
-    }
     let ev = match outcome.first_closed {
         Side::Backend => Event::DoneLocalClosed,
         Side::Client => Event::DoneRemoteClosed,
     };
+    // One line per connection at debug level: who, which rule, which backend
+    // address answered, the bytes, and how it ended.
+    if log::log_enabled!(log::Level::Debug) {
+        let backend_addr = backend.get_ref().peer_addr().ok();
+        let ended = match &outcome.error {
+            Some(e) => format!("{}, {e}", ev.as_str()),
+            None => ev.as_str().to_string(),
+        };
+        log::debug!(
+            "{peer} -> {}/tcp ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
+            backend_addr.map_or_else(|| "?".into(), |a| a.to_string()),
+            route.names.bind_host,
+            route.names.bind_port,
+            route.names.connect_host,
+            route.names.connect_port,
+            outcome.from_client,
+            outcome.to_client,
+        );
+    }
     let bytes = Bytes {
         from_client: outcome.from_client,
         to_client: outcome.to_client,
