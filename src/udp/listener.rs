@@ -145,7 +145,11 @@ impl Listener {
             log::debug!("{peer}: {} on {}/udp", refusal.as_str(), route.bind);
             return self.shared.log.log(route.event(ip, refusal, Bytes::NONE));
         }
-        let cap = route.max_assoc();
+        // The rule's `maxassoc`, within this listener's share of the descriptors.
+        let cap = route
+            .max_assoc()
+            .min(self.shared.udp_association_cap())
+            .max(1);
         while self.assocs.len() >= cap {
             self.evict_oldest();
         }
