@@ -122,9 +122,11 @@ struct Listeners {
     shared: Arc<Shared>,
     /// Serving listeners.
     serving: HashMap<ListenerKey, Running>,
-    /// The association cap last reported as clamped, so the warning is
-    /// printed at start-up and again only when a reload changes it.
-    udp_cap_logged: Option<usize>,
+    /// (UDP listeners, soft limit) when the clamp was last reported, so the
+    /// warning is printed at start-up and again only when a reload changes
+    /// either; not keyed on the cap itself, which moves by a descriptor or
+    /// two whenever a TCP listener comes or goes (every reload of the soak test).
+    udp_cap_logged: Option<(usize, u64)>,
 }
 
 impl Listeners {
@@ -248,18 +250,20 @@ impl Listeners {
             .collect();
         // Each loop owns one descriptor of its listener.
         let listener_fds = self.serving.values().map(|r| r.tasks.len()).sum();
-        let cap = udp_assoc_share(nofile_soft(), listener_fds, udp.len());
+        let soft = nofile_soft();
+        let cap = udp_assoc_share(soft, listener_fds, udp.len());
         self.shared.set_udp_association_cap(cap);
         let wanted = udp.iter().copied().max().unwrap_or(0);
-        if wanted > cap && self.udp_cap_logged != Some(cap) {
+        let key = (udp.len(), soft);
+        if wanted > cap && self.udp_cap_logged != Some(key) {
             log::warn!(
                 "UDP associations limited to {cap} per /udp listener ({} listener(s); \
                  maxassoc asks up to {wanted}): together they may use half of the \
                  open-file limit ({}), so TCP keeps descriptors; raise LimitNOFILE for more",
                 udp.len(),
-                nofile_soft()
+                soft
             );
-            self.udp_cap_logged = Some(cap);
+            self.udp_cap_logged = Some(key);
         } else if wanted <= cap {
             self.udp_cap_logged = None;
         }
