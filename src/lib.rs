@@ -41,3 +41,4 @@ pub use runtime::{Runtime, SLACK};
 pub use service::run;
 pub use shared::{Settings, Shared, UDP_QUEUE_TOTAL};
 pub use tcp::splice::{use_splice, AUTO_SPLICES};
+pub use udp::ASSOC_QUEUE_BYTES;

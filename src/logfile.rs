@@ -659,7 +659,11 @@ mod tests {
     fn chunks_for_a_pipe_are_whole_lines() {
         assert_eq!(whole_lines("ab\ncd\nef\n", 6), "ab\ncd\n");
         assert_eq!(whole_lines("ab\ncd\n", 100), "ab\ncd\n");
-        assert_eq!(whole_lines("abcdef\ngh\n", 3), "abcdef\n", "one long line whole");
+        assert_eq!(
+            whole_lines("abcdef\ngh\n", 3),
+            "abcdef\n",
+            "one long line whole"
+        );
         assert_eq!(whole_lines("abc", 2), "abc");
     }
 

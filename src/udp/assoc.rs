@@ -26,7 +26,7 @@ const TCP_QUEUE: usize = 16;
 /// [`QUEUE_OVERHEAD`] each): two of the largest datagrams, so one always fits
 /// (a 64 KiB budget could not hold a 65,507-byte payload and its overhead).
 /// All associations together are held to [`crate::shared::UDP_QUEUE_TOTAL`].
-pub(crate) const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
+pub const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
 
 /// What a queued datagram costs besides its payload, charged to the budgets:
 /// the allocation's header and rounding plus its slot in the channel

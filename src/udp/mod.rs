@@ -20,6 +20,7 @@ mod assoc;
 mod listener;
 mod tcp_to_udp;
 
+pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
 pub(crate) use tcp_to_udp::tcp_to_udp;
 
