@@ -34,7 +34,7 @@ mod udp;
 
 pub use buffers::BufferPool;
 pub use listen::{bind, bind_all, serve, BoundSocket, Command};
-pub use logfile::{Format, LogHandle, LOG_QUEUE_LINES, WRITER_WAIT};
+pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};
 pub use route::Route;
 pub use runtime::{Runtime, SLACK};

@@ -86,7 +86,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // Installed before READY=1: a SIGHUP right after it must reload, not kill.
     // SIGUSR1 is caught so it cannot kill oi (its default action, and what it
     // does to rinetd): it logs one status line, until statistics give it more.
-    let signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term, Signal::Usr1]) {
+    // Listed first: signals pending together come out in this order, so a
+    // status asked for before a SIGTERM is still printed.
+    let signals = match Signals::new([Signal::Usr1, Signal::Hup, Signal::Int, Signal::Term]) {
         Ok(s) => s,
         Err(e) => {
             log::error!("cannot install signal handlers: {e}");
