@@ -58,7 +58,8 @@ struct Listener {
     /// Settings and the log.
     shared: Arc<Shared>,
     /// Live associations by client address.
-    /// Invariant: never more than the current route's cap after `open` returns.
+    /// Invariant: never more than the cap after `open` returns (the route's
+    /// `maxassoc`, within the listener's share of the descriptor limit).
     assocs: HashMap<SocketAddr, Association>,
     /// Clock origin for the associations' activity timestamps.
     epoch: Instant,
