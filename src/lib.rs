@@ -14,6 +14,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod acl;
+mod bounds;
 mod buffers;
 pub mod check;
 pub mod cli;
@@ -34,10 +35,11 @@ mod udp;
 
 pub use buffers::BufferPool;
 pub use listen::{bind, bind_all, serve, BoundSocket, Command};
-pub use logfile::{Format, LogHandle};
+pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};
 pub use route::Route;
 pub use runtime::{Runtime, SLACK};
 pub use service::run;
-pub use shared::{Settings, Shared};
+pub use shared::{Settings, Shared, UDP_QUEUE_TOTAL};
 pub use tcp::splice::{use_splice, AUTO_SPLICES};
+pub use udp::ASSOC_QUEUE_BYTES;

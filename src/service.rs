@@ -51,7 +51,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     let pidfile = pidfile_for(&cfg, opts.rinetd_defaults);
-    let write_pid = || pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+    // A pid file that cannot be written is reported and oi serves on, as
+    // rinetd 0.73 does; in daemon mode the child still reports ready, so the
+    // parent exits 0 (stderr is still the terminal's when this runs).
+    let write_pid = || {
+        write_pidfile(pidfile.as_deref());
+        Ok(())
+    };
     let started = if opts.background {
         daemon::daemonize(write_pid).map(|()| diagnostics::daemonized(opts.program))
     } else {
@@ -85,7 +91,11 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     // Installed before READY=1: a SIGHUP right after it must reload, not kill.
-    let signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term]) {
+    // SIGUSR1 is caught so it cannot kill oi (its default action, and what it
+    // does to rinetd): it logs one status line, until statistics give it more.
+    // Listed first: signals pending together come out in this order, so a
+    // status asked for before a SIGTERM is still printed.
+    let signals = match Signals::new([Signal::Usr1, Signal::Hup, Signal::Int, Signal::Term]) {
         Ok(s) => s,
         Err(e) => {
             log::error!("cannot install signal handlers: {e}");
@@ -125,6 +135,16 @@ fn pidfile_for(cfg: &ResolvedConfig, rinetd_defaults: bool) -> Option<PathBuf> {
         .pidlogfile
         .clone()
         .or_else(|| rinetd_defaults.then(|| PathBuf::from(daemon::DEFAULT_PIDFILE)))
+}
+
+/// Writes the pid file, if one applies; a failure is logged with the path
+/// and is not fatal (rinetd 0.73 carries on too).
+fn write_pidfile(path: Option<&std::path::Path>) {
+    if let Some(path) = path {
+        if let Err(e) = daemon::write_pidfile(path) {
+            log::error!("cannot write the pid file {}: {e}", path.display());
+        }
+    }
 }
 
 /// The log file format a configuration asks for.
@@ -175,6 +195,7 @@ impl Service {
                     let status = self.reload().await;
                     notify::ready(&status);
                 }
+                Ok(Signal::Usr1) => self.status(),
                 Ok(_) => break,
                 Err(e) => log::warn!("signal stream: {e}"),
             }
@@ -198,6 +219,19 @@ impl Service {
         ExitCode::SUCCESS
     }
 
+    /// Answers SIGUSR1 with one line on the diagnostics log.
+    fn status(&self) {
+        log::info!(
+            "status: {} open TCP connection(s); UDP: {} byte(s) queued towards TCP \
+             backends, {} datagram(s) dropped; log file: {} line(s) queued, {} dropped",
+            self.runtime.open_connections(),
+            self.shared.udp_queued_bytes(),
+            self.shared.udp_datagrams_dropped(),
+            self.shared.log.queued(),
+            self.shared.log.dropped()
+        );
+    }
+
     /// Re-reads the configuration and applies it; on error keeps the old one
     /// running. Returns a status line for the service manager.
     async fn reload(&self) -> String {
@@ -216,17 +250,14 @@ impl Service {
         let logfile = cfg.config.logfile.clone();
         let format = log_format(&cfg);
         let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
-        let (reopened, pid) = smol::unblock(move || {
+        let reopened = smol::unblock(move || {
             let reopened = log.reopen(logfile, format);
-            let pid = pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
-            (reopened, pid)
+            write_pidfile(pidfile.as_deref());
+            reopened
         })
         .await;
         if let Err(e) = reopened {
             log::error!("cannot reopen the log file: {e}");
-        }
-        if let Err(e) = pid {
-            log::error!("cannot write the pid file: {e}");
         }
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let (done, errors) = async_channel::bounded(1);

@@ -1,10 +1,12 @@
 //! What every listener and connection of one server shares: the settings from
 //! the command line, the buffer and pipe pools, and the connection log.
 
+use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
 use crate::config::SpliceMode;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +44,15 @@ const DATAGRAM_BUFFERS_KEPT: usize = 256;
 /// 65,507 bytes over IPv4), whatever `--buffer-size` says.
 pub(crate) const DATAGRAM_BUFFER: usize = 65_536;
 
+/// Bytes of client datagrams all UDP→TCP associations together may hold
+/// queued while their backends connect or stall. Before this bound, 8,000
+/// sources × 16 one-byte datagrams against a backend slow to accept pinned
+/// 2.5 GB (each datagram held a 64 KiB buffer); now at most this much.
+pub const UDP_QUEUE_TOTAL: usize = 16 * 1024 * 1024;
+
+/// How often at most a "dropping datagrams" warning is printed.
+const DROP_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// State shared by every listener and connection of one server.
 pub struct Shared {
     /// Command-line settings.
@@ -54,17 +65,79 @@ pub struct Shared {
     pub datagrams: BufferPool,
     /// Where rinetd log events go.
     pub log: LogHandle,
+    /// Bytes queued towards TCP backends by every UDP→TCP association
+    /// together, limited to [`UDP_QUEUE_TOTAL`].
+    pub(crate) udp_queue: Arc<ByteBudget>,
+    /// Client datagrams dropped because an upstream could not take them
+    /// (queue or byte budget full): for the statistics, and the warning.
+    udp_dropped: AtomicU64,
+    /// Rate limit of the warning about dropped datagrams.
+    udp_drop_warning: Every,
+    /// The most associations one `/udp` listener may hold, whatever its
+    /// `maxassoc` says: its share of the descriptor limit, set by the
+    /// listener set (`listen::udp_assoc_share`) when the UDP listeners change.
+    udp_assoc_cap: AtomicUsize,
 }
 
 impl Shared {
     /// Shared state for a server with these settings and log.
     pub fn new(settings: Settings, log: LogHandle) -> Arc<Self> {
+        let want = pipes::pipe_size_within_max(settings.buffer_size);
+        let pipes = PipePool::new(want, pipes::PIPES_KEPT);
+        Self::with_pipe_pool(settings, log, pipes)
+    }
+
+    /// Like [`new`](Self::new) with a given pipe pool: tests use a pool whose
+    /// pipes cannot be sized, to see connections fall back to copying.
+    pub fn with_pipe_pool(settings: Settings, log: LogHandle, pipes: PipePool) -> Arc<Self> {
         Arc::new(Shared {
             buffers: BufferPool::new(settings.buffer_size, BUFFERS_KEPT),
-            pipes: PipePool::new(pipes::pipe_size(settings.buffer_size), pipes::PIPES_KEPT),
+            pipes,
             datagrams: BufferPool::new(DATAGRAM_BUFFER, DATAGRAM_BUFFERS_KEPT),
             settings,
             log,
+            udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
+            udp_dropped: AtomicU64::new(0),
+            udp_drop_warning: Every::new(DROP_WARNING_EVERY),
+            udp_assoc_cap: AtomicUsize::new(usize::MAX),
         })
+    }
+
+    /// Bytes of client datagrams queued towards TCP backends right now (at
+    /// most [`UDP_QUEUE_TOTAL`]).
+    pub fn udp_queued_bytes(&self) -> usize {
+        self.udp_queue.used()
+    }
+
+    /// Client datagrams dropped so far because their upstream could not take them.
+    pub fn udp_datagrams_dropped(&self) -> u64 {
+        self.udp_dropped.load(Ordering::Relaxed)
+    }
+
+    /// The most associations one `/udp` listener may hold now, from the
+    /// descriptor limit (before any listener starts: no limit).
+    pub fn udp_association_cap(&self) -> usize {
+        self.udp_assoc_cap.load(Ordering::Relaxed)
+    }
+
+    /// Sets the per-listener association cap (see [`udp_association_cap`](Self::udp_association_cap)).
+    pub(crate) fn set_udp_association_cap(&self, cap: usize) {
+        self.udp_assoc_cap.store(cap, Ordering::Relaxed);
+    }
+
+    /// Counts one dropped client datagram, warning at most once a minute.
+    pub(crate) fn udp_datagram_dropped(&self, why: &str) {
+        let n = self
+            .udp_dropped
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if self.udp_drop_warning.ready() {
+            log::warn!(
+                "dropping client datagrams: {why} ({n} dropped so far, {} bytes queued \
+                 towards TCP backends, limit {}); next warning in a minute at the earliest",
+                self.udp_queue.used(),
+                self.udp_queue.limit()
+            );
+        }
     }
 }

@@ -74,8 +74,10 @@ pub fn serve(
         duplicate_budget: duplicate_budget(),
         shared,
         serving: HashMap::new(),
+        udp_cap_logged: None,
     };
     listeners.start(sockets)?;
+    listeners.share_descriptors_with_udp();
     Ok(async move {
         while let Ok(command) = commands.recv().await {
             match command {
@@ -120,6 +122,11 @@ struct Listeners {
     shared: Arc<Shared>,
     /// Serving listeners.
     serving: HashMap<ListenerKey, Running>,
+    /// (UDP listeners, soft limit) when the clamp was last reported, so the
+    /// warning is printed at start-up and again only when a reload changes
+    /// either; not keyed on the cap itself, which moves by a descriptor or
+    /// two whenever a TCP listener comes or goes (every reload of the soak test).
+    udp_cap_logged: Option<(usize, u64)>,
 }
 
 impl Listeners {
@@ -235,16 +242,68 @@ impl Listeners {
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
         }
+        self.share_descriptors_with_udp();
         errors
     }
+
+    /// Sets how many associations each `/udp` listener may hold so that all
+    /// of them together stay within their share of the descriptor limit
+    /// (see [`udp_assoc_share`]), and says so when that is below a rule's
+    /// `maxassoc`: at start-up, then only when a reload changes the value.
+    fn share_descriptors_with_udp(&mut self) {
+        let udp: Vec<usize> = self
+            .serving
+            .iter()
+            .filter(|((_, proto), _)| *proto == Proto::Udp)
+            .map(|(_, r)| r.route.load().max_assoc())
+            .collect();
+        // Each loop owns one descriptor of its listener.
+        let listener_fds = self.serving.values().map(|r| r.tasks.len()).sum();
+        let soft = nofile_soft();
+        let cap = udp_assoc_share(soft, listener_fds, udp.len());
+        self.shared.set_udp_association_cap(cap);
+        let wanted = udp.iter().copied().max().unwrap_or(0);
+        let key = (udp.len(), soft);
+        if wanted > cap && self.udp_cap_logged != Some(key) {
+            log::warn!(
+                "UDP associations limited to {cap} per /udp listener ({} listener(s); \
+                 maxassoc asks up to {wanted}): together they may use half of the \
+                 open-file limit ({}), so TCP keeps descriptors; raise LimitNOFILE for more",
+                udp.len(),
+                soft
+            );
+            self.udp_cap_logged = Some(key);
+        } else if wanted <= cap {
+            self.udp_cap_logged = None;
+        }
+    }
+}
+
+/// The soft open-file limit (RLIMIT_NOFILE), or `u64::MAX` if unlimited.
+fn nofile_soft() -> u64 {
+    use rustix::process::{getrlimit, Resource};
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// Associations each of `udp_listeners` `/udp` listeners may hold: every
+/// association holds one descriptor (its connected UDP socket or its TCP
+/// connection), and all of them together may use half the soft limit, less
+/// what the listeners hold, so TCP connections keep the other half. Measured
+/// before this cap: at `LimitNOFILE=1024` one UDP rule at the default
+/// `maxassoc` (10,000) took every descriptor and a TCP rule beside it served 0
+/// of 20 connections. At least one, so a listener still serves.
+fn udp_assoc_share(soft: u64, listener_fds: usize, udp_listeners: usize) -> usize {
+    let half = usize::try_from(soft / 2).unwrap_or(usize::MAX);
+    let share = half.saturating_sub(listener_fds) / udp_listeners.max(1);
+    share.max(1)
 }
 
 /// Duplicated listening descriptors the server may hold: a sixteenth of the
 /// open-file soft limit, at most 1024, so listeners never crowd out connections.
 fn duplicate_budget() -> usize {
-    use rustix::process::{getrlimit, Resource};
-    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    usize::try_from(soft / 16).unwrap_or(usize::MAX).min(1024)
+    usize::try_from(nofile_soft() / 16)
+        .unwrap_or(usize::MAX)
+        .min(1024)
 }
 
 /// Formats backend addresses for the startup line.
@@ -284,6 +343,7 @@ mod tests {
             duplicate_budget: 1,
             shared,
             serving: HashMap::new(),
+            udp_cap_logged: None,
         };
         let mut sockets = Vec::new();
         let mut addrs = Vec::new();
@@ -319,5 +379,15 @@ mod tests {
         }
         stop.close();
         main.join().expect("main thread");
+    }
+
+    #[test]
+    fn udp_listeners_share_half_the_descriptor_limit() {
+        // 1,024 descriptors, 3 held by listeners, one UDP listener: 509.
+        assert_eq!(udp_assoc_share(1024, 3, 1), 509);
+        assert_eq!(udp_assoc_share(1024, 3, 2), 254);
+        // Nothing left still lets each listener serve one client.
+        assert_eq!(udp_assoc_share(4, 10, 3), 1);
+        assert_eq!(udp_assoc_share(u64::MAX, 0, 0), usize::MAX / 2);
     }
 }

@@ -3,6 +3,7 @@
 //! carries the backend's replies back to that client.
 
 use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::connect;
 use crate::logfile::{Event, LogEvent};
@@ -20,6 +21,17 @@ use std::time::{Duration, Instant};
 /// Datagrams queued towards a TCP backend (UDP→TCP) before newer ones are dropped:
 /// covers the connect and short stalls without letting one slow backend pin much memory.
 const TCP_QUEUE: usize = 16;
+
+/// Bytes one UDP→TCP association may hold queued (payloads plus
+/// [`QUEUE_OVERHEAD`] each): two of the largest datagrams, so one always fits
+/// (a 64 KiB budget could not hold a 65,507-byte payload and its overhead).
+/// All associations together are held to [`crate::shared::UDP_QUEUE_TOTAL`].
+pub const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
+
+/// What a queued datagram costs besides its payload, charged to the budgets:
+/// the allocation's header and rounding plus its slot in the channel
+/// (16 + 24 bytes, rounded up), so a flood of one-byte datagrams is not free.
+pub(crate) const QUEUE_OVERHEAD: usize = 64;
 
 /// Traffic counters shared by an association's owner and its task.
 ///
@@ -54,7 +66,8 @@ impl Activity {
 
     /// Records traffic now.
     pub(crate) fn touch(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
+        // Saturating, not `as`: a truncated count would make an old association look new.
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
@@ -65,13 +78,17 @@ impl Activity {
 
     /// How long there has been no traffic, as of `now`.
     pub(crate) fn idle(&self, now: Instant) -> Duration {
-        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        let since = now.saturating_duration_since(self.epoch).as_millis();
+        let now_ms = u64::try_from(since).unwrap_or(u64::MAX);
         Duration::from_millis(now_ms.saturating_sub(self.last_ms()))
     }
 
     /// The instant the last traffic happened.
     pub(crate) fn last(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.last_ms())
+        // `last_ms` came from this epoch's clock, so this fits; checked all the same.
+        self.epoch
+            .checked_add(Duration::from_millis(self.last_ms()))
+            .unwrap_or_else(Instant::now)
     }
 
     /// Whether the upstream has ended and the association only waits to be removed.
@@ -93,20 +110,24 @@ impl Activity {
     }
 }
 
-/// A datagram on its way to a TCP backend, in a pooled buffer.
+/// A datagram on its way to a TCP backend.
 pub(crate) struct Queued {
-    /// Pooled buffer; returned to the pool once written.
-    buf: Box<[u8]>,
-    /// Payload length within `buf`.
-    len: usize,
+    /// The payload, in an allocation of exactly its size: a pooled 64 KiB
+    /// buffer per queued one-byte datagram is what let 8,000 sources pin 2.5 GB.
+    bytes: Box<[u8]>,
+    /// Its share of the association's budget, given back when written or dropped.
+    _assoc: Charge,
+    /// Its share of the process-wide budget, given back likewise.
+    _total: Charge,
 }
 
 /// Where an association sends its client's datagrams.
 enum Upstream {
     /// A UDP socket connected to the backend (UDP→UDP).
     Udp(Arc<Async<UdpSocket>>),
-    /// The queue into the task that owns the TCP connection (UDP→TCP).
-    Tcp(async_channel::Sender<Queued>),
+    /// The queue into the task that owns the TCP connection (UDP→TCP), and
+    /// the byte budget ([`ASSOC_QUEUE_BYTES`]) of what waits in it.
+    Tcp(async_channel::Sender<Queued>, Arc<ByteBudget>),
 }
 
 /// One client address's association, owned by its listener's map.
@@ -120,7 +141,7 @@ pub(crate) struct Association {
     pub(crate) route: Arc<Route>,
     /// The client as the log prints it.
     client_ip: IpAddr,
-    /// Where datagram buffers for the TCP queue come from.
+    /// The process-wide queue budget and drop counter.
     shared: Arc<Shared>,
     /// Carries replies back; dropping the association cancels it and closes the upstream.
     _task: Task<()>,
@@ -153,7 +174,7 @@ impl Association {
             Proto::Tcp => {
                 let (tx, rx) = async_channel::bounded(TCP_QUEUE);
                 let task = ex.spawn(tcp_upstream(rx, route.clone(), shared.clone(), reply));
-                (Upstream::Tcp(tx), task)
+                (Upstream::Tcp(tx, ByteBudget::new(ASSOC_QUEUE_BYTES)), task)
             }
         };
         Ok(Association {
@@ -181,24 +202,46 @@ impl Association {
                     false
                 }
             },
-            Upstream::Tcp(queue) => {
-                let datagrams = &self.shared.datagrams;
-                let mut buf = datagrams.take();
-                buf[..payload.len()].copy_from_slice(payload);
-                let len = payload.len();
-                match queue.try_send(Queued { buf, len }) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        datagrams.give(e.into_inner().buf);
-                        false
-                    }
-                }
-            }
+            Upstream::Tcp(queue, budget) => self.enqueue(queue, budget, payload),
         };
         if sent {
             let n = payload.len() as u64;
             self.activity.from_client.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Queues a datagram for the TCP backend if the queue, the association's
+    /// byte budget and the process-wide one all have room; otherwise drops it
+    /// and counts the drop.
+    fn enqueue(
+        &self,
+        queue: &async_channel::Sender<Queued>,
+        budget: &Arc<ByteBudget>,
+        payload: &[u8],
+    ) -> bool {
+        let cost = payload.len().saturating_add(QUEUE_OVERHEAD);
+        let Some(assoc) = budget.try_take(cost) else {
+            self.shared
+                .udp_datagram_dropped("a TCP backend is not keeping up");
+            return false;
+        };
+        let Some(total) = self.shared.udp_queue.try_take(cost) else {
+            self.shared
+                .udp_datagram_dropped("the process-wide queue budget is full");
+            return false;
+        };
+        let queued = Queued {
+            bytes: payload.into(),
+            _assoc: assoc,
+            _total: total,
+        };
+        // Dropping a refused datagram gives its charges back.
+        if queue.try_send(queued).is_err() {
+            self.shared
+                .udp_datagram_dropped("a TCP backend is not keeping up");
+            return false;
+        }
+        true
     }
 
     /// A log line about this association, with its byte counts.
@@ -294,9 +337,7 @@ async fn tcp_upstream(
         connect::tune(stream.get_ref());
         let to_backend = async {
             while let Ok(q) = queue.recv().await {
-                let written = (&stream).write_all(&q.buf[..q.len]).await;
-                datagrams.give(q.buf);
-                written?;
+                (&stream).write_all(&q.bytes).await?;
             }
             Ok(())
         };

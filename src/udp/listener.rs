@@ -58,7 +58,8 @@ struct Listener {
     /// Settings and the log.
     shared: Arc<Shared>,
     /// Live associations by client address.
-    /// Invariant: never more than the current route's cap after `open` returns.
+    /// Invariant: never more than the cap after `open` returns (the route's
+    /// `maxassoc`, within the listener's share of the descriptor limit).
     assocs: HashMap<SocketAddr, Association>,
     /// Clock origin for the associations' activity timestamps.
     epoch: Instant,
@@ -145,7 +146,11 @@ impl Listener {
             log::debug!("{peer}: {} on {}/udp", refusal.as_str(), route.bind);
             return self.shared.log.log(route.event(ip, refusal, Bytes::NONE));
         }
-        let cap = route.max_assoc();
+        // The rule's `maxassoc`, within this listener's share of the descriptors.
+        let cap = route
+            .max_assoc()
+            .min(self.shared.udp_association_cap())
+            .max(1);
         while self.assocs.len() >= cap {
             self.evict_oldest();
         }
