@@ -7,9 +7,9 @@
 //! until its command channel closes. Reloads arrive on that channel.
 //!
 //! Threading model: each executor is run by exactly one thread. Every
-//! executor runs its own accept loop on each TCP listener (on a duplicate of
-//! the listening descriptor, so they share one accept queue) and runs the
-//! connections it accepts, handing one to a less busy thread only when its
+//! executor runs its own accept loop on each TCP listener (on a socket of its
+//! own in the listener's `SO_REUSEPORT` group, so the kernel gives each new
+//! connection to one thread; see [`bind`]) and runs the connections it accepts, handing one to a less busy thread only when its
 //! own runs too many more (see [`crate::runtime`]). The first executor also
 //! runs the UDP listeners.
 //!
@@ -185,7 +185,7 @@ impl Listeners {
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
                 let mut fds = Vec::with_capacity(executors.len());
                 for _ in 1..executors.len() {
-                    fds.push(l.try_clone()?);
+                    fds.push(bind::sibling(&l)?);
                 }
                 fds.push(l);
                 let failing = Arc::new(AtomicBool::new(false));
