@@ -2,7 +2,7 @@
 
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
-use socket2::{Domain, SockAddr, SockRef, Socket, Type};
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -70,6 +70,11 @@ fn new_socket(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
     let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    // Every forwarded socket: no Nagle delay (small messages go out at once),
+    // keepalive on (dead peers are noticed). Accepted sockets get both from
+    // their listener.
+    socket.set_tcp_nodelay(true)?;
+    socket.set_keepalive(true)?;
     if let Some(ip) = src {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
@@ -100,7 +105,8 @@ fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
         }
         in_progress = socket.peer_addr().is_err();
     }
-    let stream = Async::new(TcpStream::from(socket))?;
+    // Created with SOCK_NONBLOCK: no ioctl(FIONBIO) needed to register it.
+    let stream = Async::new_nonblocking(TcpStream::from(socket))?;
     Ok(if in_progress {
         Started::InProgress(stream)
     } else {
@@ -117,16 +123,6 @@ async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>
     // A failed connect can also show as writable with no pending error on some kernels.
     stream.get_ref().peer_addr()?;
     Ok(stream)
-}
-
-/// Sets the options every forwarded socket gets: no Nagle delay, keepalive on.
-pub(crate) fn tune(stream: &TcpStream) {
-    if let Err(e) = stream.set_nodelay(true) {
-        log::debug!("TCP_NODELAY: {e}");
-    }
-    if let Err(e) = SockRef::from(stream).set_keepalive(true) {
-        log::debug!("SO_KEEPALIVE: {e}");
-    }
 }
 
 #[cfg(test)]

@@ -200,6 +200,16 @@ impl Service {
                 Err(e) => log::warn!("signal stream: {e}"),
             }
         }
+        // A status request that arrived together with the stop is still
+        // answered (the stream does not promise the order of signals that
+        // are pending at once). Bounded: only what is already there.
+        for _ in 0..8 {
+            match futures_lite::future::poll_once(signals.next()).await {
+                Some(Some(Ok(Signal::Usr1))) => self.status(),
+                Some(Some(_)) => {}
+                _ => break,
+            }
+        }
         log::info!("stopping");
         notify::stopping();
         self.commands.close();

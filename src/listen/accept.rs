@@ -44,7 +44,7 @@ impl AcceptLoop {
     pub(super) async fn run(self) {
         let mut backoff = MIN_BACKOFF;
         loop {
-            match self.listener.accept().await {
+            match self.listener.read_with(accept_nonblocking).await {
                 Ok((stream, peer)) => {
                     backoff = MIN_BACKOFF;
                     if self.failing.load(Ordering::Relaxed)
@@ -75,6 +75,18 @@ impl AcceptLoop {
             }
         }
     }
+}
+
+/// accept4(2) with `SOCK_NONBLOCK | SOCK_CLOEXEC`: the stream is registered
+/// as it comes, without the `ioctl(FIONBIO)` that `Async::new` would make
+/// (one system call per connection).
+fn accept_nonblocking(listener: &TcpListener) -> io::Result<(Async<TcpStream>, SocketAddr)> {
+    use rustix::net::{acceptfrom_with, SocketFlags};
+    let (fd, peer) = acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
+    let peer = peer
+        .and_then(|p| SocketAddr::try_from(p).ok())
+        .ok_or_else(|| io::Error::other("accepted a connection without an IP peer address"))?;
+    Ok((Async::new_nonblocking(TcpStream::from(fd))?, peer))
 }
 
 /// Accept errors that concern one aborted connection, not the listener.

@@ -47,8 +47,8 @@ pub(crate) async fn forward(
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }
     };
-    connect::tune(client.get_ref());
-    connect::tune(backend.get_ref());
+    // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
+    // from its listener, the backend's from `connect`.
     let pools = Pools {
         buffers: &shared.buffers,
         pipes: &shared.pipes,

@@ -334,7 +334,6 @@ async fn tcp_upstream(
         let stream = connect::connect(&route.backends, route.src, connect_timeout)
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
-        connect::tune(stream.get_ref());
         let to_backend = async {
             while let Ok(q) = queue.recv().await {
                 (&stream).write_all(&q.bytes).await?;

@@ -8,7 +8,6 @@
 use super::assoc::Activity;
 use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
 use crate::buffers::BufferPool;
-use crate::connect;
 use crate::logfile::Event;
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
@@ -48,7 +47,7 @@ pub(crate) async fn tcp_to_udp(
             return shared.log.log(event(Event::LocalSocketFailed));
         }
     };
-    connect::tune(client.get_ref());
+    // TCP_NODELAY and SO_KEEPALIVE come with the client socket from its listener.
     let pool = &shared.datagrams;
     let end = to_backend(&client, &socket, &activity, pool)
         .or(to_client(&client, &socket, &activity, pool))
