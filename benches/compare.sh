@@ -4,7 +4,9 @@
 #
 #   benches/compare.sh            # needs cargo, iperf3, python3; rinetd if installed
 #
-# Rows: direct, oi --splice=off, oi --splice=on, rinetd (when installed).
+# Rows: direct, oi --splice=off, oi --splice=on, rinetd and haproxy (when
+# installed), an older oi (OI_BASELINE) and the original oxidinetd
+# (ORIGINAL_OXIDINETD) when their binaries are given.
 # Columns (issue 5's goals): iperf3 -P1 and -P8 throughput, the forwarder's CPU
 # seconds per GiB during -P8, 64-byte ping-pong p50/p99, connection rate
 # (connect, 64 B request/response, close), and forwarder RSS per idle
@@ -212,10 +214,37 @@ run_forwarder() {
     measure "direct-before-$name" "$ECHO_PORT" "$IPERF_PORT" ""
     free_port; local echo_fwd=$PORT
     free_port; local iperf_fwd=$PORT
-    # The same two rules for every forwarder (rinetd.conf syntax).
+    # The same two rules for every forwarder (rinetd.conf syntax, and the
+    # same in haproxy's: plain TCP mode, no health checks, no logging).
     printf '127.0.0.1 %s 127.0.0.1 %s\n127.0.0.1 %s 127.0.0.1 %s\n' \
         "$echo_fwd" "$ECHO_PORT" "$iperf_fwd" "$IPERF_PORT" >"$WORK/$name.conf"
-    start_forwarder "$WORK/$name.log" "$@" -c "$WORK/$name.conf"
+    cat >"$WORK/$name.haproxy.cfg" <<HAPROXY
+global
+    maxconn $(( (HARD - 200) / 2 ))
+defaults
+    mode tcp
+    timeout connect 10s
+    timeout client 300s
+    timeout server 300s
+listen echo
+    bind 127.0.0.1:$echo_fwd
+    server echo 127.0.0.1:$ECHO_PORT
+listen iperf
+    bind 127.0.0.1:$iperf_fwd
+    server iperf 127.0.0.1:$IPERF_PORT
+HAPROXY
+    # @HAPROXY@ and @CONF@ in the command stand for the two files; without
+    # either, `-c FILE` is appended (oi's and rinetd's option).
+    if [[ " $* " == *" @HAPROXY@ "* || " $* " == *" @CONF@ "* ]]; then
+        local args=() a
+        for a in "$@"; do
+            a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
+            args+=("${a//@CONF@/$WORK/$name.conf}")
+        done
+        start_forwarder "$WORK/$name.log" "${args[@]}"
+    else
+        start_forwarder "$WORK/$name.log" "$@" -c "$WORK/$name.conf"
+    fi
     wait_listening "$echo_fwd"
     wait_listening "$iperf_fwd"
     measure "$name" "$echo_fwd" "$iperf_fwd" "$FWD_PID"
@@ -238,6 +267,14 @@ if [[ -n ${OI_BASELINE:-} ]]; then
 fi
 if command -v rinetd >/dev/null; then
     run_forwarder "rinetd" rinetd -f
+fi
+if command -v haproxy >/dev/null; then
+    run_forwarder "haproxy" haproxy -db -f @HAPROXY@
+fi
+# ORIGINAL_OXIDINETD=/path/to/oxidinetd: the original one-thread oxidinetd
+# (build it from its public repository outside this tree; it reads rinetd.conf).
+if [[ -n ${ORIGINAL_OXIDINETD:-} ]]; then
+    run_forwarder "oxidinetd-original" "$ORIGINAL_OXIDINETD" --config @CONF@
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
