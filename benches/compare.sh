@@ -24,7 +24,9 @@
 # PINGS (20000), IDLE (10000), IDLE_SECS (time allowed to open them, 30),
 # WORKERS (connrate workers, 8), KEEP (set: keep the raw outputs in /tmp),
 # OI_BASELINE (path of another oi binary, e.g. one built from an older commit:
-# its rows are measured in the same run, for a before/after comparison).
+# its rows are measured in the same run, for a before/after comparison),
+# ORIGINAL_OXIDINETD (path of the original oxidinetd binary), ONLY (row names
+# to measure, e.g. ONLY="oi-splice-on baseline-splice-on").
 set -euo pipefail
 
 SECS=${SECS:-5}
@@ -159,9 +161,15 @@ print(",".join(f"{n}:{(t - b.get(tid, (n, 0))[1]) / int(sys.argv[3]):.2f}s" for 
     record "$name" p50_us "$(result "$out.ping" p50_us)"
     record "$name" p99_us "$(result "$out.ping" p99_us)"
 
+    local rate_before=0
+    [[ -n $pid ]] && rate_before=$(cpu_ticks "$pid")
     "$LOADGEN" connrate "127.0.0.1:$eport" --secs "$CONNRATE_SECS" --conns "$WORKERS" >"$out.rate" || true
     record "$name" conns_per_sec "$(result "$out.rate" conns_per_sec)"
     record "$name" conn_errors "$(result "$out.rate" errors)"
+    if [[ -n $pid ]]; then
+        # The forwarder's CPU (utime + stime) during the connection run, per connection made.
+        record "$name" cpu_us_per_conn "$(python3 -c "import sys; t,n=float(sys.argv[1]),float(sys.argv[2] or 0); print(t/$CLK_TCK*1e6/n if n else float('nan'))" $(( $(cpu_ticks "$pid") - rate_before )) "$(result "$out.rate" ok)")"
+    fi
 
     # Accept while busy: the same connection rate with an iperf3 -P1 flowing
     # through the same forwarder.
@@ -211,6 +219,8 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 ROWS=(direct)
 run_forwarder() {
     local name=$1; shift
+    # ONLY="name name ...": measure just these rows (and their paired direct runs).
+    [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0
     measure "direct-before-$name" "$ECHO_PORT" "$IPERF_PORT" ""
     free_port; local echo_fwd=$PORT
     free_port; local iperf_fwd=$PORT
@@ -308,8 +318,8 @@ def pct(row, key):
     return "" if row == d or not r or math.isnan(v) else f" ({100 * v / r:.0f}%)"
 
 print(f"| forwarder | iperf3 -P1 Gbit/s | -P8 Gbit/s | fwd CPU s/GiB (P8) "
-      f"| ping-pong p50 µs | p99 µs | conn/s | fwd RSS per idle conn |")
-print("|---|---|---|---|---|---|---|---|")
+      f"| ping-pong p50 µs | p99 µs | conn/s | fwd CPU µs per conn | fwd RSS per idle conn |")
+print("|---|---|---|---|---|---|---|---|---|")
 for row in rows:
     cells = [row]
     for key in ("p1_gbps", "p8_gbps"):
@@ -325,6 +335,7 @@ for row in rows:
     rate = num(row, "conns_per_sec")
     errs = num(row, "conn_errors")
     cells.append(f"{rate:.0f}{pct(row, 'conns_per_sec')}" + ("" if errs == 0 else f", {errs:.0f} errors"))
+    cells.append("—" if row == d else f"{num(row, 'cpu_us_per_conn'):.0f}")
     if row == d:
         cells.append("—")
     else:
