@@ -30,6 +30,7 @@ mod route;
 mod runtime;
 mod service;
 mod shared;
+pub mod stats;
 mod tcp;
 mod udp;
 
