@@ -25,6 +25,7 @@ mod diagnostics;
 mod listen;
 mod logfile;
 mod notify;
+pub mod observe;
 mod pipes;
 mod route;
 mod runtime;
