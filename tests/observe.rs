@@ -613,3 +613,52 @@ fn oi_connections_lists_a_half_closed_connection_and_a_udp_association() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("control socket"));
 }
+
+#[test]
+fn a_kept_rule_keeps_its_counters_across_a_reload_and_a_removed_one_goes() {
+    let backend = echo_backend("127.0.0.1:0");
+    let (a, b) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let rule = |port: u16| format!("127.0.0.1 {port} 127.0.0.1 {}\n", backend.port());
+    write_atomic(&conf, &(rule(a) + &rule(b)));
+    let sock = dir.path().join("oi.sock");
+    let sock_arg = sock.to_str().expect("utf-8 path");
+    let oi = OiProcess::start(dir.path(), &conf, &["--socket", sock_arg]);
+    assert_eq!(echo_through(local(a), b"x".to_vec()), b"x");
+    assert_eq!(echo_through(local(b), b"y".to_vec()), b"y");
+    let status = || -> serde_json::Value {
+        let answer =
+            oxidinetd::observe::ask(&sock, oxidinetd::observe::Query::Status, true).expect("ask");
+        serde_json::from_str(&answer).expect("json")
+    };
+    let totals = |v: &serde_json::Value| -> Vec<(String, u64)> {
+        v["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .map(|r| {
+                let name = r["name"].as_str().expect("name").to_string();
+                (name, r["connections_total"].as_u64().expect("total"))
+            })
+            .collect()
+    };
+    let name = |port: u16| format!("127.0.0.1:{port}/tcp");
+    wait_until("both connections counted", || {
+        status()["connections"]["total"] == 2
+    });
+    write_atomic(&conf, &rule(a));
+    oi.reload();
+    let v = status();
+    assert_eq!(totals(&v), vec![(name(a), 1)], "{v}");
+    assert_eq!(v["config_reloads"], 1, "{v}");
+    assert_eq!(
+        v["connections"]["total"], 2,
+        "process totals keep the removed rule's: {v}"
+    );
+    write_atomic(&conf, "this is not a configuration\n");
+    oi.reload();
+    assert_eq!(status()["oi"]["reloads_failed"], 1);
+    let (code, _) = oi.stop();
+    assert!(code.success());
+}

@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ pub(super) fn bind(path: &Path) -> io::Result<UnixListener> {
 
 /// Answers requests forever on the observer thread.
 pub(super) async fn serve(
-    ex: Arc<LocalExecutor<'static>>,
+    ex: Rc<LocalExecutor<'static>>,
     listener: Async<UnixListener>,
     shared: Arc<Shared>,
 ) {

@@ -20,6 +20,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use smol::LocalExecutor;
 use std::net::{TcpListener, TcpStream};
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// The registry's only collector: a snapshot per scrape.
@@ -299,7 +300,7 @@ pub(super) fn registry(shared: Arc<Shared>) -> Registry {
 
 /// Accepts scrapes forever on the observer thread.
 pub(super) async fn serve(
-    ex: Arc<LocalExecutor<'static>>,
+    ex: Rc<LocalExecutor<'static>>,
     listener: Async<TcpListener>,
     registry: Arc<Registry>,
 ) {

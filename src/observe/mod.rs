@@ -22,6 +22,7 @@ use smol::LocalExecutor;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -169,7 +170,7 @@ fn run(
     control: Option<std::os::unix::net::UnixListener>,
     stopped: async_channel::Receiver<()>,
 ) {
-    let ex = Arc::new(LocalExecutor::new());
+    let ex = Rc::new(LocalExecutor::new());
     let mut tasks = Vec::new();
     if let Some(l) = metrics {
         match Async::new(l) {

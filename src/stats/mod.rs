@@ -464,9 +464,6 @@ impl Stats {
         }
     }
 
-    /// Registers a connection (or association) of `rule` from `client`; it
-    /// is counted and listed until the returned guard drops.
-
     /// Counters, rules and pools as of now. Takes the rule list's lock and,
     /// one at a time, each live-list shard's lock (only to copy pointers out).
     pub fn snapshot(&self, pools: Pools<'_>) -> Snapshot {
