@@ -155,12 +155,16 @@ fn udp_associations_are_counted_opened_active_and_evicted() {
     assert_eq!(udp_roundtrip(&one, srv.addr(), b"one"), b"one");
     let two = udp_client(srv.addr());
     assert_eq!(udp_roundtrip(&two, srv.addr(), b"two!"), b"two!");
-    wait_until("the first association evicted", || {
-        rule0(&srv).udp_evicted == 1
-    });
+    // A reply is counted just after it is sent: wait for the count.
+    wait_until(
+        "the first association evicted, both replies counted",
+        || {
+            let r = rule0(&srv);
+            r.udp_evicted == 1 && (r.from_client, r.to_client) == (7, 7)
+        },
+    );
     let r = rule0(&srv);
     assert_eq!((r.opened_udp, r.active_udp), (2, 1));
-    assert_eq!((r.from_client, r.to_client), (7, 7));
     let live = srv.shared.stats.connections();
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].kind, ConnKind::Udp);
@@ -556,7 +560,12 @@ fn oi_connections_lists_a_half_closed_connection_and_a_udp_association() {
     let mut listing = String::new();
     wait_until("both entries listed, the TCP one half-closed", || {
         listing = ask(&["connections"]);
-        listing.contains("half-closed-by-client") && listing.lines().count() == 3
+        // The reply is counted just after it is sent: wait for its count too.
+        listing.contains("half-closed-by-client")
+            && listing.lines().count() == 3
+            && listing
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()[5..] == ["3", "3", "open"])
     });
     let client = c.local_addr().expect("addr").to_string();
     let tcp_line = listing
