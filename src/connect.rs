@@ -26,12 +26,13 @@ impl std::fmt::Display for ConnectError {
 }
 
 /// Connects to the first of `addrs` that answers within `timeout` each,
-/// from `src` if given (addresses of the other family are skipped).
+/// from `src` if given (addresses of the other family are skipped). Returns
+/// the stream and the address that answered (no getpeername needed to learn it).
 pub(crate) async fn connect(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
-) -> Result<Async<TcpStream>, ConnectError> {
+) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
     for &addr in addrs {
         if let Some(src) = src {
@@ -55,7 +56,7 @@ pub(crate) async fn connect(
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => return Ok((stream, addr)),
             Err(e) => {
                 log::debug!("connect to {addr} failed: {e}");
                 last = e;
@@ -137,6 +138,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
         let stream = smol::block_on(connect(&[addr], None, TIMEOUT)).expect("connect");
+        let (stream, reached) = stream;
+        assert_eq!(reached, addr);
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), addr);
     }
 
@@ -156,6 +159,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let open = listener.local_addr().expect("local_addr");
         let stream = smol::block_on(connect(&[closed, open], None, TIMEOUT)).expect("fallback");
+        let (stream, reached) = stream;
+        assert_eq!(reached, open, "the address that answered is reported");
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), open);
     }
 }

@@ -25,11 +25,13 @@ mod diagnostics;
 mod listen;
 mod logfile;
 mod notify;
+pub mod observe;
 mod pipes;
 mod route;
 mod runtime;
 mod service;
 mod shared;
+pub mod stats;
 mod tcp;
 mod udp;
 

@@ -13,6 +13,7 @@ use crate::diagnostics;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
+use crate::observe::Observer;
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
@@ -26,6 +27,9 @@ use std::time::Duration;
 
 /// Runs oi with validated options; returns the process exit code.
 pub fn run(opts: RunOptions) -> ExitCode {
+    if let Some(q) = &opts.client {
+        return ask(q);
+    }
     if opts.check {
         return crate::check::run(&opts.conf_file, opts.quiet);
     }
@@ -103,6 +107,15 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     let shared = Shared::new(opts.settings.clone(), log);
+    // After the fork (it starts a thread); dropped, removing the control
+    // socket, when `run` returns.
+    let _observer = match Observer::start(shared.clone(), opts.observe.clone()) {
+        Ok(o) => o,
+        Err(e) => {
+            diagnostics::report(&format!("cannot start: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
     let (commands, received) = async_channel::bounded(1);
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
@@ -127,6 +140,24 @@ pub fn run(opts: RunOptions) -> ExitCode {
         notify::ready(&status);
         service.until_stopped(server, signals).await
     })
+}
+
+/// `oi status` / `oi connections`: prints the running server's answer.
+fn ask(q: &crate::cli::ClientQuery) -> ExitCode {
+    let Some(socket) = &q.socket else {
+        eprintln!("oi: which server? give its control socket with --socket PATH");
+        return ExitCode::from(2);
+    };
+    match crate::observe::ask(socket, q.query, q.json) {
+        Ok(answer) => {
+            print!("{answer}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oi: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The pid file to write: `pidlogfile`, else rinetd's default in drop-in mode.
@@ -229,16 +260,19 @@ impl Service {
         ExitCode::SUCCESS
     }
 
-    /// Answers SIGUSR1 with one line on the diagnostics log.
+    /// Answers SIGUSR1 with one line on the diagnostics log: the STATS
+    /// summary of the same snapshot every other output reads, plus the
+    /// bounded queues' state.
     fn status(&self) {
+        let s = self.shared.snapshot();
         log::info!(
-            "status: {} open TCP connection(s); UDP: {} byte(s) queued towards TCP \
-             backends, {} datagram(s) dropped; log file: {} line(s) queued, {} dropped",
-            self.runtime.open_connections(),
-            self.shared.udp_queued_bytes(),
-            self.shared.udp_datagrams_dropped(),
-            self.shared.log.queued(),
-            self.shared.log.dropped()
+            "status: {}; UDP: {} byte(s) queued towards TCP backends, {} datagram(s) \
+             dropped; log file: {} line(s) queued, {} dropped",
+            crate::observe::format::stats_line(&s),
+            s.udp_queued_bytes,
+            s.udp_datagrams_dropped,
+            s.log_lines_queued,
+            s.log_lines_dropped
         );
     }
 
@@ -253,6 +287,7 @@ impl Service {
                     log::error!("{line}");
                 }
                 log::error!("reload failed: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
                 return "reload failed: previous configuration still serving".into();
             }
         };
@@ -282,6 +317,7 @@ impl Service {
         for e in errors.recv().await.unwrap_or_default() {
             log::error!("{e}");
         }
+        self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
         status
     }

@@ -6,6 +6,7 @@ use crate::buffers::BufferPool;
 use crate::config::SpliceMode;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
+use crate::stats::{Pools, Snapshot, Stats};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +66,9 @@ pub struct Shared {
     pub datagrams: BufferPool,
     /// Where rinetd log events go.
     pub log: LogHandle,
+    /// Counters per rule, per live connection and for the process: what
+    /// the status file, the metrics and `oi status` read.
+    pub stats: Stats,
     /// Bytes queued towards TCP backends by every UDP→TCP association
     /// together, limited to [`UDP_QUEUE_TOTAL`].
     pub(crate) udp_queue: Arc<ByteBudget>,
@@ -96,10 +100,24 @@ impl Shared {
             datagrams: BufferPool::new(DATAGRAM_BUFFER, DATAGRAM_BUFFERS_KEPT),
             settings,
             log,
+            stats: Stats::default(),
             udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
+        })
+    }
+
+    /// Every counter, as of now (see [`Stats::snapshot`]).
+    pub fn snapshot(&self) -> Snapshot {
+        self.stats.snapshot(Pools {
+            buffers: &self.buffers,
+            datagrams: &self.datagrams,
+            pipes: &self.pipes,
+            udp_dropped: self.udp_datagrams_dropped(),
+            udp_queued: self.udp_queued_bytes(),
+            log_queued: self.log.queued(),
+            log_dropped: self.log.dropped(),
         })
     }
 

@@ -72,5 +72,8 @@ fn no_two_modules_import_each_other() {
             }
         }
     }
-    assert!(cycles.is_empty(), "modules importing each other: {cycles:?}");
+    assert!(
+        cycles.is_empty(),
+        "modules importing each other: {cycles:?}"
+    );
 }

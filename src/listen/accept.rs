@@ -7,6 +7,7 @@ use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::runtime::{Placed, Threads};
 use crate::shared::Shared;
+use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use std::io;
@@ -35,6 +36,8 @@ pub(super) struct AcceptLoop {
     /// Shared by the listener's loops and set while accepting fails, so a
     /// descriptor shortage is reported once per burst, not once per loop.
     pub(super) failing: Arc<AtomicBool>,
+    /// The rule's counters (the listener's: they survive reloads that keep it).
+    pub(super) stats: Arc<RuleStats>,
 }
 
 impl AcceptLoop {
@@ -56,12 +59,14 @@ impl AcceptLoop {
                     let at = self.threads.pick(self.own);
                     let placed = self.threads.place(at);
                     let shared = self.shared.clone();
-                    let task = connection(stream, peer, route, shared, placed);
+                    let stats = self.stats.clone();
+                    let task = connection(stream, peer, route, shared, stats, placed);
                     self.threads.executor(at).spawn(task).detach();
                 }
                 // The client gave up between SYN and accept: nothing to report.
                 Err(e) if is_benign_accept_error(&e) => {}
                 Err(e) => {
+                    self.shared.stats.accept_error();
                     if !self.failing.swap(true, Ordering::Relaxed) {
                         log::error!("accept failed, backing off: {e}");
                         let route = self.route.load();
@@ -105,6 +110,7 @@ async fn connection(
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
     placed: Placed,
 ) {
     // Counts the connection (for its thread, `--drain` and tests) until every
@@ -115,10 +121,11 @@ async fn connection(
     let ip = client_ip(peer);
     if let Err(refusal) = route.admit(ip) {
         log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
+        stats.refused(refusal);
         return shared.log.log(route.event(ip, refusal, Bytes::NONE));
     }
     match route.backend_proto {
-        Proto::Tcp => crate::tcp::forward(client, peer, route, shared).await,
-        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared).await,
+        Proto::Tcp => crate::tcp::forward(client, peer, route, shared, stats).await,
+        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared, stats).await,
     }
 }

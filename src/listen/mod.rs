@@ -27,6 +27,7 @@ use crate::config::{Proto, ResolvedConfig};
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
+use crate::stats::RuleStats;
 use accept::AcceptLoop;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
@@ -101,6 +102,9 @@ struct Running {
     /// The accept loops (one per executor) or the datagram loop; each owns a
     /// descriptor of the socket, so cancelling them all closes the socket.
     tasks: Vec<Task<()>>,
+    /// The rule's counters: they live as long as the listener, so a reload
+    /// that keeps the listener keeps them.
+    stats: Arc<RuleStats>,
 }
 
 impl Running {
@@ -133,6 +137,7 @@ impl Listeners {
     /// Stops every listener and waits until their sockets are closed.
     async fn close(mut self) {
         for (_, running) in self.serving.drain() {
+            self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
         }
     }
@@ -157,9 +162,24 @@ impl Listeners {
                 route.names.connect_host,
                 route.names.connect_port
             );
+            let name = rule_name(&route.names.bind_host, addr.port(), proto);
+            let stats = self.shared.stats.add_rule(name, proto, &route.backends);
             let route = Arc::new(ArcSwap::from_pointee(route));
-            let tasks = self.spawn_loops(socket, route.clone())?;
-            self.serving.insert((addr, proto), Running { route, tasks });
+            let tasks = match self.spawn_loops(socket, route.clone(), &stats) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.shared.stats.remove_rule(&stats);
+                    return Err(e);
+                }
+            };
+            self.serving.insert(
+                (addr, proto),
+                Running {
+                    route,
+                    tasks,
+                    stats,
+                },
+            );
         }
         Ok(())
     }
@@ -171,6 +191,7 @@ impl Listeners {
         &self,
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
+        stats: &Arc<RuleStats>,
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
@@ -198,6 +219,7 @@ impl Listeners {
                         route: route.clone(),
                         shared: self.shared.clone(),
                         failing: failing.clone(),
+                        stats: stats.clone(),
                     };
                     tasks.push(self.threads.executor(own).spawn(accept.run()));
                 }
@@ -205,7 +227,8 @@ impl Listeners {
             }
             BoundSocket::Udp(s) => {
                 let s = Async::new(s)?;
-                let looped = crate::udp::serve(main.clone(), s, route, self.shared.clone());
+                let looped =
+                    crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
                 Ok(vec![main.spawn(looped)])
             }
         }
@@ -226,6 +249,7 @@ impl Listeners {
                     running
                         .route
                         .store(Arc::new(Route::new(r.clone(), global.clone())));
+                    running.stats.set_backends(&r.connect);
                     keep.insert(key, running);
                 }
                 None => match bind(r) {
@@ -236,6 +260,7 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
+            self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}/{}", key.0, key.1);
         }
@@ -304,6 +329,17 @@ fn duplicate_budget() -> usize {
     usize::try_from(nofile_soft() / 16)
         .unwrap_or(usize::MAX)
         .min(1024)
+}
+
+/// A rule's name in the status file, metrics and `oi connections`:
+/// `host:port/proto` with the host as configured (bracketed when it is an
+/// IPv6 literal) and the port actually bound.
+fn rule_name(host: &str, port: u16, proto: Proto) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}/{proto}")
+    } else {
+        format!("{host}:{port}/{proto}")
+    }
 }
 
 /// Formats backend addresses for the startup line.

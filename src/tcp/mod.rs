@@ -19,10 +19,14 @@ use crate::connect::{self, ConnectError};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
+use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use async_io::Async;
-use pump::{Pools, Pump, Side};
+use pump::{Pools, Pump, PumpOutcome, Side};
+use std::future::Future;
 use std::net::{SocketAddr, TcpStream};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// Forwards one admitted client to the rule's backend, from the `opened`
 /// log line to the `done-*` one.
@@ -31,22 +35,34 @@ pub(crate) async fn forward(
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
 ) {
     let ip = client_ip(peer);
+    // Listed and counted until this function returns (after the sockets it
+    // declares later have closed, as locals drop in reverse order).
+    let live = stats.register(ConnKind::Tcp, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
     let timeout = shared.settings.connect_timeout;
-    let backend = match connect::connect(&route.backends, route.src, timeout).await {
-        Ok(b) => b,
+    let (backend, backend_addr) = match connect::connect(&route.backends, route.src, timeout).await
+    {
+        Ok(connected) => connected,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
-            let ev = match e {
-                ConnectError::LocalSocket(_) => Event::LocalSocketFailed,
+            let ev = match &e {
+                ConnectError::LocalSocket(_) => {
+                    stats.connect_failed(ConnectFailure::Other);
+                    Event::LocalSocketFailed
+                }
                 // rinetd logs a refused or unreachable backend this way; parsers count on it.
-                ConnectError::Connect(_) => Event::DoneLocalClosed,
+                ConnectError::Connect(e) => {
+                    stats.connect_failed(ConnectFailure::of(e));
+                    Event::DoneLocalClosed
+                }
             };
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }
     };
+    live.connected(backend_addr);
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
     // from its listener, the backend's from `connect`.
     let pools = Pools {
@@ -54,14 +70,20 @@ pub(crate) async fn forward(
         pipes: &shared.pipes,
     };
     let splice = splice::use_splice(route.options.splice, shared.settings.splice);
-    let outcome = Pump::new(
+    let pump = Pump::new(
         &client,
         &backend,
         pools,
         splice,
         shared.settings.half_close_idle,
-    )
+    );
+    let outcome = Published {
+        pump,
+        live: &live,
+        last: (0, 0, false, false),
+    }
     .await;
+    live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
     let ev = match outcome.first_closed {
         Side::Backend => Event::DoneLocalClosed,
         Side::Client => Event::DoneRemoteClosed,
@@ -69,14 +91,13 @@ pub(crate) async fn forward(
     // One line per connection at debug level: who, which rule, which backend
     // address answered, the bytes, and how it ended.
     if log::log_enabled!(log::Level::Debug) {
-        let backend_addr = backend.get_ref().peer_addr().ok();
         let ended = match &outcome.error {
             Some(e) => format!("{}, {e}", ev.as_str()),
             None => ev.as_str().to_string(),
         };
         log::debug!(
             "{peer} -> {}/tcp ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
-            backend_addr.map_or_else(|| "?".into(), |a| a.to_string()),
+            backend_addr,
             route.names.bind_host,
             route.names.bind_port,
             route.names.connect_host,
@@ -90,4 +111,40 @@ pub(crate) async fn forward(
         to_client: outcome.to_client,
     };
     shared.log.log(route.event(ip, ev, bytes));
+}
+
+/// A pump that, after each poll, stores its byte totals and half-close
+/// state into the connection's live entry when they changed: two relaxed
+/// stores to the connection's own cache line per poll that moved bytes,
+/// never a shared counter, so a long transfer's bytes show while it runs.
+struct Published<'a> {
+    /// The connection's pump.
+    pump: Pump<'a>,
+    /// Its live entry.
+    live: &'a Registered,
+    /// What was last published, to skip unchanged stores.
+    last: (u64, u64, bool, bool),
+}
+
+impl Future for Published<'_> {
+    type Output = PumpOutcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PumpOutcome> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.pump).poll(cx);
+        if polled.is_pending() {
+            let now = this.pump.progress();
+            if now != this.last {
+                this.last = now;
+                let (from, to, client_done, backend_done) = now;
+                let state = match (client_done, backend_done) {
+                    (true, false) => ConnState::ClientClosed,
+                    (false, true) => ConnState::BackendClosed,
+                    _ => ConnState::Open,
+                };
+                this.live.publish(from, to, state);
+            }
+        }
+        polled
+    }
 }

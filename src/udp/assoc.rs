@@ -9,6 +9,7 @@ use crate::connect;
 use crate::logfile::{Event, LogEvent};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
+use crate::stats::{ConnState, ConnectFailure, Registered};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
@@ -42,22 +43,21 @@ pub(crate) struct Activity {
     epoch: Instant,
     /// Milliseconds after `epoch` of the last traffic either way.
     last_ms: AtomicU64,
-    /// Payload bytes from the client towards the backend (the log's 7th field).
-    pub(crate) from_client: AtomicU64,
-    /// Payload bytes from the backend to the client (the log's 8th field).
-    pub(crate) to_client: AtomicU64,
+    /// The entry in the live list, holding the payload bytes each way (the
+    /// log's 7th and 8th fields): the log line and `oi connections` read the
+    /// same counters, and dropping the activity ends the entry.
+    pub(crate) conn: Registered,
     /// Set when the upstream has ended (TCP backend closed or failed, socket error).
     ended: AtomicBool,
 }
 
 impl Activity {
-    /// Fresh counters, active now.
-    pub(crate) fn new(epoch: Instant) -> Self {
+    /// Fresh counters for the live entry `conn`, active now.
+    pub(crate) fn new(epoch: Instant, conn: Registered) -> Self {
         let a = Activity {
             epoch,
             last_ms: AtomicU64::new(0),
-            from_client: AtomicU64::new(0),
-            to_client: AtomicU64::new(0),
+            conn,
             ended: AtomicBool::new(false),
         };
         a.touch();
@@ -98,15 +98,17 @@ impl Activity {
 
     /// The bytes moved so far, for a log line.
     pub(crate) fn bytes(&self) -> Bytes {
+        let (from_client, to_client) = self.conn.bytes();
         Bytes {
-            from_client: self.from_client.load(Ordering::Relaxed),
-            to_client: self.to_client.load(Ordering::Relaxed),
+            from_client,
+            to_client,
         }
     }
 
     /// Marks the upstream as ended.
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::Relaxed);
+        self.conn.set_state(ConnState::Ended);
     }
 }
 
@@ -157,8 +159,9 @@ impl Association {
         listener: &Arc<Async<UdpSocket>>,
         client: SocketAddr,
         epoch: Instant,
+        conn: Registered,
     ) -> io::Result<Self> {
-        let activity = Arc::new(Activity::new(epoch));
+        let activity = Arc::new(Activity::new(epoch, conn));
         let reply = Reply {
             listener: listener.clone(),
             client,
@@ -168,6 +171,7 @@ impl Association {
             Proto::Udp => {
                 let backend = pick_backend(&route.backends, route.src)?;
                 let socket = Arc::new(connected_socket(backend, route.src)?);
+                activity.conn.connected(backend);
                 let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone()));
                 (Upstream::Udp(socket), task)
             }
@@ -206,7 +210,7 @@ impl Association {
         };
         if sent {
             let n = payload.len() as u64;
-            self.activity.from_client.fetch_add(n, Ordering::Relaxed);
+            self.activity.conn.add_from_client(n);
         }
     }
 
@@ -269,7 +273,7 @@ impl Reply {
             match self.listener.get_ref().send_to(payload, self.client) {
                 Ok(_) => {
                     let n = payload.len() as u64;
-                    self.activity.to_client.fetch_add(n, Ordering::Relaxed);
+                    self.activity.conn.add_to_client(n);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -331,9 +335,17 @@ async fn tcp_upstream(
     let connect_timeout = shared.settings.connect_timeout;
     let datagrams = &shared.datagrams;
     let result = async {
-        let stream = connect::connect(&route.backends, route.src, connect_timeout)
+        let rule = reply.activity.conn.rule();
+        let (stream, backend_addr) = connect::connect(&route.backends, route.src, connect_timeout)
             .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
+            .map_err(|e| {
+                rule.connect_failed(match &e {
+                    connect::ConnectError::Connect(e) => ConnectFailure::of(e),
+                    connect::ConnectError::LocalSocket(_) => ConnectFailure::Other,
+                });
+                io::Error::other(e.to_string())
+            })?;
+        reply.activity.conn.connected(backend_addr);
         let to_backend = async {
             while let Ok(q) = queue.recv().await {
                 (&stream).write_all(&q.bytes).await?;
