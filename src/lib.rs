@@ -26,6 +26,7 @@ mod listen;
 mod logfile;
 mod notify;
 mod pipes;
+pub mod proxy;
 mod route;
 mod runtime;
 mod service;
