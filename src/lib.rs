@@ -22,7 +22,9 @@ pub mod config;
 mod connect;
 mod daemon;
 mod diagnostics;
+mod edge;
 mod listen;
+mod limits;
 mod logfile;
 mod notify;
 mod pipes;
@@ -35,6 +37,7 @@ mod tcp;
 mod udp;
 
 pub use buffers::BufferPool;
+pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;
 pub use listen::{bind, bind_all, serve, BoundSocket, Command};
 pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};

@@ -24,6 +24,7 @@ mod bind;
 pub use bind::{bind, bind_all, BoundSocket};
 
 use crate::config::{Proto, ResolvedConfig};
+use crate::limits::RuleLimits;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
@@ -98,6 +99,9 @@ type ListenerKey = (SocketAddr, Proto);
 struct Running {
     /// The route new connections take; reload swaps it in place.
     route: Arc<ArcSwap<Route>>,
+    /// The rule's connection counts (`maxconn`, `maxconn-per-client`): here,
+    /// not in the route, so a reload that keeps the listener keeps them.
+    limits: Arc<RuleLimits>,
     /// The accept loops (one per executor) or the datagram loop; each owns a
     /// descriptor of the socket, so cancelling them all closes the socket.
     tasks: Vec<Task<()>>,
@@ -158,8 +162,14 @@ impl Listeners {
                 route.names.connect_port
             );
             let route = Arc::new(ArcSwap::from_pointee(route));
-            let tasks = self.spawn_loops(socket, route.clone())?;
-            self.serving.insert((addr, proto), Running { route, tasks });
+            let limits = Arc::new(RuleLimits::default());
+            let tasks = self.spawn_loops(socket, route.clone(), limits.clone())?;
+            let running = Running {
+                route,
+                limits,
+                tasks,
+            };
+            self.serving.insert((addr, proto), running);
         }
         Ok(())
     }
@@ -171,6 +181,7 @@ impl Listeners {
         &self,
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
+        limits: Arc<RuleLimits>,
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
@@ -198,6 +209,7 @@ impl Listeners {
                         route: route.clone(),
                         shared: self.shared.clone(),
                         failing: failing.clone(),
+                        limits: limits.clone(),
                     };
                     tasks.push(self.threads.executor(own).spawn(accept.run()));
                 }
@@ -223,9 +235,9 @@ impl Listeners {
             let key = (r.bind, r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
-                    running
-                        .route
-                        .store(Arc::new(Route::new(r.clone(), global.clone())));
+                    let route = Route::new(r.clone(), global.clone());
+                    warn_over_limit(&running, &route);
+                    running.route.store(Arc::new(route));
                     keep.insert(key, running);
                 }
                 None => match bind(r) {
@@ -276,6 +288,20 @@ impl Listeners {
         } else if wanted <= cap {
             self.udp_cap_logged = None;
         }
+    }
+}
+
+/// Says so when a reload lowers a kept rule's `maxconn` below the
+/// connections it has open: they stay, and new ones are refused until enough end.
+fn warn_over_limit(running: &Running, route: &Route) {
+    let open = running.limits.open();
+    if let Some(max) = route.maxconn.filter(|&max| open > max) {
+        log::info!(
+            "{}/{}: {open} connections open, above the new maxconn {max}; \
+             they stay open, new ones are refused until fewer than {max} remain",
+            route.bind,
+            route.bind_proto
+        );
     }
 }
 
