@@ -121,9 +121,7 @@ async fn read_header(client: &Async<TcpStream>) -> Result<Header, String> {
 async fn consume(client: &Async<TcpStream>, into: &mut [u8]) -> io::Result<()> {
     let mut done = 0;
     while done < into.len() {
-        let n = client
-            .read_with(|mut s| s.read(&mut into[done..]))
-            .await?;
+        let n = client.read_with(|mut s| s.read(&mut into[done..])).await?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }

@@ -136,11 +136,7 @@ impl GlobalLimit {
 
     /// Takes a global slot and one of the rule's, or says which limit is
     /// reached; the refusal is counted here and in the rule's counter.
-    pub(crate) fn admit(
-        &self,
-        rule: &RuleLimits,
-        rule_max: Option<usize>,
-    ) -> Result<Held, Which> {
+    pub(crate) fn admit(&self, rule: &RuleLimits, rule_max: Option<usize>) -> Result<Held, Which> {
         let refuse = |which| {
             self.refused.fetch_add(1, Ordering::Relaxed);
             rule.refused.fetch_add(1, Ordering::Relaxed);
@@ -297,7 +293,10 @@ mod tests {
         let c = global.admit(&other, None).expect("another rule");
         assert_eq!(global.admit(&other, None).err(), Some(Which::Global));
         assert_eq!((global.open(), rule.open(), other.open()), (3, 2, 1));
-        assert_eq!((global.refused(), rule.refused(), other.refused()), (2, 1, 1));
+        assert_eq!(
+            (global.refused(), rule.refused(), other.refused()),
+            (2, 1, 1)
+        );
         drop((a, b, c));
         assert_eq!((global.open(), rule.open(), other.open()), (0, 0, 0));
         global.set(None);
@@ -337,7 +336,9 @@ mod tests {
         drop(open);
         assert_eq!(rule.clients_tracked(), 0);
         let mut zero = global.admit(&rule, None).expect("no rule limit");
-        assert!(global.admit_client(&rule, &mut zero, ip(1), Some(0)).is_err());
+        assert!(global
+            .admit_client(&rule, &mut zero, ip(1), Some(0))
+            .is_err());
         assert_eq!(rule.clients_tracked(), 0, "a refusal leaves no entry");
     }
 

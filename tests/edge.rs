@@ -210,10 +210,16 @@ fn accept_proxy_from_a_trusted_source_carries_the_address_onward_and_into_acls_a
             allow: vec![],
             deny: vec![pattern("203.0.113.66")],
         };
-        let srv = start_edited(vec![tcp_rule(backend)], global, settings(splice), log, |_, r| {
-            r.with_accept_proxy(true, vec![pattern("127.0.0.1")])
-                .with_send_proxy(Some(ProxyVersion::V1))
-        });
+        let srv = start_edited(
+            vec![tcp_rule(backend)],
+            global,
+            settings(splice),
+            log,
+            |_, r| {
+                r.with_accept_proxy(true, vec![pattern("127.0.0.1")])
+                    .with_send_proxy(Some(ProxyVersion::V1))
+            },
+        );
         let mut c = connect(srv.addr());
         // Header and data in one write: the data must not be lost (peeked,
         // not swallowed), and must be forwarded after the new header.
@@ -224,8 +230,7 @@ fn accept_proxy_from_a_trusted_source_carries_the_address_onward_and_into_acls_a
         assert_eq!(&back, b"first bytes", "{splice:?}");
         let got = seen.recv_timeout(Duration::from_secs(10)).expect("header");
         assert_eq!(
-            got.header,
-            b"PROXY TCP4 203.0.113.7 198.51.100.1 4000 443\r\n",
+            got.header, b"PROXY TCP4 203.0.113.7 198.51.100.1 4000 443\r\n",
             "{splice:?}: the carried addresses are sent on"
         );
         assert_eq!(round_trip(&mut c, b"more"), b"more");
@@ -234,8 +239,12 @@ fn accept_proxy_from_a_trusted_source_carries_the_address_onward_and_into_acls_a
         // A v2 header from the same trusted source, carrying a denied client.
         let mut d = connect(srv.addr());
         let carried: SocketAddr = "203.0.113.66:5000".parse().expect("literal");
-        d.write_all(&v2_by_hand(0x11, carried, "198.51.100.1:443".parse().expect("literal")))
-            .expect("send");
+        d.write_all(&v2_by_hand(
+            0x11,
+            carried,
+            "198.51.100.1:443".parse().expect("literal"),
+        ))
+        .expect("send");
         assert!(closed_within(&mut d, Duration::from_secs(10)), "denied");
         let text = wait_for_file(&path, |t| t.contains("denied") && t.contains("done-"));
         assert!(
@@ -249,7 +258,8 @@ fn accept_proxy_from_a_trusted_source_carries_the_address_onward_and_into_acls_a
             "{text}"
         );
         assert!(
-            text.lines().all(|l| l.split('\t').nth(1) != Some("127.0.0.1")),
+            text.lines()
+                .all(|l| l.split('\t').nth(1) != Some("127.0.0.1")),
             "the real peer is never logged as the client: {text}"
         );
     }
@@ -298,7 +308,10 @@ fn accept_proxy_refuses_an_untrusted_source_and_logs_it() {
         .lines()
         .find(|l| l.ends_with("proxy-untrusted"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("127.0.0.2"), "the real, untrusted peer: {line}");
+    assert!(
+        line.contains("127.0.0.2"),
+        "the real, untrusted peer: {line}"
+    );
     // The trusted one still works.
     let mut t = connect(srv.addr());
     t.write_all(b"PROXY UNKNOWN\r\n").expect("send");
@@ -318,15 +331,22 @@ fn malformed_oversized_and_slow_headers_close_only_their_own_connection() {
     );
     let started = Instant::now();
     let mut slow = connect(srv.addr());
-    slow.write_all(b"PROXY TCP4 192.0.2.1 ").expect("partial header");
+    slow.write_all(b"PROXY TCP4 192.0.2.1 ")
+        .expect("partial header");
 
     let mut bad = connect(srv.addr());
     bad.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
-    assert!(closed_within(&mut bad, Duration::from_secs(3)), "malformed: closed at once");
+    assert!(
+        closed_within(&mut bad, Duration::from_secs(3)),
+        "malformed: closed at once"
+    );
     let mut big = connect(srv.addr());
     big.write_all(b"\r\n\r\n\0\r\nQUIT\n\x21\x11\xff\xff")
         .expect("send");
-    assert!(closed_within(&mut big, Duration::from_secs(3)), "oversized: closed at once");
+    assert!(
+        closed_within(&mut big, Duration::from_secs(3)),
+        "oversized: closed at once"
+    );
 
     // Meanwhile a good connection works, while the slow one still waits.
     let mut good = connect(srv.addr());
@@ -367,16 +387,23 @@ fn rule_maxconn_refuses_logs_counts_and_releases() {
     let mut b = connect(srv.addr());
     assert_eq!(round_trip(&mut b, b"b"), b"b");
     let mut c = connect(srv.addr());
-    assert!(closed_within(&mut c, Duration::from_secs(10)), "third refused");
+    assert!(
+        closed_within(&mut c, Duration::from_secs(10)),
+        "third refused"
+    );
     assert_eq!(srv.shared.connections_refused_by_limits(), 1);
     let text = wait_for_file(&path, |t| t.contains("limit-reached"));
     assert_eq!(text.matches("limit-reached").count(), 1, "{text}");
     drop(a);
-    wait_until("a slot released", || srv.shared.limited_connections_open() == 1);
+    wait_until("a slot released", || {
+        srv.shared.limited_connections_open() == 1
+    });
     let mut d = connect(srv.addr());
     assert_eq!(round_trip(&mut d, b"d"), b"d");
     drop((b, d));
-    wait_until("every slot released", || srv.shared.limited_connections_open() == 0);
+    wait_until("every slot released", || {
+        srv.shared.limited_connections_open() == 0
+    });
 }
 
 #[test]
@@ -431,7 +458,11 @@ fn per_client_limit_counts_the_address_a_proxy_header_carried() {
     let mut a = from("192.0.2.10");
     assert_eq!(round_trip(&mut a, b"a"), b"a");
     let mut b = from("192.0.2.11");
-    assert_eq!(round_trip(&mut b, b"b"), b"b", "same real peer, other client");
+    assert_eq!(
+        round_trip(&mut b, b"b"),
+        b"b",
+        "same real peer, other client"
+    );
     let mut c = from("192.0.2.10");
     assert!(closed_within(&mut c, Duration::from_secs(10)));
     assert_eq!(srv.shared.connections_refused_by_limits(), 1);
@@ -441,12 +472,19 @@ fn per_client_limit_counts_the_address_a_proxy_header_carried() {
 fn the_global_maxconn_spans_rules_and_follows_its_setting() {
     let backend = echo_backend("127.0.0.1:0");
     let (_dir, path, log) = tab_log();
-    let srv = start(vec![tcp_rule(backend), tcp_rule(backend)], Settings::default(), log);
+    let srv = start(
+        vec![tcp_rule(backend), tcp_rule(backend)],
+        Settings::default(),
+        log,
+    );
     srv.shared.set_max_connections(Some(1));
     let mut a = connect(srv.addrs[0]);
     assert_eq!(round_trip(&mut a, b"a"), b"a");
     let mut b = connect(srv.addrs[1]);
-    assert!(closed_within(&mut b, Duration::from_secs(10)), "over the global limit");
+    assert!(
+        closed_within(&mut b, Duration::from_secs(10)),
+        "over the global limit"
+    );
     wait_for_file(&path, |t| t.contains("limit-reached"));
     srv.shared.set_max_connections(None);
     let mut c = connect(srv.addrs[1]);
@@ -458,7 +496,9 @@ fn the_global_maxconn_spans_rules_and_follows_its_setting() {
 /// The UDP backend's view of one datagram: the header, then the payload.
 fn split_datagram(d: &[u8]) -> (Vec<u8>, Header, Vec<u8>) {
     match proxy::parse(d) {
-        Parsed::Complete { header, length, .. } => (d[..length].to_vec(), header, d[length..].to_vec()),
+        Parsed::Complete { header, length, .. } => {
+            (d[..length].to_vec(), header, d[length..].to_vec())
+        }
         other => panic!("datagram {d:?}: {other:?}"),
     }
 }
@@ -484,9 +524,15 @@ fn udp_datagrams_carry_a_v2_header_each_v4_and_v6() {
         for payload in [&b"first"[..], b"second datagram"] {
             client.send_to(payload, srv.addr()).expect("send");
             let mut buf = [0u8; 2048];
-            let (n, from) = backend.recv_from(&mut buf).expect("datagram at the backend");
+            let (n, from) = backend
+                .recv_from(&mut buf)
+                .expect("datagram at the backend");
             let (header, decoded, rest) = split_datagram(&buf[..n]);
-            assert_eq!(header, v2_by_hand(fam, caddr, srv.addr()), "{bind}: v2 always");
+            assert_eq!(
+                header,
+                v2_by_hand(fam, caddr, srv.addr()),
+                "{bind}: v2 always"
+            );
             assert_eq!(
                 decoded,
                 Header::Proxied {

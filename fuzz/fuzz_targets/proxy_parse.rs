@@ -43,16 +43,22 @@ fuzz_target!(|data: &[u8]| {
                 let again = proxy::encode(version, transport, source, destination);
                 match proxy::parse(again.as_bytes()) {
                     Parsed::Complete { header: h2, .. } => {
-                        let (Header::Proxied { source: s2, destination: d2, .. }, false) =
-                            (h2, again.as_bytes().starts_with(b"PROXY UNKNOWN"))
+                        let (
+                            Header::Proxied {
+                                source: s2,
+                                destination: d2,
+                                ..
+                            },
+                            false,
+                        ) = (h2, again.as_bytes().starts_with(b"PROXY UNKNOWN"))
                         else {
                             // v1 cannot carry UDP: UNKNOWN is the right answer.
                             return;
                         };
                         let unmapped = |a: std::net::SocketAddr| match a.ip() {
-                            std::net::IpAddr::V6(v6) => v6
-                                .to_ipv4_mapped()
-                                .map_or(a.ip(), std::net::IpAddr::V4),
+                            std::net::IpAddr::V6(v6) => {
+                                v6.to_ipv4_mapped().map_or(a.ip(), std::net::IpAddr::V4)
+                            }
                             ip => ip,
                         };
                         assert_eq!(unmapped(s2), unmapped(source));

@@ -137,7 +137,12 @@ async fn connection(
         match edge::accept_header(&client, peer, &route).await {
             Ok(origin) => origin,
             Err(refused) => {
-                log::debug!("{peer}: {} on {}: {}", refused.event.as_str(), route.bind, refused.reason);
+                log::debug!(
+                    "{peer}: {} on {}: {}",
+                    refused.event.as_str(),
+                    route.bind,
+                    refused.reason
+                );
                 let line = route.event(client_ip(peer), refused.event, Bytes::NONE);
                 return shared.log.log(line);
             }
@@ -156,9 +161,14 @@ async fn connection(
         return shared.log.log(route.event(ip, refusal, Bytes::NONE));
     }
     let per_client = route.maxconn_per_client;
-    if let Err(which) = shared.limits.admit_client(&limits, &mut held, ip, per_client) {
+    if let Err(which) = shared
+        .limits
+        .admit_client(&limits, &mut held, ip, per_client)
+    {
         log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
-        return shared.log.log(route.event(ip, Event::LimitReached, Bytes::NONE));
+        return shared
+            .log
+            .log(route.event(ip, Event::LimitReached, Bytes::NONE));
     }
     match route.backend_proto {
         Proto::Tcp => crate::tcp::forward(client, origin, route, shared).await,

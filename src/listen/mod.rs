@@ -479,12 +479,17 @@ mod tests {
             rules: vec![r.clone()],
         };
         let (done, report) = async_channel::bounded(1);
-        steps.send_blocking(Step::Reload(cfg, done)).expect("reload");
+        steps
+            .send_blocking(Step::Reload(cfg, done))
+            .expect("reload");
         let (open, refused) = report.recv_blocking().expect("reloaded");
         assert_eq!((open, refused), (1, 1), "the kept listener kept its counts");
 
         let mut after = std::net::TcpStream::connect(addr).expect("connect");
-        assert!(!echo(&mut after), "the open connection still counts after the reload");
+        assert!(
+            !echo(&mut after),
+            "the open connection still counts after the reload"
+        );
         drop(held);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while shared.limited_connections_open() > 0 && std::time::Instant::now() < deadline {

@@ -85,7 +85,11 @@ fn v1_tcp6_worst_case_is_104_bytes() {
     assert_eq!(
         complete(want.as_bytes()),
         (
-            proxied(&format!("[{all}]:65535"), &format!("[{all}]:65535"), Transport::Stream),
+            proxied(
+                &format!("[{all}]:65535"),
+                &format!("[{all}]:65535"),
+                Transport::Stream
+            ),
             ProxyVersion::V1,
             104
         )
@@ -106,7 +110,11 @@ fn v1_decodes_tcp4_and_tcp6_and_stops_at_the_crlf() {
     buf = b"PROXY TCP6 2001:db8::1 ::ffff:10.0.0.1 1 65535\r\n".to_vec();
     assert_eq!(
         complete(&buf).0,
-        proxied("[2001:db8::1]:1", "[::ffff:10.0.0.1]:65535", Transport::Stream)
+        proxied(
+            "[2001:db8::1]:1",
+            "[::ffff:10.0.0.1]:65535",
+            Transport::Stream
+        )
     );
 }
 
@@ -120,7 +128,10 @@ fn v1_unknown_is_local_even_with_the_longest_tail() {
     let all = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
     let longest = format!("PROXY UNKNOWN {all} {all} 65535 65535\r\n");
     assert_eq!(longest.len(), V1_MAX);
-    assert_eq!(complete(longest.as_bytes()), (Header::Local, ProxyVersion::V1, 107));
+    assert_eq!(
+        complete(longest.as_bytes()),
+        (Header::Local, ProxyVersion::V1, 107)
+    );
 }
 
 #[test]
@@ -307,7 +318,10 @@ fn v2_longer_than_the_bound_is_refused_from_its_length_field() {
 
 #[test]
 fn bad_signatures_are_refused_from_the_first_wrong_byte() {
-    assert_eq!(parse(b"GET / HTTP/1.1\r\n"), Parsed::Invalid(Invalid::Signature));
+    assert_eq!(
+        parse(b"GET / HTTP/1.1\r\n"),
+        Parsed::Invalid(Invalid::Signature)
+    );
     assert_eq!(parse(b"PROXX"), Parsed::Invalid(Invalid::Signature));
     assert_eq!(parse(b"PROXY"), Parsed::Incomplete);
     assert_eq!(parse(b"\r\n\r\n\0\r\nQUIT"), Parsed::Incomplete);
@@ -315,7 +329,10 @@ fn bad_signatures_are_refused_from_the_first_wrong_byte() {
     b[7] = b'q';
     assert_eq!(parse(&b), Parsed::Invalid(Invalid::Signature));
     assert_eq!(parse(&b[..8]), Parsed::Invalid(Invalid::Signature));
-    assert_eq!(parse(&[0x16, 0x03, 0x01]), Parsed::Invalid(Invalid::Signature));
+    assert_eq!(
+        parse(&[0x16, 0x03, 0x01]),
+        Parsed::Invalid(Invalid::Signature)
+    );
     assert_eq!(parse(b""), Parsed::Incomplete);
 }
 
@@ -326,7 +343,10 @@ fn bad_version_command_and_family_are_refused() {
         Parsed::Invalid(Invalid::V2Version(0x11)),
         "refused as soon as the byte arrives"
     );
-    assert_eq!(parse(&v2(&[0x22])), Parsed::Invalid(Invalid::V2Command(0x22)));
+    assert_eq!(
+        parse(&v2(&[0x22])),
+        Parsed::Invalid(Invalid::V2Command(0x22))
+    );
     for family in [0x01, 0x13, 0x23, 0x33, 0x41, 0x10, 0xFF] {
         let mut b = v2_tcp4();
         b[13] = family;
@@ -376,7 +396,10 @@ fn ipv4_mapped_addresses_are_written_as_ipv4() {
         sa("10.0.0.1:1"),
         sa("[2001:db8::2]:2"),
     );
-    assert_eq!(h.as_bytes(), b"PROXY TCP6 ::ffff:10.0.0.1 2001:db8::2 1 2\r\n");
+    assert_eq!(
+        h.as_bytes(),
+        b"PROXY TCP6 ::ffff:10.0.0.1 2001:db8::2 1 2\r\n"
+    );
     assert_eq!(
         complete(h.as_bytes()).0,
         proxied("[::ffff:10.0.0.1]:1", "[2001:db8::2]:2", Transport::Stream)
@@ -397,7 +420,11 @@ fn encoded_headers_decode_to_what_was_encoded() {
             buf.extend_from_slice(b"data");
             assert_eq!(
                 complete(&buf),
-                (proxied(s, d, Transport::Stream), version, h.as_bytes().len())
+                (
+                    proxied(s, d, Transport::Stream),
+                    version,
+                    h.as_bytes().len()
+                )
             );
         }
     }

@@ -55,7 +55,9 @@ pub(crate) async fn forward(
     if let Some(version) = route.send_proxy {
         if let Err(e) = edge::send_header(&client, &backend, version, origin).await {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
-            return shared.log.log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+            return shared
+                .log
+                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
         }
     }
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
