@@ -87,7 +87,9 @@ pub(crate) async fn accept_header(
 /// part also means the socket is empty again, so the next wait is for new
 /// bytes, not a spin on bytes already seen.
 async fn read_header(client: &Async<TcpStream>) -> Result<Header, String> {
-    let mut buf = [0u8; HEADER_MAX];
+    // On the heap, and only for `accept-proxy` connections: an array here
+    // would be part of every connection task's future, header or not.
+    let mut buf = vec![0u8; HEADER_MAX];
     let mut have = 0;
     loop {
         let Some(room) = buf.get_mut(have..).filter(|r| !r.is_empty()) else {
