@@ -68,6 +68,14 @@ pub enum Event {
     NotAllowed,
     /// A deny pattern matched the client.
     Denied,
+    /// A PROXY header was malformed, oversized, cut short, or did not
+    /// arrive within 5 s (`accept-proxy`); the connection was closed.
+    ProxyHeaderFailed,
+    /// A client of an `accept-proxy` rule matched no `trust-proxy` pattern.
+    ProxyUntrusted,
+    /// A connection limit was reached (global `maxconn`, the rule's
+    /// `maxconn` or `maxconn-per-client`); the connection was closed.
+    LimitReached,
 }
 
 impl Event {
@@ -81,6 +89,9 @@ impl Event {
             Event::LocalSocketFailed => "local-socket-failed -",
             Event::NotAllowed => "not-allowed",
             Event::Denied => "denied",
+            Event::ProxyHeaderFailed => "proxy-header-failed",
+            Event::ProxyUntrusted => "proxy-untrusted",
+            Event::LimitReached => "limit-reached",
         }
     }
 }

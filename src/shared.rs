@@ -4,6 +4,7 @@
 use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
 use crate::config::SpliceMode;
+use crate::limits::GlobalLimit;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
 use crate::stats::{Pools, Snapshot, Stats};
@@ -81,6 +82,9 @@ pub struct Shared {
     /// `maxassoc` says: its share of the descriptor limit, set by the
     /// listener set (`listen::udp_assoc_share`) when the UDP listeners change.
     udp_assoc_cap: AtomicUsize,
+    /// The global `maxconn`: the process's open TCP connections, their
+    /// limit, and the refusals by any limit (`crate::limits`).
+    pub(crate) limits: GlobalLimit,
 }
 
 impl Shared {
@@ -105,6 +109,7 @@ impl Shared {
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
+            limits: GlobalLimit::default(),
         })
     }
 
@@ -141,6 +146,31 @@ impl Shared {
     /// Sets the per-listener association cap (see [`udp_association_cap`](Self::udp_association_cap)).
     pub(crate) fn set_udp_association_cap(&self, cap: usize) {
         self.udp_assoc_cap.store(cap, Ordering::Relaxed);
+    }
+
+    /// Sets the global limit on open TCP connections (the configuration's
+    /// `maxconn N` line; `None`: no limit), at start-up and on every reload.
+    /// Connections already open stay open; new ones are refused with
+    /// `limit-reached` while the count is at the limit.
+    pub fn set_max_connections(&self, max: Option<usize>) {
+        self.limits.set(max);
+    }
+
+    /// The global limit on open TCP connections, if any.
+    pub fn max_connections(&self) -> Option<usize> {
+        self.limits.get()
+    }
+
+    /// TCP connections counted against the global limit now (counted
+    /// whether or not a limit is set).
+    pub fn limited_connections_open(&self) -> usize {
+        self.limits.open()
+    }
+
+    /// Connections refused by any limit (global, a rule's `maxconn` or
+    /// `maxconn-per-client`) since start.
+    pub fn connections_refused_by_limits(&self) -> u64 {
+        self.limits.refused()
     }
 
     /// Counts one dropped client datagram, warning at most once a minute.

@@ -24,6 +24,7 @@ mod bind;
 pub use bind::{bind, bind_all, BoundSocket};
 
 use crate::config::{Proto, ResolvedConfig};
+use crate::limits::RuleLimits;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
@@ -99,6 +100,9 @@ type ListenerKey = (SocketAddr, Proto);
 struct Running {
     /// The route new connections take; reload swaps it in place.
     route: Arc<ArcSwap<Route>>,
+    /// The rule's connection counts (`maxconn`, `maxconn-per-client`): here,
+    /// not in the route, so a reload that keeps the listener keeps them.
+    limits: Arc<RuleLimits>,
     /// The accept loops (one per executor) or the datagram loop; each owns a
     /// descriptor of the socket, so cancelling them all closes the socket.
     tasks: Vec<Task<()>>,
@@ -165,7 +169,8 @@ impl Listeners {
             let name = rule_name(&route.names.bind_host, addr.port(), proto);
             let stats = self.shared.stats.add_rule(name, proto, &route.backends);
             let route = Arc::new(ArcSwap::from_pointee(route));
-            let tasks = match self.spawn_loops(socket, route.clone(), &stats) {
+            let limits = Arc::new(RuleLimits::default());
+            let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
                 Ok(t) => t,
                 Err(e) => {
                     self.shared.stats.remove_rule(&stats);
@@ -178,6 +183,7 @@ impl Listeners {
                     route,
                     tasks,
                     stats,
+                    limits,
                 },
             );
         }
@@ -192,6 +198,7 @@ impl Listeners {
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
+        limits: Arc<RuleLimits>,
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
@@ -220,6 +227,7 @@ impl Listeners {
                         shared: self.shared.clone(),
                         failing: failing.clone(),
                         stats: stats.clone(),
+                        limits: limits.clone(),
                     };
                     tasks.push(self.threads.executor(own).spawn(accept.run()));
                 }
@@ -246,9 +254,9 @@ impl Listeners {
             let key = (r.bind, r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
-                    running
-                        .route
-                        .store(Arc::new(Route::new(r.clone(), global.clone())));
+                    let route = Route::new(r.clone(), global.clone());
+                    warn_over_limit(&running, &route);
+                    running.route.store(Arc::new(route));
                     running.stats.set_backends(&r.connect);
                     keep.insert(key, running);
                 }
@@ -304,6 +312,20 @@ impl Listeners {
     }
 }
 
+/// Says so when a reload lowers a kept rule's `maxconn` below the
+/// connections it has open: they stay, and new ones are refused until enough end.
+fn warn_over_limit(running: &Running, route: &Route) {
+    let open = running.limits.open();
+    if let Some(max) = route.maxconn.filter(|&max| open > max) {
+        log::info!(
+            "{}/{}: {open} connections open, above the new maxconn {max}; \
+             they stay open, new ones are refused until fewer than {max} remain",
+            route.bind,
+            route.bind_proto
+        );
+    }
+}
+
 /// The soft open-file limit (RLIMIT_NOFILE), or `u64::MAX` if unlimited.
 fn nofile_soft() -> u64 {
     use rustix::process::{getrlimit, Resource};
@@ -351,7 +373,7 @@ fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AclRules, ResolvedRule};
+    use crate::config::{AclRules, ResolvedConfig, ResolvedRule};
     use crate::logfile::LogHandle;
     use crate::shared::Settings;
     use std::io::{Read, Write};
@@ -415,6 +437,102 @@ mod tests {
         }
         stop.close();
         main.join().expect("main thread");
+    }
+
+    /// What the reload test asks of the serving thread.
+    enum Step {
+        /// Apply this configuration, then give the kept route `maxconn=1`
+        /// again (as the configuration will once it can say so), and report
+        /// the rule's counts: (open, refused).
+        Reload(ResolvedConfig, async_channel::Sender<(usize, u64)>),
+    }
+
+    #[test]
+    fn a_reload_that_keeps_a_rule_keeps_its_connection_count() {
+        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let backend_addr = backend.local_addr().expect("backend addr");
+        std::thread::spawn(move || {
+            for c in backend.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let (mut r, mut w) = (&c, &c);
+                    let _ = std::io::copy(&mut r, &mut w);
+                });
+            }
+        });
+        let runtime = Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"));
+        let shared = Shared::new(Settings::default(), LogHandle::disabled());
+        let mut listeners = Listeners {
+            threads: runtime.threads().clone(),
+            duplicate_budget: 64,
+            shared: shared.clone(),
+            serving: HashMap::new(),
+            udp_cap_logged: None,
+        };
+        let bind_at: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let mut r = ResolvedRule::between(bind_at, Proto::Tcp, backend_addr, Proto::Tcp);
+        let s = bind(&r).expect("bind listener");
+        let addr = s.local_addr().expect("listener addr");
+        r.bind = addr;
+        let limited = |r: &ResolvedRule| {
+            Route::new(r.clone(), Arc::new(AclRules::default())).with_limits(Some(1), None)
+        };
+        listeners.start(vec![(s, limited(&r))]).expect("start");
+        let (steps, next) = async_channel::bounded::<Step>(1);
+        let main = {
+            let runtime = runtime.clone();
+            let r = r.clone();
+            std::thread::spawn(move || {
+                runtime.block_on(async move {
+                    while let Ok(Step::Reload(cfg, done)) = next.recv().await {
+                        let errors = listeners.apply(&cfg, "test.conf").await;
+                        assert!(errors.is_empty(), "{errors:?}");
+                        let running = &listeners.serving[&(addr, Proto::Tcp)];
+                        running.route.store(Arc::new(limited(&r)));
+                        let counts = (running.limits.open(), running.limits.refused());
+                        let _ = done.send(counts).await;
+                    }
+                    listeners.close().await;
+                })
+            })
+        };
+        let echo = |c: &mut std::net::TcpStream| -> bool {
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            let mut b = [0u8; 4];
+            c.write_all(b"ping").is_ok() && c.read_exact(&mut b).is_ok() && &b == b"ping"
+        };
+        let mut held = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(echo(&mut held), "first connection within maxconn=1");
+        let mut over = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(!echo(&mut over), "second refused before the reload");
+
+        let cfg = ResolvedConfig {
+            config: Default::default(),
+            rules: vec![r.clone()],
+        };
+        let (done, report) = async_channel::bounded(1);
+        steps
+            .send_blocking(Step::Reload(cfg, done))
+            .expect("reload");
+        let (open, refused) = report.recv_blocking().expect("reloaded");
+        assert_eq!((open, refused), (1, 1), "the kept listener kept its counts");
+
+        let mut after = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(
+            !echo(&mut after),
+            "the open connection still counts after the reload"
+        );
+        drop(held);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while shared.limited_connections_open() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut fresh = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(echo(&mut fresh), "released when the connection ended");
+        drop(fresh);
+        steps.close();
+        main.join().expect("main thread");
+        assert_eq!(shared.connections_refused_by_limits(), 2);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod pump;
 pub(crate) mod splice;
 
 use crate::connect::{self, ConnectError};
+use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
@@ -29,14 +30,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Forwards one admitted client to the rule's backend, from the `opened`
-/// log line to the `done-*` one.
+/// log line to the `done-*` one. `origin` is who the client is (the peer, or
+/// what a PROXY header said) and what a PROXY header sent on says.
 pub(crate) async fn forward(
     client: Async<TcpStream>,
-    peer: SocketAddr,
+    origin: Origin,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
+    let peer: SocketAddr = origin.client;
     let ip = client_ip(peer);
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
@@ -63,6 +66,16 @@ pub(crate) async fn forward(
         }
     };
     live.connected(backend_addr);
+    // The PROXY header goes out before the pump starts, so it precedes every
+    // client byte whether the pump then splices or copies.
+    if let Some(version) = route.send_proxy {
+        if let Err(e) = edge::send_header(&client, &backend, version, origin).await {
+            log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
+            return shared
+                .log
+                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+        }
+    }
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
     // from its listener, the backend's from `connect`.
     let pools = Pools {

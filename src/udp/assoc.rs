@@ -7,13 +7,14 @@ use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::connect;
 use crate::logfile::{Event, LogEvent};
+use crate::proxy::{self, Encoded, ProxyVersion, Transport};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, ConnectFailure, Registered};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
-use std::io::{self, Read};
+use std::io::{self, IoSlice, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,6 +144,9 @@ pub(crate) struct Association {
     pub(crate) route: Arc<Route>,
     /// The client as the log prints it.
     client_ip: IpAddr,
+    /// The PROXY v2 header (DGRAM) prepended to every datagram sent to a UDP
+    /// backend (`proxy=` on a UDP→UDP rule, an oi extension); built once.
+    proxy: Option<Encoded>,
     /// The process-wide queue budget and drop counter.
     shared: Arc<Shared>,
     /// Carries replies back; dropping the association cancels it and closes the upstream.
@@ -167,6 +171,23 @@ impl Association {
             client,
             activity: activity.clone(),
         };
+        // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
+        // the stream. Version 2 whatever the rule says: version 1 has no UDP.
+        // The destination is the listening socket's address (a wildcard
+        // address when the rule binds one: a datagram's own destination
+        // would need IP_PKTINFO on every receive).
+        let proxy = match route.send_proxy {
+            Some(_) => {
+                let local = listener.get_ref().local_addr()?;
+                Some(proxy::encode(
+                    ProxyVersion::V2,
+                    Transport::Datagram,
+                    client,
+                    local,
+                ))
+            }
+            None => None,
+        };
         let (upstream, task) = match route.backend_proto {
             Proto::Udp => {
                 let backend = pick_backend(&route.backends, route.src)?;
@@ -177,15 +198,18 @@ impl Association {
             }
             Proto::Tcp => {
                 let (tx, rx) = async_channel::bounded(TCP_QUEUE);
-                let task = ex.spawn(tcp_upstream(rx, route.clone(), shared.clone(), reply));
+                let upstream = tcp_upstream(rx, route.clone(), shared.clone(), reply, proxy);
+                let task = ex.spawn(upstream);
                 (Upstream::Tcp(tx, ByteBudget::new(ASSOC_QUEUE_BYTES)), task)
             }
         };
         Ok(Association {
             upstream,
             activity,
-            route,
             client_ip: client_ip(client),
+            // UDP→TCP's header went to its task with the stream.
+            proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
+            route,
             shared: shared.clone(),
             _task: task,
         })
@@ -197,7 +221,7 @@ impl Association {
     pub(crate) fn forward(&self, payload: &[u8]) {
         self.activity.touch();
         let sent = match &self.upstream {
-            Upstream::Udp(socket) => match socket.get_ref().send(payload) {
+            Upstream::Udp(socket) => match send_datagram(socket, self.proxy.as_ref(), payload) {
                 Ok(_) => true,
                 Err(e) => {
                     if !is_transient(&e) && e.kind() != io::ErrorKind::WouldBlock {
@@ -252,6 +276,24 @@ impl Association {
     pub(crate) fn log_event(&self, event: Event) -> LogEvent {
         self.route
             .event(self.client_ip, event, self.activity.bytes())
+    }
+}
+
+/// Sends one client datagram to a UDP backend, after the association's
+/// PROXY header if it has one: one `sendmsg` of two slices, so the payload is
+/// not copied. A header that makes the datagram too large fails as EMSGSIZE,
+/// a drop like any other failed send.
+fn send_datagram(
+    socket: &Async<UdpSocket>,
+    header: Option<&Encoded>,
+    payload: &[u8],
+) -> io::Result<usize> {
+    match header {
+        None => socket.get_ref().send(payload),
+        Some(h) => {
+            let parts = [IoSlice::new(h.as_bytes()), IoSlice::new(payload)];
+            socket2::SockRef::from(socket.get_ref()).send_vectored(&parts)
+        }
     }
 }
 
@@ -331,6 +373,7 @@ async fn tcp_upstream(
     route: Arc<Route>,
     shared: Arc<Shared>,
     reply: Reply,
+    proxy: Option<Encoded>,
 ) {
     let connect_timeout = shared.settings.connect_timeout;
     let datagrams = &shared.datagrams;
@@ -346,6 +389,10 @@ async fn tcp_upstream(
                 io::Error::other(e.to_string())
             })?;
         reply.activity.conn.connected(backend_addr);
+        // Before the first queued datagram: the stream starts with it.
+        if let Some(h) = &proxy {
+            (&stream).write_all(h.as_bytes()).await?;
+        }
         let to_backend = async {
             while let Ok(q) = queue.recv().await {
                 (&stream).write_all(&q.bytes).await?;
