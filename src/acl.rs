@@ -194,6 +194,7 @@ mod tests {
         AclRules {
             allow: allow.iter().map(|t| pat(t)).collect(),
             deny: deny.iter().map(|t| pat(t)).collect(),
+            trust_proxy: Vec::new(),
         }
     }
 

@@ -92,23 +92,22 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub status_file: Option<PathBuf>,
 
-    /// How often to rewrite the status file (more than 0, at most 365 days).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
-    pub status_interval: Duration,
+    /// How often to rewrite the status file (more than 0, at most 365 days; default 30s, or the configuration's `statusinterval`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub status_interval: Option<Duration>,
 
     /// The status file's format: json or text.
     #[arg(
         long,
         value_name = "FORMAT",
-        default_value = "json",
         value_parser = PossibleValuesParser::new(StatusFormat::NAMES)
             .try_map(|s: String| s.parse::<StatusFormat>())
     )]
-    pub status_format: StatusFormat,
+    pub status_format: Option<StatusFormat>,
 
-    /// How often to log a one-line STATS summary (0 turns it off).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    pub stats_log_interval: Duration,
+    /// How often to log a one-line STATS summary (0 turns it off; default 60s, or the configuration's `statsloginterval`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stats_log_interval: Option<Duration>,
 
     /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9465).
     #[arg(long, value_name = "ADDR")]
@@ -179,8 +178,59 @@ pub struct RunOptions {
     pub drain: Duration,
     /// Status file, STATS line, metrics endpoint and control socket.
     pub observe: ObserveSettings,
+    /// Which watching settings the command line gave, so the configuration's fill only the rest.
+    pub observe_given: ObserveGiven,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
+}
+
+/// Which watching flags were given on the command line (they win over the
+/// configuration's `statusinterval`, `statusformat`, `statsloginterval`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObserveGiven {
+    /// `--status-interval` was given.
+    pub status_interval: bool,
+    /// `--status-format` was given.
+    pub status_format: bool,
+    /// `--stats-log-interval` was given.
+    pub stats_log_interval: bool,
+}
+
+impl RunOptions {
+    /// The watching settings: the command line's, then the configuration's
+    /// `statusfile`, `statusinterval`, `statusformat`, `statsloginterval`,
+    /// `metrics` and `controlsocket` for what it left out, then the defaults.
+    pub fn observe_with(&self, globals: &crate::config::Globals) -> ObserveSettings {
+        let mut o = self.observe.clone();
+        let given = self.observe_given;
+        if o.status_file.is_none() && globals.status_enabled != Some(false) {
+            o.status_file = globals.status_file.clone();
+        }
+        if !given.status_interval {
+            if let Some(t) = globals.status_interval.filter(|t| !t.is_zero()) {
+                o.status_interval = t;
+            }
+        }
+        if !given.status_format {
+            if let Some(f) = globals.status_format {
+                o.status_format = match f {
+                    crate::config::StatusFormat::Json => StatusFormat::Json,
+                    crate::config::StatusFormat::Text => StatusFormat::Text,
+                };
+            }
+        }
+        if !given.stats_log_interval {
+            if let Some(t) = globals.stats_log_interval {
+                o.stats_log_interval = t;
+            }
+        }
+        o.metrics = o.metrics.or(globals.metrics);
+        o.control_socket = o
+            .control_socket
+            .clone()
+            .or_else(|| globals.control_socket.clone());
+        o
+    }
 }
 
 impl RunOptions {
@@ -206,13 +256,21 @@ impl RunOptions {
                 splice: cli.splice,
             },
             drain: cli.drain,
-            observe: ObserveSettings {
-                status_file: cli.status_file,
-                status_interval: cli.status_interval,
-                status_format: cli.status_format,
-                stats_log_interval: cli.stats_log_interval,
-                metrics: cli.metrics,
-                control_socket: cli.socket.clone(),
+            observe: {
+                let d = ObserveSettings::default();
+                ObserveSettings {
+                    status_file: cli.status_file,
+                    status_interval: cli.status_interval.unwrap_or(d.status_interval),
+                    status_format: cli.status_format.unwrap_or(d.status_format),
+                    stats_log_interval: cli.stats_log_interval.unwrap_or(d.stats_log_interval),
+                    metrics: cli.metrics,
+                    control_socket: cli.socket.clone(),
+                }
+            },
+            observe_given: ObserveGiven {
+                status_interval: cli.status_interval.is_some(),
+                status_format: cli.status_format.is_some(),
+                stats_log_interval: cli.stats_log_interval.is_some(),
             },
             client: cli.command.map(|ask| {
                 let (query, json) = match ask {

@@ -68,6 +68,20 @@ impl Route {
         let udp_timeout = rule.udp_timeout();
         let max_assoc = rule.max_assoc();
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
+        let send_proxy = rule.rule.options.proxy.map(|v| match v {
+            crate::config::ProxyHeader::V1 => ProxyVersion::V1,
+            crate::config::ProxyHeader::V2 => ProxyVersion::V2,
+        });
+        let accept_proxy = rule.rule.options.accept_proxy.unwrap_or(false);
+        // Global `trust-proxy` patterns first, then the rule's, as allow/deny.
+        let trust_proxy: Vec<Pattern> = global_acl
+            .trust_proxy
+            .iter()
+            .chain(rule.rule.acl.trust_proxy.iter())
+            .cloned()
+            .collect();
+        let maxconn = rule.rule.options.maxconn;
+        let maxconn_per_client = rule.rule.options.maxconn_per_client;
         let names = Arc::new(RuleNames {
             bind_host: rule.rule.bind.host_text,
             bind_port: rule.bind.port(),
@@ -89,12 +103,11 @@ impl Route {
             udp_timeout,
             max_assoc,
             listen_backlog,
-            // The configuration syntax for these is wired separately (docs/edge.md).
-            send_proxy: None,
-            accept_proxy: false,
-            trust_proxy: Vec::new(),
-            maxconn: None,
-            maxconn_per_client: None,
+            send_proxy,
+            accept_proxy,
+            trust_proxy,
+            maxconn,
+            maxconn_per_client,
         }
     }
 

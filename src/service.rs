@@ -28,7 +28,7 @@ use std::time::Duration;
 /// Runs oi with validated options; returns the process exit code.
 pub fn run(opts: RunOptions) -> ExitCode {
     if let Some(q) = &opts.client {
-        return ask(q);
+        return ask(q, &opts.conf_file);
     }
     if opts.check {
         return crate::check::run(&opts.conf_file, opts.quiet);
@@ -109,7 +109,8 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let shared = Shared::new(opts.settings.clone(), log);
     // After the fork (it starts a thread); dropped, removing the control
     // socket, when `run` returns.
-    let _observer = match Observer::start(shared.clone(), opts.observe.clone()) {
+    shared.set_max_connections(cfg.config.globals.max_connections);
+    let _observer = match Observer::start(shared.clone(), opts.observe_with(&cfg.config.globals)) {
         Ok(o) => o,
         Err(e) => {
             diagnostics::report(&format!("cannot start: {e}"));
@@ -143,12 +144,21 @@ pub fn run(opts: RunOptions) -> ExitCode {
 }
 
 /// `oi status` / `oi connections`: prints the running server's answer.
-fn ask(q: &crate::cli::ClientQuery) -> ExitCode {
-    let Some(socket) = &q.socket else {
-        eprintln!("oi: which server? give its control socket with --socket PATH");
+/// The socket is `--socket`, else the `controlsocket` line of `-c FILE`.
+fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
+    let from_config = || {
+        config::load(conf_file)
+            .ok()
+            .and_then(|c| c.globals.control_socket)
+    };
+    let Some(socket) = q.socket.clone().or_else(from_config) else {
+        eprintln!(
+            "oi: which server? give its control socket with --socket PATH, or a `controlsocket PATH` line in {}",
+            conf_file.display()
+        );
         return ExitCode::from(2);
     };
-    match crate::observe::ask(socket, q.query, q.json) {
+    match crate::observe::ask(&socket, q.query, q.json) {
         Ok(answer) => {
             print!("{answer}");
             ExitCode::SUCCESS
@@ -305,6 +315,9 @@ impl Service {
             log::error!("cannot reopen the log file: {e}");
         }
         let status = format!("serving {} rule(s)", cfg.rules.len());
+        // The global `maxconn` follows the file; open connections stay.
+        self.shared
+            .set_max_connections(cfg.config.globals.max_connections);
         let (done, errors) = async_channel::bounded(1);
         let command = Command::Reload {
             config: cfg,

@@ -209,6 +209,7 @@ fn accept_proxy_from_a_trusted_source_carries_the_address_onward_and_into_acls_a
         let global = AclRules {
             allow: vec![],
             deny: vec![pattern("203.0.113.66")],
+            trust_proxy: vec![],
         };
         let srv = start_edited(
             vec![tcp_rule(backend)],

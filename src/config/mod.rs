@@ -186,6 +186,23 @@ pub struct RuleOptions {
     pub dns_refresh: Option<Duration>,
     /// `[mode=0660]` (rinetd-uv): permissions of a unix listening socket's file.
     pub mode: Option<u32>,
+    /// `[proxy=v1|v2]` (oi): write a PROXY protocol header of this version to the backend.
+    pub proxy: Option<ProxyHeader>,
+    /// `[accept-proxy]` (oi): read a PROXY header from each client (from `trust-proxy` sources).
+    pub accept_proxy: Option<bool>,
+    /// `[maxconn=N]` (oi, 1 to 1,000,000): most TCP connections open at once on this rule.
+    pub maxconn: Option<usize>,
+    /// `[maxconn-per-client=N]` (oi, 1 to 1,000,000): most from one client address.
+    pub maxconn_per_client: Option<usize>,
+}
+
+/// The PROXY protocol version a rule sends to its backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProxyHeader {
+    /// Version 1, the text header.
+    V1,
+    /// Version 2, the binary header.
+    V2,
 }
 
 /// Default UDP association idle timeout, as in rinetd.
@@ -223,6 +240,9 @@ pub struct AclRules {
     pub allow: Vec<Pattern>,
     /// A client matching one of these is refused.
     pub deny: Vec<Pattern>,
+    /// `trust-proxy PATTERN` (oi): sources whose PROXY header an
+    /// `[accept-proxy]` rule honours; placed like allow/deny.
+    pub trust_proxy: Vec<Pattern>,
 }
 
 impl AclRules {

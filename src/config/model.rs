@@ -226,6 +226,12 @@ pub struct Globals {
     pub status_enabled: Option<bool>,
     /// `statsloginterval N` (0 to 86400 s; 0 = off): how often a summary line is logged.
     pub stats_log_interval: Option<Duration>,
+    /// `maxconn N` (oi, 1 to 1,000,000): most TCP connections open at once over all rules.
+    pub max_connections: Option<usize>,
+    /// `metrics ADDR` (oi): where the Prometheus `/metrics` listener binds (`--metrics` wins).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// `controlsocket PATH` (oi): the socket `oi status` and `oi connections` ask (`--socket` wins).
+    pub control_socket: Option<PathBuf>,
 }
 
 /// One `include` line and what it brought in, for `--check` and messages.

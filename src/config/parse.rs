@@ -44,9 +44,11 @@ pub(crate) const PLACEHOLDER_FILE: &str = "config";
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
 
 /// Keywords other than the one-value globals, for hints.
-const KEYWORDS: [&str; 8] = [
+const KEYWORDS: [&str; 10] = [
     "allow",
     "deny",
+    "trust-proxy",
+    "controlsocket",
     "logfile",
     "pidlogfile",
     "pidfile",
@@ -213,8 +215,8 @@ impl Parser<'_> {
             .unwrap_or(text.len());
         let (word, rest) = text.split_at(word_end);
         match word {
-            "allow" | "deny" => self.acl(line, text, word, rest),
-            "logfile" | "pidlogfile" | "pidfile" | "statusfile" | "include" => {
+            "allow" | "deny" | "trust-proxy" => self.acl(line, text, word, rest),
+            "logfile" | "pidlogfile" | "pidfile" | "statusfile" | "controlsocket" | "include" => {
                 self.path(line, text, word, rest)
             }
             "logcommon" => {
@@ -374,10 +376,10 @@ impl Parser<'_> {
         } else {
             &mut self.config.global_acl
         };
-        if word == "allow" {
-            acl.allow.push(pattern);
-        } else {
-            acl.deny.push(pattern);
+        match word {
+            "allow" => acl.allow.push(pattern),
+            "deny" => acl.deny.push(pattern),
+            _ => acl.trust_proxy.push(pattern),
         }
     }
 
@@ -414,6 +416,7 @@ impl Parser<'_> {
             "include" => return self.include(line, text, path),
             "logfile" => &mut self.config.logfile,
             "statusfile" => &mut self.config.globals.status_file,
+            "controlsocket" => &mut self.config.globals.control_socket,
             _ => &mut self.config.pidlogfile,
         };
         *slot = Some(PathBuf::from(path));
@@ -655,6 +658,24 @@ impl fmt::Display for RuleOptions {
         }
         if let Some(m) = self.mode {
             parts.push(format!("mode={m:04o}"));
+        }
+        if let Some(p) = self.proxy {
+            parts.push(format!(
+                "proxy={}",
+                match p {
+                    crate::config::ProxyHeader::V1 => "v1",
+                    crate::config::ProxyHeader::V2 => "v2",
+                }
+            ));
+        }
+        if let Some(on) = self.accept_proxy {
+            parts.push(format!("accept-proxy={}", if on { "on" } else { "off" }));
+        }
+        if let Some(n) = self.maxconn {
+            parts.push(format!("maxconn={n}"));
+        }
+        if let Some(n) = self.maxconn_per_client {
+            parts.push(format!("maxconn-per-client={n}"));
         }
         if parts.is_empty() {
             Ok(())

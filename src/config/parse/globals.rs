@@ -8,7 +8,9 @@ use crate::config::{
 use std::time::Duration;
 
 /// The global keywords this module parses (each takes one value).
-pub(crate) const GLOBAL_KEYWORDS: [&str; 13] = [
+pub(crate) const GLOBAL_KEYWORDS: [&str; 15] = [
+    "maxconn",
+    "metrics",
     "buffersize",
     "connect-timeout",
     "dns-refresh",
@@ -104,6 +106,21 @@ pub(crate) fn set_global(globals: &mut Globals, word: &str, value: &str) -> Resu
             .stats_log_interval
             .replace(secs(0, 86_400)?)
             .is_some(),
+        "maxconn" => {
+            let max = u64::try_from(crate::config::MAX_ASSOC_LIMIT).unwrap_or(u64::MAX);
+            let n = bounded(word, value, 1, max, "")?;
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            globals.max_connections.replace(n).is_some()
+        }
+        "metrics" => {
+            let addr: std::net::SocketAddr = value.parse().map_err(|_| {
+                format!(
+                    "metrics needs an address and port such as 127.0.0.1:9465 or [::1]:9465, not '{}'",
+                    Shown(value)
+                )
+            })?;
+            globals.metrics.replace(addr).is_some()
+        }
         _ => return Err(format!("unknown keyword '{}'", Shown(word))),
     };
     Ok(repeated)

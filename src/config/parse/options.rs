@@ -11,7 +11,11 @@ use crate::config::{
 use std::time::Duration;
 
 /// Every option name, for "did you mean" hints.
-pub(crate) const OPTION_NAMES: [&str; 8] = [
+pub(crate) const OPTION_NAMES: [&str; 12] = [
+    "proxy",
+    "accept-proxy",
+    "maxconn",
+    "maxconn-per-client",
     "timeout",
     "src",
     "splice",
@@ -31,6 +35,12 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
             errors.push("empty option".to_string());
             continue;
         }
+        // `accept-proxy` alone means `accept-proxy=on`.
+        let item = if item == "accept-proxy" {
+            "accept-proxy=on"
+        } else {
+            item
+        };
         let Some((name, value)) = item.split_once('=') else {
             errors.push(format!(
                 "malformed option '{}' (expected name=value)",
@@ -113,6 +123,50 @@ fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), Str
                 return Err(duplicate());
             }
             opts.max_assoc = Some(n);
+        }
+        "proxy" => {
+            let v = match value {
+                "v1" => crate::config::ProxyHeader::V1,
+                "v2" => crate::config::ProxyHeader::V2,
+                _ => {
+                    return Err(format!(
+                        "invalid PROXY protocol version '{}' (expected v1 or v2)",
+                        Shown(value)
+                    ))
+                }
+            };
+            if opts.proxy.is_some() {
+                return Err(duplicate());
+            }
+            opts.proxy = Some(v);
+        }
+        "accept-proxy" => {
+            let on = on_off(name, value)?;
+            if opts.accept_proxy.is_some() {
+                return Err(duplicate());
+            }
+            opts.accept_proxy = Some(on);
+        }
+        "maxconn" | "maxconn-per-client" => {
+            let limit = u64::try_from(MAX_ASSOC_LIMIT).unwrap_or(u64::MAX);
+            let n = in_range(value, limit)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{} must be between 1 and {MAX_ASSOC_LIMIT}, not '{}'",
+                        Shown(name),
+                        Shown(value)
+                    )
+                })?;
+            let slot = if name == "maxconn" {
+                &mut opts.maxconn
+            } else {
+                &mut opts.maxconn_per_client
+            };
+            if slot.is_some() {
+                return Err(duplicate());
+            }
+            *slot = Some(n);
         }
         "keepalive" => {
             let on = on_off(name, value)?;

@@ -1,0 +1,143 @@
+//! The configuration lines for PROXY, limits and watching reach the running
+//! server: each is written in a file, started through the real binary, and
+//! observed from outside.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+
+#[test]
+fn the_new_lines_and_options_parse_and_print_back() {
+    let text = "trust-proxy 127.0.0.0/8\nmaxconn 100\nmetrics 127.0.0.1:9465\ncontrolsocket /run/oi/control.sock\n\
+                127.0.0.1 8080 127.0.0.1 80 [proxy=v2, accept-proxy, maxconn=10, maxconn-per-client=2]\n\
+                trust-proxy 10.0.0.1\n";
+    let cfg = oxidinetd::config::parse(text).expect("valid");
+    assert_eq!(cfg.globals.max_connections, Some(100));
+    assert_eq!(
+        cfg.globals.metrics,
+        Some("127.0.0.1:9465".parse().expect("addr"))
+    );
+    assert_eq!(
+        cfg.globals.control_socket.as_deref(),
+        Some(std::path::Path::new("/run/oi/control.sock"))
+    );
+    assert_eq!(cfg.global_acl.trust_proxy.len(), 1);
+    let rule = &cfg.rules[0];
+    assert_eq!(rule.acl.trust_proxy.len(), 1, "after a rule: the rule's");
+    assert_eq!(
+        rule.options.to_string(),
+        "[proxy=v2, accept-proxy=on, maxconn=10, maxconn-per-client=2]"
+    );
+    for (bad, why) in [
+        (
+            "[proxy=v3]",
+            "invalid PROXY protocol version 'v3' (expected v1 or v2)",
+        ),
+        (
+            "[maxconn=0]",
+            "maxconn must be between 1 and 1000000, not '0'",
+        ),
+        (
+            "[maxconn-per-client=x]",
+            "maxconn-per-client must be between 1 and 1000000, not 'x'",
+        ),
+    ] {
+        let e = oxidinetd::config::parse(&format!("127.0.0.1 8080 127.0.0.1 80 {bad}\n"))
+            .expect_err(bad)
+            .to_string();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+    let e = oxidinetd::config::parse("metrics localhost\n")
+        .expect_err("no port")
+        .to_string();
+    assert!(e.contains("metrics needs an address and port"), "{e}");
+}
+
+/// A backend that reads one line (the PROXY header) and reports it, then echoes.
+fn header_backend() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(c.try_clone().expect("clone"));
+                let mut line = String::new();
+                let _ = r.read_line(&mut line);
+                let _ = tx.send(line);
+                let mut w = c;
+                let _ = std::io::copy(&mut r, &mut w);
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn proxy_maxconn_controlsocket_and_metrics_lines_drive_the_binary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let sock = dir.path().join("control.sock");
+    let (backend, headers) = header_backend();
+    let port = free_port();
+    let metrics_port = free_port();
+    write_atomic(
+        &conf,
+        &format!(
+            "metrics 127.0.0.1:{metrics_port}\ncontrolsocket {}\n127.0.0.1 {port} 127.0.0.1 {} [proxy=v1, maxconn=1]\n",
+            sock.display(),
+            backend.port()
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    // proxy=v1: the backend's first line names the real client.
+    let mut first = connect(local(port));
+    first.write_all(b"ping\n").expect("write");
+    let header = headers
+        .recv_timeout(PATIENCE)
+        .expect("the backend got a header");
+    let client_port = first.local_addr().expect("addr").port();
+    assert_eq!(
+        header,
+        format!("PROXY TCP4 127.0.0.1 127.0.0.1 {client_port} {port}\r\n")
+    );
+    let mut back = [0u8; 5];
+    first.read_exact(&mut back).expect("echo after the header");
+    // maxconn=1: a second connection while the first is open is closed at once.
+    let mut second = connect(local(port));
+    let mut buf = [0u8; 1];
+    let n = second.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without data");
+    // controlsocket: `oi status -c FILE` finds the server without --socket.
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["-c"])
+        .arg(&conf)
+        .arg("status")
+        .output()
+        .expect("oi status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains(&format!("127.0.0.1:{port}/tcp")),
+        "{status}"
+    );
+    // metrics ADDR: Prometheus text on GET /metrics.
+    let mut m = TcpStream::connect(local(metrics_port)).expect("metrics listener");
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut page = String::new();
+    let _ = m.read_to_string(&mut page);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("oi_connections_active"), "{page}");
+    drop(first);
+    let (status, _) = oi.stop();
+    assert!(status.success());
+}
