@@ -133,6 +133,9 @@ struct Parser<'s> {
     listeners: HashMap<(HostKey, Port, Proto), Place>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
     seen_rule: bool,
+    /// The rules the last rule line made (several for a port range): where
+    /// the allow/deny/trust-proxy lines after it go.
+    last_rules: std::ops::Range<usize>,
     /// Where each path or one-value keyword was last set, to warn about repeats.
     set_at: HashMap<&'static str, Place>,
     /// Where included files come from; `None` when includes are not allowed.
@@ -367,19 +370,21 @@ impl Parser<'_> {
             Ok(p) => p,
             Err(e) => return self.error(line, e, text),
         };
-        let acl: &mut AclRules = if self.seen_rule {
-            match self.config.rules.last_mut() {
-                Some(rule) => &mut rule.acl,
-                // The rule above had errors; the file is rejected anyway.
-                None => return,
-            }
-        } else {
-            &mut self.config.global_acl
-        };
-        match word {
+        let push = |acl: &mut AclRules, pattern: crate::config::Pattern| match word {
             "allow" => acl.allow.push(pattern),
             "deny" => acl.deny.push(pattern),
             _ => acl.trust_proxy.push(pattern),
+        };
+        if !self.seen_rule {
+            return push(&mut self.config.global_acl, pattern);
+        }
+        // Every rule of the line above (every port of a range); none when it
+        // had errors (the file is rejected anyway).
+        let range = self.last_rules.clone();
+        if let Some(rules) = self.config.rules.get_mut(range) {
+            for rule in rules {
+                push(&mut rule.acl, pattern.clone());
+            }
         }
     }
 
@@ -426,7 +431,36 @@ impl Parser<'_> {
     /// A forwarding rule.
     fn rule(&mut self, line: usize, text: &str, word: &str) {
         self.seen_rule = true;
+        let start = self.config.rules.len();
+        self.last_rules = start..start;
         let tokens = tokenize(strip_comment(text));
+        if tokens.len() >= 4 && !tokens[1].starts_with('[') && !tokens[3].starts_with('[') {
+            match port_ranges(tokens[1], tokens[3]) {
+                Ok(None) => {}
+                Ok(Some(pairs)) => {
+                    for (bind_port, connect_port) in &pairs {
+                        let mut each = tokens.clone();
+                        each[1] = bind_port;
+                        each[3] = connect_port;
+                        // One error report for the line, not one per port.
+                        let before = self.errors.count();
+                        self.rule_fields(line, text, word, &each);
+                        if self.errors.count() > before {
+                            break;
+                        }
+                    }
+                    self.last_rules = start..self.config.rules.len();
+                    return;
+                }
+                Err(e) => return self.error(line, e, text),
+            }
+        }
+        self.rule_fields(line, text, word, &tokens);
+        self.last_rules = start..self.config.rules.len();
+    }
+
+    /// A forwarding rule's fields, already split (one port of a range at a time).
+    fn rule_fields(&mut self, line: usize, text: &str, word: &str, tokens: &[&str]) {
         if tokens.len() < 4 || tokens[1].starts_with('[') || tokens[3].starts_with('[') {
             let message = match keyword_hint(word) {
                 Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
@@ -539,6 +573,79 @@ impl Parser<'_> {
             acl: AclRules::default(),
         });
     }
+}
+
+/// Ports a range rule expands to: `8000-8099` with `9000-9099` (the same
+/// length, mapped in order) or with `9000` (all to one port), either side
+/// with its `/tcp` or `/udp`. `None` when the bind port is not a range.
+fn port_ranges(bind: &str, connect: &str) -> Result<Option<Vec<(String, String)>>, String> {
+    let split = |field: &str| -> (String, String) {
+        match field.split_once('/') {
+            Some((p, proto)) => (p.to_string(), format!("/{proto}")),
+            None => (field.to_string(), String::new()),
+        }
+    };
+    let range = |p: &str| -> Option<Result<(u16, u16), String>> {
+        let (a, b) = p.split_once('-')?;
+        let parse = |x: &str| {
+            x.bytes()
+                .all(|c| c.is_ascii_digit())
+                .then(|| x.parse::<u16>().ok())
+                .flatten()
+                .filter(|n| *n > 0)
+        };
+        Some(match (parse(a), parse(b)) {
+            (Some(a), Some(b)) if a <= b => Ok((a, b)),
+            (Some(_), Some(_)) => Err(format!(
+                "port range '{}' runs backwards (write the lower port first)",
+                Shown(p)
+            )),
+            _ => Err(format!(
+                "invalid port range '{}' (expected FIRST-LAST, ports 1-65535)",
+                Shown(p)
+            )),
+        })
+    };
+    let (bind_port, bind_proto) = split(bind);
+    let Some(bind_range) = range(&bind_port) else {
+        return Ok(None);
+    };
+    let (first, last) = bind_range?;
+    let (connect_port, connect_proto) = split(connect);
+    let count = usize::from(last - first) + 1;
+    let targets: Vec<u16> = match range(&connect_port) {
+        Some(r) => {
+            let (c_first, c_last) = r?;
+            if c_last - c_first != last - first {
+                return Err(format!(
+                    "port ranges '{}' and '{}' differ in length ({count} and {} ports)",
+                    Shown(&bind_port),
+                    Shown(&connect_port),
+                    usize::from(c_last - c_first) + 1
+                ));
+            }
+            (c_first..=c_last).collect()
+        }
+        None => {
+            let one: u16 = connect_port
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!(
+                        "a port range maps to a range of the same length or to one port number, not '{}'",
+                        Shown(&connect_port)
+                    )
+                })?;
+            vec![one; count]
+        }
+    };
+    Ok(Some(
+        (first..=last)
+            .zip(targets)
+            .map(|(b, c)| (format!("{b}{bind_proto}"), format!("{c}{connect_proto}")))
+            .collect(),
+    ))
 }
 
 /// Builds one side of a rule, pushing any problems onto `errors`.
