@@ -586,6 +586,10 @@ fn port_ranges(bind: &str, connect: &str) -> Result<Option<Vec<(String, String)>
         }
     };
     let range = |p: &str| -> Option<Result<(u16, u16), String>> {
+        // `snmp-trap` is a service name, not a range: ranges start with a digit.
+        if !p.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
         let (a, b) = p.split_once('-')?;
         let parse = |x: &str| {
             x.bytes()
