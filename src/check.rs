@@ -52,7 +52,10 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
     let c = &resolved.config;
     let global = &c.global_acl;
     for inc in &c.includes {
-        let from = inc.from.as_deref().unwrap_or(file);
+        let from = inc
+            .from
+            .as_deref()
+            .map_or_else(|| file.to_string(), |f| Shown(f).to_string());
         let files = inc
             .files
             .iter()
@@ -73,8 +76,11 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
     }
     for r in &resolved.rules {
         let rule = &r.rule;
-        let at = rule.file.as_deref().unwrap_or(file);
-        let _ = write!(out, "{at}:{}: ", rule.line);
+        match rule.file.as_deref() {
+            Some(included) => write!(out, "{}:{}: ", Shown(included), rule.line),
+            None => write!(out, "{file}:{}: ", rule.line),
+        }
+        .unwrap_or(());
         if let Some(name) = &rule.name {
             let _ = write!(out, "{}: ", Shown(name));
         }

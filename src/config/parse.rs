@@ -296,18 +296,20 @@ impl Parser<'_> {
         });
         for file in files {
             if let Some(at) = self.stack.iter().position(|f| f.key == file.key) {
-                let chain: Vec<&str> = self.stack[at..]
+                // Each name cut on its own: the chain is at most
+                // MAX_INCLUDE_DEPTH + 1 names, and every one stays readable.
+                let chain: Vec<String> = self.stack[at..]
                     .iter()
                     .chain(std::iter::once(&file))
-                    .map(|f| f.name.as_str())
+                    .map(|f| Shown(&f.name).to_string())
                     .collect();
-                let message = format!("include cycle: {}", Shown(&chain.join(" -> ")));
+                let message = format!("include cycle (circular include): {}", chain.join(" -> "));
                 self.error(line, message, text);
                 continue;
             }
-            if self.stack.len() > MAX_INCLUDE_DEPTH {
+            if self.stack.len() >= MAX_INCLUDE_DEPTH {
                 let message = format!(
-                    "includes nested more than {MAX_INCLUDE_DEPTH} levels deep: '{}' not read",
+                    "maximum include depth exceeded ({MAX_INCLUDE_DEPTH} files deep, the main file included): '{}' not read",
                     Shown(&file.name)
                 );
                 self.error(line, message, text);
@@ -424,6 +426,15 @@ impl Parser<'_> {
     fn rule(&mut self, line: usize, text: &str, word: &str) {
         self.seen_rule = true;
         let tokens = tokenize(strip_comment(text));
+        // rinetd-uv's `unix:PATH` endpoints have no port field: name them
+        // before the shape check would call the line malformed.
+        if let Some(unix) = tokens.iter().take(4).find(|t| t.starts_with("unix:")) {
+            let message = format!(
+                "unix socket endpoints ('{}') are not supported yet",
+                Shown(unix)
+            );
+            return self.error(line, message, text);
+        }
         if tokens.len() < 4 || tokens[1].starts_with('[') || tokens[3].starts_with('[') {
             let message = match keyword_hint(word) {
                 Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
@@ -437,16 +448,6 @@ impl Parser<'_> {
                 }
                 _ => RULE_SHAPE.to_string(),
             };
-            return self.error(line, message, text);
-        }
-        if let Some(unix) = [tokens[0], tokens[2]]
-            .iter()
-            .find(|t| t.starts_with("unix:"))
-        {
-            let message = format!(
-                "unix socket endpoints ('{}') are not supported yet",
-                Shown(unix)
-            );
             return self.error(line, message, text);
         }
         let mut errors = LineErrors::default();
