@@ -4,7 +4,9 @@
 #
 #   benches/compare.sh            # needs cargo, iperf3, python3; rinetd if installed
 #
-# Rows: direct, oi --splice=off, oi --splice=on, rinetd (when installed).
+# Rows: direct, oi --splice=off, oi --splice=on, rinetd and haproxy (when
+# installed), an older oi (OI_BASELINE) and the original oxidinetd
+# (ORIGINAL_OXIDINETD) when their binaries are given.
 # Columns (issue 5's goals): iperf3 -P1 and -P8 throughput, the forwarder's CPU
 # seconds per GiB during -P8, 64-byte ping-pong p50/p99, connection rate
 # (connect, 64 B request/response, close), and forwarder RSS per idle
@@ -22,7 +24,9 @@
 # PINGS (20000), IDLE (10000), IDLE_SECS (time allowed to open them, 30),
 # WORKERS (connrate workers, 8), KEEP (set: keep the raw outputs in /tmp),
 # OI_BASELINE (path of another oi binary, e.g. one built from an older commit:
-# its rows are measured in the same run, for a before/after comparison).
+# its rows are measured in the same run, for a before/after comparison),
+# ORIGINAL_OXIDINETD (path of the original oxidinetd binary), ONLY (row names
+# to measure, e.g. ONLY="oi-splice-on baseline-splice-on").
 set -euo pipefail
 
 SECS=${SECS:-5}
@@ -157,9 +161,15 @@ print(",".join(f"{n}:{(t - b.get(tid, (n, 0))[1]) / int(sys.argv[3]):.2f}s" for 
     record "$name" p50_us "$(result "$out.ping" p50_us)"
     record "$name" p99_us "$(result "$out.ping" p99_us)"
 
+    local rate_before=0
+    [[ -n $pid ]] && rate_before=$(cpu_ticks "$pid")
     "$LOADGEN" connrate "127.0.0.1:$eport" --secs "$CONNRATE_SECS" --conns "$WORKERS" >"$out.rate" || true
     record "$name" conns_per_sec "$(result "$out.rate" conns_per_sec)"
     record "$name" conn_errors "$(result "$out.rate" errors)"
+    if [[ -n $pid ]]; then
+        # The forwarder's CPU (utime + stime) during the connection run, per connection made.
+        record "$name" cpu_us_per_conn "$(python3 -c "import sys; t,n=float(sys.argv[1]),float(sys.argv[2] or 0); print(t/$CLK_TCK*1e6/n if n else float('nan'))" $(( $(cpu_ticks "$pid") - rate_before )) "$(result "$out.rate" ok)")"
+    fi
 
     # Accept while busy: the same connection rate with an iperf3 -P1 flowing
     # through the same forwarder.
@@ -209,13 +219,42 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 ROWS=(direct)
 run_forwarder() {
     local name=$1; shift
+    # ONLY="name name ...": measure just these rows (and their paired direct runs).
+    [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0
     measure "direct-before-$name" "$ECHO_PORT" "$IPERF_PORT" ""
     free_port; local echo_fwd=$PORT
     free_port; local iperf_fwd=$PORT
-    # The same two rules for every forwarder (rinetd.conf syntax).
+    # The same two rules for every forwarder (rinetd.conf syntax, and the
+    # same in haproxy's: plain TCP mode, no health checks, no logging).
     printf '127.0.0.1 %s 127.0.0.1 %s\n127.0.0.1 %s 127.0.0.1 %s\n' \
         "$echo_fwd" "$ECHO_PORT" "$iperf_fwd" "$IPERF_PORT" >"$WORK/$name.conf"
-    start_forwarder "$WORK/$name.log" "$@" -c "$WORK/$name.conf"
+    cat >"$WORK/$name.haproxy.cfg" <<HAPROXY
+global
+    maxconn $(( (HARD - 200) / 2 ))
+defaults
+    mode tcp
+    timeout connect 10s
+    timeout client 300s
+    timeout server 300s
+listen echo
+    bind 127.0.0.1:$echo_fwd
+    server echo 127.0.0.1:$ECHO_PORT
+listen iperf
+    bind 127.0.0.1:$iperf_fwd
+    server iperf 127.0.0.1:$IPERF_PORT
+HAPROXY
+    # @HAPROXY@ and @CONF@ in the command stand for the two files; without
+    # either, `-c FILE` is appended (oi's and rinetd's option).
+    if [[ " $* " == *" @HAPROXY@ "* || " $* " == *" @CONF@ "* ]]; then
+        local args=() a
+        for a in "$@"; do
+            a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
+            args+=("${a//@CONF@/$WORK/$name.conf}")
+        done
+        start_forwarder "$WORK/$name.log" "${args[@]}"
+    else
+        start_forwarder "$WORK/$name.log" "$@" -c "$WORK/$name.conf"
+    fi
     wait_listening "$echo_fwd"
     wait_listening "$iperf_fwd"
     measure "$name" "$echo_fwd" "$iperf_fwd" "$FWD_PID"
@@ -238,6 +277,14 @@ if [[ -n ${OI_BASELINE:-} ]]; then
 fi
 if command -v rinetd >/dev/null; then
     run_forwarder "rinetd" rinetd -f
+fi
+if command -v haproxy >/dev/null; then
+    run_forwarder "haproxy" haproxy -db -f @HAPROXY@
+fi
+# ORIGINAL_OXIDINETD=/path/to/oxidinetd: the original one-thread oxidinetd
+# (build it from its public repository outside this tree; it reads rinetd.conf).
+if [[ -n ${ORIGINAL_OXIDINETD:-} ]]; then
+    run_forwarder "oxidinetd-original" "$ORIGINAL_OXIDINETD" --config @CONF@
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -271,8 +318,8 @@ def pct(row, key):
     return "" if row == d or not r or math.isnan(v) else f" ({100 * v / r:.0f}%)"
 
 print(f"| forwarder | iperf3 -P1 Gbit/s | -P8 Gbit/s | fwd CPU s/GiB (P8) "
-      f"| ping-pong p50 µs | p99 µs | conn/s | fwd RSS per idle conn |")
-print("|---|---|---|---|---|---|---|---|")
+      f"| ping-pong p50 µs | p99 µs | conn/s | fwd CPU µs per conn | fwd RSS per idle conn |")
+print("|---|---|---|---|---|---|---|---|---|")
 for row in rows:
     cells = [row]
     for key in ("p1_gbps", "p8_gbps"):
@@ -288,6 +335,7 @@ for row in rows:
     rate = num(row, "conns_per_sec")
     errs = num(row, "conn_errors")
     cells.append(f"{rate:.0f}{pct(row, 'conns_per_sec')}" + ("" if errs == 0 else f", {errs:.0f} errors"))
+    cells.append("—" if row == d else f"{num(row, 'cpu_us_per_conn'):.0f}")
     if row == d:
         cells.append("—")
     else:

@@ -31,6 +31,16 @@ impl BufferPool {
             .unwrap_or_else(|_| vec![0u8; self.size].into_boxed_slice())
     }
 
+    /// Free buffers waiting in the pool now (for the statistics).
+    pub fn pooled(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Size of every buffer in bytes.
+    pub fn buffer_size(&self) -> usize {
+        self.size
+    }
+
     /// Returns a buffer; dropped if the pool is full.
     pub fn give(&self, buf: Box<[u8]>) {
         let _ = self.free.push(buf);

@@ -6,14 +6,20 @@ use crate::config::{
     ResolvedConfig, ResolvedRule, Shown,
 };
 use std::fmt::Write;
+use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 
 /// Checks the file at `path`. On success prints one line per rule and
-/// `configuration OK (N rules)` to stdout, warnings to stderr, and returns 0;
-/// otherwise prints every error to stderr and returns 1.
-pub fn run(path: &Path) -> ExitCode {
+/// `configuration OK (N rules)` to stdout (nothing when `quiet`), warnings to
+/// stderr, and returns 0; otherwise prints every error to stderr and returns 1.
+///
+/// Beyond parsing and resolving, it checks what start-up would otherwise
+/// fail on or warn about: listeners that overlap without being identical
+/// (`0.0.0.0 P` and `127.0.0.1 P` on one protocol: the second bind fails),
+/// and a log or pid file that cannot be written (oi runs on without it).
+pub fn run(path: &Path, quiet: bool) -> ExitCode {
     let file = path.display().to_string();
     let result = config::load(path).and_then(|parsed| {
         for w in &parsed.warnings {
@@ -25,9 +31,26 @@ pub fn run(path: &Path) -> ExitCode {
         }
         config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file))
     });
+    let result = result.and_then(|resolved| {
+        let overlaps = overlapping_listeners(&resolved, dual_stack_wildcards());
+        if overlaps.is_empty() {
+            Ok(resolved)
+        } else {
+            Err(ConfigErrors {
+                file: file.clone(),
+                errors: overlaps,
+                omitted: 0,
+            })
+        }
+    });
     match result {
         Ok(resolved) => {
-            print!("{}", report(&file, &resolved));
+            for w in unwritable_files(&resolved) {
+                eprintln!("{file}: warning: {w}");
+            }
+            if !quiet {
+                print!("{}", report(&file, &resolved));
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -37,6 +60,88 @@ pub fn run(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Pairs of rules whose listeners cannot both be bound: same protocol and
+/// port, different addresses, one of them a wildcard covering the other
+/// (identical addresses are already a `duplicate listener` error). With
+/// `dual_stack` (Linux's default, `net.ipv6.bindv6only = 0`), `::` also
+/// covers every IPv4 address.
+fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<config::ConfigError> {
+    let covers = |wide: SocketAddr, other: SocketAddr| {
+        wide.ip().is_unspecified()
+            && wide.ip() != other.ip()
+            && (wide.is_ipv4() == other.is_ipv4() || (dual_stack && wide.is_ipv6()))
+    };
+    let mut errors = Vec::new();
+    for (i, later) in resolved.rules.iter().enumerate() {
+        let earlier = resolved.rules[..i].iter().find(|r| {
+            r.rule.bind.proto == later.rule.bind.proto
+                && r.bind.port() == later.bind.port()
+                && (covers(r.bind, later.bind) || covers(later.bind, r.bind))
+        });
+        if let Some(earlier) = earlier {
+            errors.push(config::ConfigError {
+                file: later.rule.file.clone(),
+                line: later.rule.line,
+                column: 0,
+                message: format!(
+                    "listener {}/{} overlaps {}/{} of line {}: a wildcard address takes the port on every address, so the second cannot be bound",
+                    later.bind, later.rule.bind.proto, earlier.bind, earlier.rule.bind.proto, earlier.rule.line
+                ),
+                text: Shown(&format!("{} {}", later.rule.bind.host_text, later.bind.port()))
+                    .to_string(),
+                more: 0,
+            });
+        }
+        if errors.len() >= config::MAX_ERRORS {
+            break;
+        }
+    }
+    errors
+}
+
+/// Whether `::` listeners also take IPv4 (Linux's `net.ipv6.bindv6only` is 0,
+/// the default; assumed when the setting cannot be read).
+fn dual_stack_wildcards() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").map_or(true, |v| v.trim() == "0")
+}
+
+/// Files the configuration names that this user cannot write: oi starts
+/// without them (as rinetd does), so they are warnings.
+fn unwritable_files(resolved: &ResolvedConfig) -> Vec<String> {
+    let cfg = &resolved.config;
+    [("log file", &cfg.logfile), ("pid file", &cfg.pidlogfile)]
+        .into_iter()
+        .filter_map(|(what, path)| {
+            let path = path.as_deref()?;
+            let why = writable(path).err()?;
+            Some(format!(
+                "cannot write the {what} '{}': {why} (oi runs without it)",
+                Shown(&path.display().to_string())
+            ))
+        })
+        .collect()
+}
+
+/// Whether `path` can be opened for writing: the file if it exists, else its directory.
+fn writable(path: &Path) -> Result<(), String> {
+    use rustix::fs::{access, Access};
+    let target = if path.exists() {
+        path
+    } else {
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    };
+    if path.is_dir() {
+        return Err("it is a directory".into());
+    }
+    if !target.exists() {
+        return Err(format!("directory {} does not exist", target.display()));
+    }
+    access(target, Access::WRITE_OK).map_err(|e| io::Error::from(e).to_string())
 }
 
 /// `FILE:LINE: warning: message: 'text'`.
@@ -216,7 +321,7 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(n) = g.listen_backlog {
         line(
             format!("listen-backlog {n}"),
-            "the accept queue of every TCP listener",
+            "stored; the accept queues are still oi's 1024",
         );
     }
     if let Some(n) = g.max_udp_connections {
@@ -322,6 +427,96 @@ fn acl_text(acl: &AclRules) -> String {
 mod tests {
     use super::*;
 
+    fn resolved(text: &str) -> ResolvedConfig {
+        let parsed = config::parse(text).expect("valid");
+        config::resolve(parsed, &Services::parse("")).expect("resolves")
+    }
+
+    /// (line, message) of each overlap found.
+    fn overlaps(text: &str, dual_stack: bool) -> Vec<(usize, String)> {
+        overlapping_listeners(&resolved(text), dual_stack)
+            .into_iter()
+            .map(|e| (e.line, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_wildcard_and_a_specific_address_on_one_port_overlap() {
+        let found = overlaps(
+            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.2 80\n",
+            true,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, 2);
+        assert!(
+            found[0]
+                .1
+                .starts_with("listener 127.0.0.1:8080/tcp overlaps 0.0.0.0:8080/tcp of line 1"),
+            "{}",
+            found[0].1
+        );
+        // Either order.
+        assert_eq!(
+            overlaps(
+                "127.0.0.1 8080 10.0.0.1 80\n0.0.0.0 8080 10.0.0.1 81\n",
+                true
+            )
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn other_protocols_ports_and_families_do_not_overlap() {
+        assert!(overlaps(
+            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080/udp 10.0.0.1 80/udp\n",
+            true
+        )
+        .is_empty());
+        assert!(overlaps(
+            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8081 10.0.0.1 80\n",
+            true
+        )
+        .is_empty());
+        assert!(overlaps(
+            "127.0.0.1 8080 10.0.0.1 80\n127.0.0.2 8080 10.0.0.1 80\n",
+            true
+        )
+        .is_empty());
+        // An IPv4 wildcard does not take IPv6 addresses.
+        assert!(overlaps("0.0.0.0 8080 10.0.0.1 80\n::1 8080 10.0.0.1 80\n", true).is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_wildcard_takes_ipv4_only_when_dual_stack() {
+        let text = "[::] 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.1 81\n";
+        assert_eq!(overlaps(text, true).len(), 1);
+        assert!(overlaps(text, false).is_empty());
+        assert_eq!(
+            overlaps("[::] 8080 10.0.0.1 80\n::1 8080 10.0.0.1 81\n", false).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn unwritable_log_and_pid_files_are_warnings_naming_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ok = dir.path().join("oi.log");
+        let text = format!(
+            "logfile {}\npidlogfile /nonexistent-dir/oi.pid\n",
+            ok.display()
+        );
+        let warnings = unwritable_files(&resolved(&text));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("cannot write the pid file '/nonexistent-dir/oi.pid': directory /nonexistent-dir does not exist"),
+            "{}",
+            warnings[0]
+        );
+        let text = format!("logfile {}\n", dir.path().display());
+        assert!(unwritable_files(&resolved(&text))[0].contains("it is a directory"));
+    }
+
     #[test]
     fn report_lines() {
         let text = concat!(
@@ -355,7 +550,7 @@ mod tests {
         assert_eq!(
             report("oi.yaml", &resolved),
             "oi.yaml:6: web: 127.0.0.1:8080/tcp -> pool (iphash, health 3 failures, recovery 30s, affinity 60s (max 10000)): a = 127.0.0.2:80/tcp weight 3, 127.0.0.3:80/tcp weight 1 src 127.0.0.9 allow all\n\
-             listen-backlog 128: the accept queue of every TCP listener\n\
+             listen-backlog 128: stored; the accept queues are still oi's 1024\n\
              pool-min-free 4: ignored; oi's buffer pools size themselves\n\
              configuration OK (1 rule)\n"
         );

@@ -6,9 +6,11 @@
 //! maps the parsed values onto what the service runs with.
 
 use crate::config::SpliceMode;
+use crate::observe::{ObserveSettings, Query, StatusFormat};
 use crate::shared::Settings;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, Subcommand};
+use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,6 +50,10 @@ pub struct Cli {
     #[arg(long)]
     pub check: bool,
 
+    /// With --check: print nothing when the configuration is valid (errors and warnings still go to stderr).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
     /// Fork to the background like rinetd, write a pid file and log to syslog.
     #[arg(long)]
     pub daemon: bool,
@@ -82,9 +88,72 @@ pub struct Cli {
     )]
     pub splice: SpliceMode,
 
+    /// Write a status file (rinetd-uv's `statusfile`), replaced whole every --status-interval.
+    #[arg(long, value_name = "PATH")]
+    pub status_file: Option<PathBuf>,
+
+    /// How often to rewrite the status file (more than 0, at most 365 days).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
+    pub status_interval: Duration,
+
+    /// The status file's format: json or text.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "json",
+        value_parser = PossibleValuesParser::new(StatusFormat::NAMES)
+            .try_map(|s: String| s.parse::<StatusFormat>())
+    )]
+    pub status_format: StatusFormat,
+
+    /// How often to log a one-line STATS summary (0 turns it off).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub stats_log_interval: Duration,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9465).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+
+    /// The control socket: the server creates it (mode 0600); `oi status` and `oi connections` ask it.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
+
+    /// Ask a running oi instead of running one.
+    #[command(subcommand)]
+    pub command: Option<Ask>,
+}
+
+/// Questions for a running oi, asked through its control socket (`--socket`).
+#[derive(Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// Print the counters: connections, bytes, refusals, failures, per rule.
+    Status {
+        /// Print JSON (the status file's document) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one line per live TCP connection and UDP association.
+    Connections {
+        /// Print a JSON array instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A question for a running oi, from `oi status` or `oi connections`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientQuery {
+    /// What to ask.
+    pub query: Query,
+    /// JSON instead of text.
+    pub json: bool,
+    /// The control socket (`--socket`); required until the configuration's
+    /// `controlsocket` can supply it.
+    pub socket: Option<PathBuf>,
 }
 
 /// How the process runs: what it was asked on the command line, validated.
@@ -94,6 +163,8 @@ pub struct RunOptions {
     pub conf_file: PathBuf,
     /// Only check the configuration (`--check`).
     pub check: bool,
+    /// With `--check`, print nothing on success (`-q`).
+    pub quiet: bool,
     /// Fork to the background (`--daemon`, or started as `rinetd`), unless `-f`.
     pub background: bool,
     /// Whether rinetd's defaults apply: its pid file, syslog name (`--daemon` or drop-in mode).
@@ -106,6 +177,10 @@ pub struct RunOptions {
     pub settings: Settings,
     /// How long open connections may run on after SIGTERM.
     pub drain: Duration,
+    /// Status file, STATS line, metrics endpoint and control socket.
+    pub observe: ObserveSettings,
+    /// `oi status` or `oi connections`: ask a running oi, then exit.
+    pub client: Option<ClientQuery>,
 }
 
 impl RunOptions {
@@ -119,6 +194,7 @@ impl RunOptions {
         RunOptions {
             conf_file: cli.conf_file,
             check: cli.check,
+            quiet: cli.quiet,
             background: (cli.daemon || as_rinetd) && !cli.foreground,
             rinetd_defaults: cli.daemon || as_rinetd,
             program: if as_rinetd { "rinetd" } else { "oi" },
@@ -130,6 +206,25 @@ impl RunOptions {
                 splice: cli.splice,
             },
             drain: cli.drain,
+            observe: ObserveSettings {
+                status_file: cli.status_file,
+                status_interval: cli.status_interval,
+                status_format: cli.status_format,
+                stats_log_interval: cli.stats_log_interval,
+                metrics: cli.metrics,
+                control_socket: cli.socket.clone(),
+            },
+            client: cli.command.map(|ask| {
+                let (query, json) = match ask {
+                    Ask::Status { json } => (Query::Status, json),
+                    Ask::Connections { json } => (Query::Connections, json),
+                };
+                ClientQuery {
+                    query,
+                    json,
+                    socket: cli.socket,
+                }
+            }),
         }
     }
 }
@@ -295,6 +390,65 @@ mod tests {
         let e = Cli::try_parse_from(["oi", "--splice=maybe"]).expect_err("invalid");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("--splice"), "{e}");
+    }
+
+    #[test]
+    fn watching_flags_default_as_rinetd_uv_and_parse() {
+        let o = parse(&[]).expect("defaults");
+        assert_eq!(o.observe, ObserveSettings::default());
+        assert_eq!(o.observe.status_interval, Duration::from_secs(30));
+        assert_eq!(o.observe.stats_log_interval, Duration::from_secs(60));
+        assert!(o.client.is_none());
+        let o = parse(&[
+            "--status-file=/run/oi.json",
+            "--status-interval=5s",
+            "--status-format=text",
+            "--stats-log-interval=0",
+            "--metrics=127.0.0.1:9465",
+            "--socket=/run/oi.sock",
+        ])
+        .expect("valid");
+        assert_eq!(o.observe.status_file, Some(PathBuf::from("/run/oi.json")));
+        assert_eq!(o.observe.status_interval, Duration::from_secs(5));
+        assert_eq!(o.observe.status_format, StatusFormat::Text);
+        assert_eq!(o.observe.stats_log_interval, Duration::ZERO);
+        assert_eq!(
+            o.observe.metrics,
+            Some("127.0.0.1:9465".parse().expect("addr"))
+        );
+        assert_eq!(
+            o.observe.control_socket,
+            Some(PathBuf::from("/run/oi.sock"))
+        );
+        assert!(error(&["--status-interval=0"]).contains("--status-interval"));
+        let e = Cli::try_parse_from(["oi", "--status-format=yaml"]).expect_err("invalid");
+        assert_eq!(e.exit_code(), 2);
+        let e = Cli::try_parse_from(["oi", "--metrics=localhost"]).expect_err("invalid");
+        assert!(e.to_string().contains("--metrics"), "{e}");
+    }
+
+    #[test]
+    fn status_and_connections_are_subcommands_beside_the_old_flags() {
+        let o = parse(&["status", "--socket", "/run/oi.sock"]).expect("valid");
+        let q = o.client.expect("a question");
+        assert_eq!((q.query, q.json), (Query::Status, false));
+        assert_eq!(q.socket, Some(PathBuf::from("/run/oi.sock")));
+        let o = parse(&["--socket=/s", "connections", "--json"]).expect("valid");
+        let q = o.client.expect("a question");
+        assert_eq!((q.query, q.json), (Query::Connections, true));
+        assert_eq!(q.socket, Some(PathBuf::from("/s")));
+        assert!(parse(&["status"])
+            .expect("valid")
+            .client
+            .expect("q")
+            .socket
+            .is_none());
+        // The server's flags are as before.
+        let o = parse(&["-c", "/etc/x.conf", "--check"]).expect("valid");
+        assert!(o.check && o.client.is_none());
+        assert_eq!(o.conf_file, PathBuf::from("/etc/x.conf"));
+        let cli = Cli::try_parse_from(["rinetd", "-f", "-c", "/etc/rinetd.conf"]).expect("valid");
+        assert!(RunOptions::from_cli(cli, true).client.is_none());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
-use socket2::{Domain, SockAddr, SockRef, Socket, Type};
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -26,12 +26,13 @@ impl std::fmt::Display for ConnectError {
 }
 
 /// Connects to the first of `addrs` that answers within `timeout` each,
-/// from `src` if given (addresses of the other family are skipped).
+/// from `src` if given (addresses of the other family are skipped). Returns
+/// the stream and the address that answered (no getpeername needed to learn it).
 pub(crate) async fn connect(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
-) -> Result<Async<TcpStream>, ConnectError> {
+) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
     for &addr in addrs {
         if let Some(src) = src {
@@ -55,7 +56,7 @@ pub(crate) async fn connect(
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => return Ok((stream, addr)),
             Err(e) => {
                 log::debug!("connect to {addr} failed: {e}");
                 last = e;
@@ -70,6 +71,11 @@ fn new_socket(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
     let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    // Every forwarded socket: no Nagle delay (small messages go out at once),
+    // keepalive on (dead peers are noticed). Accepted sockets get both from
+    // their listener.
+    socket.set_tcp_nodelay(true)?;
+    socket.set_keepalive(true)?;
     if let Some(ip) = src {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
@@ -100,7 +106,8 @@ fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
         }
         in_progress = socket.peer_addr().is_err();
     }
-    let stream = Async::new(TcpStream::from(socket))?;
+    // Created with SOCK_NONBLOCK: no ioctl(FIONBIO) needed to register it.
+    let stream = Async::new_nonblocking(TcpStream::from(socket))?;
     Ok(if in_progress {
         Started::InProgress(stream)
     } else {
@@ -119,16 +126,6 @@ async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>
     Ok(stream)
 }
 
-/// Sets the options every forwarded socket gets: no Nagle delay, keepalive on.
-pub(crate) fn tune(stream: &TcpStream) {
-    if let Err(e) = stream.set_nodelay(true) {
-        log::debug!("TCP_NODELAY: {e}");
-    }
-    if let Err(e) = SockRef::from(stream).set_keepalive(true) {
-        log::debug!("SO_KEEPALIVE: {e}");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +138,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
         let stream = smol::block_on(connect(&[addr], None, TIMEOUT)).expect("connect");
+        let (stream, reached) = stream;
+        assert_eq!(reached, addr);
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), addr);
     }
 
@@ -160,6 +159,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let open = listener.local_addr().expect("local_addr");
         let stream = smol::block_on(connect(&[closed, open], None, TIMEOUT)).expect("fallback");
+        let (stream, reached) = stream;
+        assert_eq!(reached, open, "the address that answered is reported");
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), open);
     }
 }

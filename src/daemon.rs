@@ -1,4 +1,5 @@
-//! rinetd drop-in mode: fork to the background, pid file, syslog.
+//! rinetd drop-in mode: fork to the background and the pid file (syslog is
+//! in `diagnostics`).
 //!
 //! The fork happens before any thread exists (the executor, the log writer
 //! and async-io's reactor thread all start later), so the child is a clean
@@ -46,24 +47,4 @@ pub(crate) fn daemonize(setup: impl FnOnce() -> io::Result<()>) -> io::Result<()
 fn pipe() -> io::Result<(std::fs::File, std::fs::File)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     Ok((std::fs::File::from(r), std::fs::File::from(w)))
-}
-
-/// Sends diagnostics to syslog (facility daemon) as rinetd does; falls back to
-/// stderr-less silence if no syslog socket exists.
-pub(crate) fn init_syslog(name: &str) {
-    let formatter = syslog::Formatter3164 {
-        facility: syslog::Facility::LOG_DAEMON,
-        hostname: None,
-        process: name.into(),
-        pid: std::process::id(),
-    };
-    if let Ok(logger) = syslog::unix(formatter) {
-        let level = std::env::var("RUST_LOG")
-            .ok()
-            .and_then(|v| v.parse::<log::LevelFilter>().ok())
-            .unwrap_or(log::LevelFilter::Info);
-        if log::set_boxed_logger(Box::new(syslog::BasicLogger::new(logger))).is_ok() {
-            log::set_max_level(level);
-        }
-    }
 }

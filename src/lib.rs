@@ -14,29 +14,38 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod acl;
+mod bounds;
 mod buffers;
 pub mod check;
 pub mod cli;
 pub mod config;
 mod connect;
 mod daemon;
+mod diagnostics;
+mod edge;
+mod limits;
 mod listen;
 mod logfile;
 mod notify;
+pub mod observe;
 mod pipes;
+pub mod proxy;
 mod route;
 mod runtime;
 mod service;
 mod shared;
+pub mod stats;
 mod tcp;
 mod udp;
 
 pub use buffers::BufferPool;
+pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;
 pub use listen::{bind, bind_all, serve, BoundSocket, Command};
-pub use logfile::{Format, LogHandle};
+pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};
 pub use route::Route;
 pub use runtime::{Runtime, SLACK};
 pub use service::run;
-pub use shared::{Settings, Shared};
+pub use shared::{Settings, Shared, UDP_QUEUE_TOTAL};
 pub use tcp::splice::{use_splice, AUTO_SPLICES};
+pub use udp::ASSOC_QUEUE_BYTES;

@@ -6,8 +6,9 @@
 //! line still names its own rule.
 
 use crate::acl::{self, Verdict};
-use crate::config::{AclRules, Proto, ResolvedRule, RuleOptions};
+use crate::config::{AclRules, Pattern, Proto, ResolvedRule, RuleOptions};
 use crate::logfile::{Event, LogEvent, RuleNames};
+use crate::proxy::ProxyVersion;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -41,6 +42,20 @@ pub struct Route {
     udp_timeout: Duration,
     /// Cap on live UDP associations (`maxassoc`, else `max-udp-connections`, else the default).
     max_assoc: usize,
+    /// Write a PROXY header of this version to the backend before any client
+    /// byte (`proxy=v1|v2`); UDP associations always write version 2.
+    pub(crate) send_proxy: Option<ProxyVersion>,
+    /// Read a PROXY header from each client before anything else
+    /// (`accept-proxy`, TCP listeners); the address it carries is the client's.
+    pub(crate) accept_proxy: bool,
+    /// Sources allowed to send that header: the global `trust-proxy`
+    /// patterns followed by the rule's. Empty trusts no one.
+    pub(crate) trust_proxy: Vec<Pattern>,
+    /// Most TCP connections open at once on this rule (`maxconn=N`).
+    pub(crate) maxconn: Option<usize>,
+    /// Most TCP connections open at once from one client address on this
+    /// rule (`maxconn-per-client=N`).
+    pub(crate) maxconn_per_client: Option<usize>,
 }
 
 impl Route {
@@ -70,7 +85,41 @@ impl Route {
             keepalive,
             udp_timeout,
             max_assoc,
+            // The configuration syntax for these is wired separately (docs/edge.md).
+            send_proxy: None,
+            accept_proxy: false,
+            trust_proxy: Vec::new(),
+            maxconn: None,
+            maxconn_per_client: None,
         }
+    }
+
+    /// This route, writing a PROXY header of `version` to its backends
+    /// (`None`: none). For embedders and tests until the configuration says so.
+    pub fn with_send_proxy(mut self, version: Option<ProxyVersion>) -> Self {
+        self.send_proxy = version;
+        self
+    }
+
+    /// This route, reading a PROXY header from every client when `accept`
+    /// is set, from sources matching `trust` only.
+    pub fn with_accept_proxy(mut self, accept: bool, trust: Vec<Pattern>) -> Self {
+        self.accept_proxy = accept;
+        self.trust_proxy = trust;
+        self
+    }
+
+    /// This route, with at most `maxconn` connections open at once and at
+    /// most `per_client` from one client address (`None`: no limit).
+    pub fn with_limits(mut self, maxconn: Option<usize>, per_client: Option<usize>) -> Self {
+        self.maxconn = maxconn;
+        self.maxconn_per_client = per_client;
+        self
+    }
+
+    /// Whether `source` (the real peer, before any header) may send a PROXY header.
+    pub(crate) fn trusts_proxy(&self, source: IpAddr) -> bool {
+        self.trust_proxy.iter().any(|p| acl::matches(p, source))
     }
 
     /// Whether `client` may use this rule; the refusal is the event to log.

@@ -9,9 +9,11 @@
 use crate::cli::RunOptions;
 use crate::config::{self, ResolvedConfig};
 use crate::daemon;
+use crate::diagnostics;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
+use crate::observe::Observer;
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
@@ -25,17 +27,21 @@ use std::time::Duration;
 
 /// Runs oi with validated options; returns the process exit code.
 pub fn run(opts: RunOptions) -> ExitCode {
-    if opts.check {
-        return crate::check::run(&opts.conf_file);
+    if let Some(q) = &opts.client {
+        return ask(q);
     }
-    init_diagnostics();
+    if opts.check {
+        return crate::check::run(&opts.conf_file, opts.quiet);
+    }
+    // Drop-in and daemon mode also report to syslog, as rinetd does.
+    diagnostics::init(opts.program, opts.rinetd_defaults);
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{}", e.with_file(&file));
+            diagnostics::report(&e.with_file(&file).to_string());
             return ExitCode::FAILURE;
         }
     };
@@ -43,20 +49,26 @@ pub fn run(opts: RunOptions) -> ExitCode {
         Ok(s) => s,
         Err(errors) => {
             for e in errors {
-                eprintln!("{e}");
+                diagnostics::report(&e);
             }
             return ExitCode::FAILURE;
         }
     };
     let pidfile = pidfile_for(&cfg, opts.rinetd_defaults);
-    let write_pid = || pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
+    // A pid file that cannot be written is reported and oi serves on, as
+    // rinetd 0.73 does; in daemon mode the child still reports ready, so the
+    // parent exits 0 (stderr is still the terminal's when this runs).
+    let write_pid = || {
+        write_pidfile(pidfile.as_deref());
+        Ok(())
+    };
     let started = if opts.background {
-        daemon::daemonize(write_pid).map(|()| daemon::init_syslog(opts.program))
+        daemon::daemonize(write_pid).map(|()| diagnostics::daemonized(opts.program))
     } else {
         write_pid()
     };
     if let Err(e) = started {
-        eprintln!("cannot start: {e}");
+        diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
     let log = match LogHandle::start() {
@@ -68,7 +80,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
     };
     if let Err(e) = log.reopen(cfg.config.logfile.clone(), log_format(&cfg)) {
         // rinetd carries on without its log file; so do we, loudly.
-        log::error!("cannot open log file {:?}: {e}", cfg.config.logfile);
+        let path = cfg
+            .config
+            .logfile
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""));
+        log::error!("cannot open log file {}: {e}", path.display());
     }
     let runtime = match Runtime::start(opts.threads) {
         Ok(r) => Arc::new(r),
@@ -78,7 +95,11 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     // Installed before READY=1: a SIGHUP right after it must reload, not kill.
-    let signals = match Signals::new([Signal::Hup, Signal::Int, Signal::Term]) {
+    // SIGUSR1 is caught so it cannot kill oi (its default action, and what it
+    // does to rinetd): it logs one status line, until statistics give it more.
+    // Listed first: signals pending together come out in this order, so a
+    // status asked for before a SIGTERM is still printed.
+    let signals = match Signals::new([Signal::Usr1, Signal::Hup, Signal::Int, Signal::Term]) {
         Ok(s) => s,
         Err(e) => {
             log::error!("cannot install signal handlers: {e}");
@@ -86,11 +107,20 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     let shared = Shared::new(opts.settings.clone(), log);
+    // After the fork (it starts a thread); dropped, removing the control
+    // socket, when `run` returns.
+    let _observer = match Observer::start(shared.clone(), opts.observe.clone()) {
+        Ok(o) => o,
+        Err(e) => {
+            diagnostics::report(&format!("cannot start: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
     let (commands, received) = async_channel::bounded(1);
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
-            eprintln!("cannot start listeners: {e}");
+            diagnostics::report(&format!("cannot start listeners: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -112,6 +142,24 @@ pub fn run(opts: RunOptions) -> ExitCode {
     })
 }
 
+/// `oi status` / `oi connections`: prints the running server's answer.
+fn ask(q: &crate::cli::ClientQuery) -> ExitCode {
+    let Some(socket) = &q.socket else {
+        eprintln!("oi: which server? give its control socket with --socket PATH");
+        return ExitCode::from(2);
+    };
+    match crate::observe::ask(socket, q.query, q.json) {
+        Ok(answer) => {
+            print!("{answer}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oi: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The pid file to write: `pidlogfile`, else rinetd's default in drop-in mode.
 fn pidfile_for(cfg: &ResolvedConfig, rinetd_defaults: bool) -> Option<PathBuf> {
     cfg.config
@@ -120,10 +168,14 @@ fn pidfile_for(cfg: &ResolvedConfig, rinetd_defaults: bool) -> Option<PathBuf> {
         .or_else(|| rinetd_defaults.then(|| PathBuf::from(daemon::DEFAULT_PIDFILE)))
 }
 
-/// Diagnostics go to stderr at `info` unless RUST_LOG says otherwise.
-fn init_diagnostics() {
-    let env = env_logger::Env::default().default_filter_or("info");
-    let _ = env_logger::Builder::from_env(env).try_init();
+/// Writes the pid file, if one applies; a failure is logged with the path
+/// and is not fatal (rinetd 0.73 carries on too).
+fn write_pidfile(path: Option<&std::path::Path>) {
+    if let Some(path) = path {
+        if let Err(e) = daemon::write_pidfile(path) {
+            log::error!("cannot write the pid file {}: {e}", path.display());
+        }
+    }
 }
 
 /// The log file format a configuration asks for.
@@ -174,8 +226,19 @@ impl Service {
                     let status = self.reload().await;
                     notify::ready(&status);
                 }
+                Ok(Signal::Usr1) => self.status(),
                 Ok(_) => break,
                 Err(e) => log::warn!("signal stream: {e}"),
+            }
+        }
+        // A status request that arrived together with the stop is still
+        // answered (the stream does not promise the order of signals that
+        // are pending at once). Bounded: only what is already there.
+        for _ in 0..8 {
+            match futures_lite::future::poll_once(signals.next()).await {
+                Some(Some(Ok(Signal::Usr1))) => self.status(),
+                Some(Some(_)) => {}
+                _ => break,
             }
         }
         log::info!("stopping");
@@ -197,6 +260,22 @@ impl Service {
         ExitCode::SUCCESS
     }
 
+    /// Answers SIGUSR1 with one line on the diagnostics log: the STATS
+    /// summary of the same snapshot every other output reads, plus the
+    /// bounded queues' state.
+    fn status(&self) {
+        let s = self.shared.snapshot();
+        log::info!(
+            "status: {}; UDP: {} byte(s) queued towards TCP backends, {} datagram(s) \
+             dropped; log file: {} line(s) queued, {} dropped",
+            crate::observe::format::stats_line(&s),
+            s.udp_queued_bytes,
+            s.udp_datagrams_dropped,
+            s.log_lines_queued,
+            s.log_lines_dropped
+        );
+    }
+
     /// Re-reads the configuration and applies it; on error keeps the old one
     /// running. Returns a status line for the service manager.
     async fn reload(&self) -> String {
@@ -208,6 +287,7 @@ impl Service {
                     log::error!("{line}");
                 }
                 log::error!("reload failed: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
                 return "reload failed: previous configuration still serving".into();
             }
         };
@@ -215,17 +295,14 @@ impl Service {
         let logfile = cfg.config.logfile.clone();
         let format = log_format(&cfg);
         let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
-        let (reopened, pid) = smol::unblock(move || {
+        let reopened = smol::unblock(move || {
             let reopened = log.reopen(logfile, format);
-            let pid = pidfile.as_deref().map_or(Ok(()), daemon::write_pidfile);
-            (reopened, pid)
+            write_pidfile(pidfile.as_deref());
+            reopened
         })
         .await;
         if let Err(e) = reopened {
             log::error!("cannot reopen the log file: {e}");
-        }
-        if let Err(e) = pid {
-            log::error!("cannot write the pid file: {e}");
         }
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let (done, errors) = async_channel::bounded(1);
@@ -240,6 +317,7 @@ impl Service {
         for e in errors.recv().await.unwrap_or_default() {
             log::error!("{e}");
         }
+        self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
         status
     }

@@ -117,3 +117,51 @@ fn common_format_lines() {
         lines[3]
     );
 }
+
+#[test]
+fn a_fifo_nobody_reads_loses_lines_counted_and_the_queue_stays_bounded() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("log.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    // A reader that never reads: the FIFO fills (64 KiB) and stays full.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&fifo)
+        .expect("reader");
+    let log = LogHandle::start().expect("log thread");
+    log.reopen(Some(fifo), Format::Tab).expect("open the FIFO");
+    let rule = std::sync::Arc::new(oxidinetd::RuleNames {
+        bind_host: "127.0.0.1".into(),
+        bind_port: 1,
+        connect_host: "127.0.0.1".into(),
+        connect_port: 2,
+    });
+    let mut peak = 0;
+    for _ in 0..100_000 {
+        log.log(oxidinetd::LogEvent {
+            time: std::time::SystemTime::now(),
+            client: "127.0.0.1".parse().expect("literal"),
+            rule: rule.clone(),
+            from_client: 0,
+            to_client: 0,
+            event: oxidinetd::Event::Opened,
+        });
+        peak = peak.max(log.queued());
+    }
+    assert!(peak <= oxidinetd::LOG_QUEUE_LINES, "{peak} lines queued");
+    // The writer never blocks on the full FIFO, so flushing completes.
+    assert!(log.flush(), "the writer is not stuck");
+    assert!(
+        log.dropped() > 0,
+        "lines the FIFO could not take are counted"
+    );
+}

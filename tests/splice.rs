@@ -187,3 +187,29 @@ fn rule_option_overrides_the_global_splice_mode() {
         );
     }
 }
+
+#[test]
+fn pipes_that_cannot_be_sized_are_not_used_and_every_byte_is_copied() {
+    // F_SETPIPE_SZ refuses usize::MAX, as the kernel refuses an unprivileged
+    // user past fs.pipe-user-pages-soft: no small pipe may be used or pooled.
+    let backend = echo_backend("127.0.0.1:0");
+    let settings = Settings {
+        splice: SpliceMode::On,
+        ..Settings::default()
+    };
+    let pipes = oxidinetd::PipePool::new(usize::MAX, 4);
+    let shared = Shared::with_pipe_pool(settings, LogHandle::disabled(), pipes);
+    let mut r = tcp_rule(backend);
+    let s = oxidinetd::bind(&r).expect("bind");
+    let addr = s.local_addr().expect("addr");
+    r.bind = addr;
+    let route = oxidinetd::Route::new(r, Arc::new(Default::default()));
+    let srv = start_sockets(vec![(s, route)], vec![addr], shared);
+    let data = pattern(16 * 1024 * 1024 + 12_345, 77);
+    let want = sha256(&data);
+    let back = echo_through(srv.addr(), data);
+    assert_eq!(sha256(&back), want);
+    let pipes = &srv.shared.pipes;
+    assert!(pipes.unavailable() > 0, "splice was asked for a pipe");
+    assert_eq!((pipes.live(), pipes.pooled()), (0, 0), "none made or kept");
+}

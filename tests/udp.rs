@@ -353,3 +353,100 @@ fn udp_to_tcp_backend_close_ends_the_association_and_the_next_datagram_reconnect
     let text = wait_for_file(&path, |t| t.matches("opened").count() == 2);
     assert_eq!(text.matches("opened").count(), 2, "{text}");
 }
+
+/// A UDP→TCP server whose backend never accepts, so every datagram waits in
+/// its association's queue; connects wait long enough for the test.
+fn udp_to_unaccepting_tcp() -> (TestServer, impl Sized) {
+    let (backend, keep) = unaccepting_backend();
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(300),
+        ..Settings::default()
+    };
+    let srv = start(
+        vec![udp_rule(backend, Proto::Tcp)],
+        settings,
+        LogHandle::disabled(),
+    );
+    (srv, keep)
+}
+
+#[test]
+fn one_source_queues_at_most_its_byte_budget_towards_a_stalled_tcp_backend() {
+    let (srv, _backend) = udp_to_unaccepting_tcp();
+    let c = udp_client(srv.addr());
+    let payload = vec![7u8; 32_000];
+    // Sent until the association refuses one (the kernel may drop some on
+    // the way in, so the count of sends is not the measure).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while srv.shared.udp_datagrams_dropped() == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing was dropped");
+        c.send_to(&payload, srv.addr()).expect("send");
+    }
+    let queued = srv.shared.udp_queued_bytes();
+    // Four 32,000-byte datagrams (and their bookkeeping) fit in 128 KiB, a fifth does not.
+    assert!(queued <= oxidinetd::ASSOC_QUEUE_BYTES, "{queued}");
+    assert!(queued >= 4 * 32_000, "{queued}");
+}
+
+#[test]
+fn many_sources_queue_at_most_the_process_budget_towards_a_stalled_tcp_backend() {
+    let (srv, _backend) = udp_to_unaccepting_tcp();
+    let payload = vec![7u8; 32_000];
+    let total = oxidinetd::UDP_QUEUE_TOTAL;
+    // 200 sources × 128 KiB each would be 25 MiB: more than the 16 MiB in all.
+    let sources: Vec<_> = (0..200).map(|_| udp_client(srv.addr())).collect();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut peak = 0;
+    while srv.shared.udp_queued_bytes() < total - 2 * 32_064 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queues never filled: {} bytes",
+            srv.shared.udp_queued_bytes()
+        );
+        for s in &sources {
+            s.send_to(&payload, srv.addr()).expect("send");
+            peak = peak.max(srv.shared.udp_queued_bytes());
+        }
+    }
+    for s in &sources {
+        s.send_to(&payload, srv.addr()).expect("send");
+        peak = peak.max(srv.shared.udp_queued_bytes());
+    }
+    assert!(peak <= total, "queued {peak} bytes, budget {total}");
+    assert!(srv.shared.udp_datagrams_dropped() > 0);
+    // Every queued byte comes back when the associations end.
+    drop(sources);
+    drop(srv);
+}
+
+#[test]
+fn queued_bytes_are_given_back_when_the_server_stops() {
+    let (srv, _backend) = udp_to_unaccepting_tcp();
+    let c = udp_client(srv.addr());
+    c.send_to(b"one", srv.addr()).expect("send");
+    wait_until("the datagram is queued", || {
+        srv.shared.udp_queued_bytes() > 0
+    });
+    let shared = srv.shared.clone();
+    drop(srv);
+    wait_until("the queue budget is returned", || {
+        shared.udp_queued_bytes() == 0
+    });
+}
+
+#[test]
+fn udp_rule_with_the_largest_timeout_keeps_serving_across_sweeps() {
+    let (backend, _seen) = udp_echo_backend("127.0.0.1:0");
+    let mut r = udp_rule(backend, Proto::Udp);
+    // The sweep compares idle time with this and divides it by 4 for its period.
+    r.rule.options.timeout = Some(Duration::from_secs(u64::MAX));
+    let srv = start(vec![r], Settings::default(), LogHandle::disabled());
+    let c = udp_client(srv.addr());
+    // Past the longest sweep period (1 s), so at least one sweep has run.
+    let started = std::time::Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_millis(1500) && rounds < 100_000 {
+        assert_eq!(udp_roundtrip(&c, srv.addr(), b"ping"), b"ping");
+        rounds += 1;
+    }
+}

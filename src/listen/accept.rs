@@ -3,10 +3,13 @@
 //! TCP→TCP ([`crate::tcp`]) and TCP→UDP ([`crate::udp`]).
 
 use crate::config::Proto;
+use crate::edge::{self, Origin};
+use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::runtime::{Placed, Threads};
 use crate::shared::Shared;
+use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use std::io;
@@ -35,6 +38,11 @@ pub(super) struct AcceptLoop {
     /// Shared by the listener's loops and set while accepting fails, so a
     /// descriptor shortage is reported once per burst, not once per loop.
     pub(super) failing: Arc<AtomicBool>,
+    /// The rule's counters (the listener's: they survive reloads that keep it).
+    pub(super) stats: Arc<RuleStats>,
+    /// The rule's connection counts; owned by the listener, so a reload that
+    /// keeps the listener keeps them.
+    pub(super) limits: Arc<RuleLimits>,
 }
 
 impl AcceptLoop {
@@ -44,7 +52,7 @@ impl AcceptLoop {
     pub(super) async fn run(self) {
         let mut backoff = MIN_BACKOFF;
         loop {
-            match self.listener.accept().await {
+            match self.listener.read_with(accept_nonblocking).await {
                 Ok((stream, peer)) => {
                     backoff = MIN_BACKOFF;
                     if self.failing.load(Ordering::Relaxed)
@@ -53,15 +61,31 @@ impl AcceptLoop {
                         log::warn!("accepting connections again");
                     }
                     let route = self.route.load_full();
+                    // Global and rule limits before a task exists: a flood
+                    // over the limit costs an accept and a close each.
+                    let held = match self.shared.limits.admit(&self.limits, route.maxconn) {
+                        Ok(held) => held,
+                        Err(which) => {
+                            log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+                            let ip = client_ip(peer);
+                            let line = route.event(ip, Event::LimitReached, Bytes::NONE);
+                            self.shared.log.log(line);
+                            continue;
+                        }
+                    };
                     let at = self.threads.pick(self.own);
                     let placed = self.threads.place(at);
                     let shared = self.shared.clone();
-                    let task = connection(stream, peer, route, shared, placed);
+                    let stats = self.stats.clone();
+                    let limits = self.limits.clone();
+                    let guards = (placed, held);
+                    let task = connection(stream, peer, route, shared, stats, guards, limits);
                     self.threads.executor(at).spawn(task).detach();
                 }
                 // The client gave up between SYN and accept: nothing to report.
                 Err(e) if is_benign_accept_error(&e) => {}
                 Err(e) => {
+                    self.shared.stats.accept_error();
                     if !self.failing.swap(true, Ordering::Relaxed) {
                         log::error!("accept failed, backing off: {e}");
                         let route = self.route.load();
@@ -77,6 +101,18 @@ impl AcceptLoop {
     }
 }
 
+/// accept4(2) with `SOCK_NONBLOCK | SOCK_CLOEXEC`: the stream is registered
+/// as it comes, without the `ioctl(FIONBIO)` that `Async::new` would make
+/// (one system call per connection).
+fn accept_nonblocking(listener: &TcpListener) -> io::Result<(Async<TcpStream>, SocketAddr)> {
+    use rustix::net::{acceptfrom_with, SocketFlags};
+    let (fd, peer) = acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
+    let peer = peer
+        .and_then(|p| SocketAddr::try_from(p).ok())
+        .ok_or_else(|| io::Error::other("accepted a connection without an IP peer address"))?;
+    Ok((Async::new_nonblocking(TcpStream::from(fd))?, peer))
+}
+
 /// Accept errors that concern one aborted connection, not the listener.
 fn is_benign_accept_error(e: &io::Error) -> bool {
     matches!(
@@ -87,26 +123,63 @@ fn is_benign_accept_error(e: &io::Error) -> bool {
     )
 }
 
-/// Serves one accepted connection: ACL check, then TCP→TCP or TCP→UDP.
+/// Serves one accepted connection: PROXY header (`accept-proxy`), ACL
+/// check, per-client limit, then TCP→TCP or TCP→UDP.
 async fn connection(
     client: Async<TcpStream>,
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
-    placed: Placed,
+    stats: Arc<RuleStats>,
+    guards: (Placed, Held),
+    limits: Arc<RuleLimits>,
 ) {
-    // Counts the connection (for its thread, `--drain` and tests) until every
-    // socket is closed: rebinding the client here makes it drop before the
-    // guard, as locals drop in reverse order and before parameters.
-    let _placed = placed;
+    // Counts the connection (for its thread, `--drain`, the limits and
+    // tests) until every socket is closed: rebinding the client here makes
+    // it drop before the guards, as locals drop in reverse order and before
+    // parameters. The per-client slot joins `held` later for the same reason.
+    let (_placed, mut held) = guards;
     let client = client;
+    let origin = if route.accept_proxy {
+        match edge::accept_header(&client, peer, &route).await {
+            Ok(origin) => origin,
+            Err(refused) => {
+                log::debug!(
+                    "{peer}: {} on {}: {}",
+                    refused.event.as_str(),
+                    route.bind,
+                    refused.reason
+                );
+                let line = route.event(client_ip(peer), refused.event, Bytes::NONE);
+                return shared.log.log(line);
+            }
+        }
+    } else {
+        Origin {
+            client: peer,
+            local: None,
+        }
+    };
+    // From here on the client is who the header said it is, if there was one.
+    let peer = origin.client;
     let ip = client_ip(peer);
     if let Err(refusal) = route.admit(ip) {
         log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
+        stats.refused(refusal);
         return shared.log.log(route.event(ip, refusal, Bytes::NONE));
     }
+    let per_client = route.maxconn_per_client;
+    if let Err(which) = shared
+        .limits
+        .admit_client(&limits, &mut held, ip, per_client)
+    {
+        log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+        return shared
+            .log
+            .log(route.event(ip, Event::LimitReached, Bytes::NONE));
+    }
     match route.backend_proto {
-        Proto::Tcp => crate::tcp::forward(client, peer, route, shared).await,
-        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared).await,
+        Proto::Tcp => crate::tcp::forward(client, origin, route, shared, stats).await,
+        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared, stats).await,
     }
 }

@@ -6,6 +6,12 @@ use crate::config::{Proto, ResolvedConfig, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
+/// Pending connections the kernel queues per TCP listener before accept.
+/// A configuration's `listen-backlog` is in the model
+/// (`ResolvedRule::listen_backlog`, same default) but not applied yet: every
+/// socket of a rule's SO_REUSEPORT group (`bind` and `sibling`) would need it.
+const LISTEN_BACKLOG: i32 = 1024;
+
 /// A socket bound for one rule, not yet serving.
 pub enum BoundSocket {
     /// A listening TCP socket.
@@ -25,21 +31,36 @@ impl BoundSocket {
 }
 
 /// Binds one rule's listening socket (non-blocking, close-on-exec).
+///
+/// A TCP listener is the first of an `SO_REUSEPORT` group: each executor
+/// thread gets a socket of its own in the group ([`sibling`]), and the kernel
+/// hands every new connection to exactly one of them, so a connection wakes
+/// one thread. With one descriptor duplicated per thread in a shared epoll,
+/// every connection woke every thread and all but one failed `accept4`: 1.0,
+/// 6.2 and 21.2 failed calls per connection at 2, 16 and 64 threads
+/// (`THREADS="2 16 64" benches/syscalls.sh`).
+///
+/// `SO_REUSEPORT` lets any later socket of the same user with the option set
+/// join the group and take a share of the connections: a second oi started
+/// by mistake would serve silently beside the first. So a plain socket
+/// (`SO_REUSEADDR` only) is bound first as a probe. It fails with "Address
+/// already in use" when anything listens on the address, `SO_REUSEPORT` or
+/// not, and only then, with nothing there, is the group created. Every oi
+/// probes, so a second oi fails at start-up as it did before.
 pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
     use socket2::{Domain, Socket, Type};
     let addr = rule.bind;
     let domain = Domain::for_address(addr);
     match rule.rule.bind.proto {
         Proto::Tcp => {
-            let s = Socket::new(domain, Type::STREAM.cloexec(), None)?;
+            let probe = Socket::new(domain, Type::STREAM.cloexec(), None)?;
             // Restarting must not fail while old connections sit in TIME_WAIT.
-            s.set_reuse_address(true)?;
-            s.bind(&addr.into())?;
-            // Pending connections the kernel queues before accept (`listen-backlog`).
-            let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-            s.listen(backlog)?;
-            s.set_nonblocking(true)?;
-            Ok(BoundSocket::Tcp(s.into()))
+            probe.set_reuse_address(true)?;
+            probe.bind(&addr.into())?;
+            // The port the kernel chose, when the rule says 0 (tests).
+            let chosen = probe.local_addr()?.as_socket().unwrap_or(addr);
+            drop(probe);
+            Ok(BoundSocket::Tcp(reuseport_listener(chosen)?))
         }
         Proto::Udp => {
             let s = Socket::new(domain, Type::DGRAM.cloexec(), None)?;
@@ -48,6 +69,28 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
             Ok(BoundSocket::Udp(s.into()))
         }
     }
+}
+
+/// Another socket in `listener`'s `SO_REUSEPORT` group, for another executor thread.
+pub(crate) fn sibling(listener: &TcpListener) -> io::Result<TcpListener> {
+    reuseport_listener(listener.local_addr()?)
+}
+
+/// A non-blocking, close-on-exec TCP listener on `addr` in its `SO_REUSEPORT` group.
+fn reuseport_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    // Accepted sockets inherit both from the listener (Linux copies the
+    // listener's socket into each accepted one): two setsockopt calls per
+    // connection saved.
+    s.set_tcp_nodelay(true)?;
+    s.set_keepalive(true)?;
+    s.bind(&addr.into())?;
+    s.listen(LISTEN_BACKLOG)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 /// The message for a rule whose socket could not be bound, naming its line.
@@ -74,5 +117,88 @@ pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Ve
         Ok(bound)
     } else {
         Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp_rule(bind: SocketAddr) -> ResolvedRule {
+        let backend: SocketAddr = "127.0.0.1:9".parse().expect("literal");
+        ResolvedRule::between(bind, Proto::Tcp, backend, Proto::Tcp)
+    }
+
+    fn port_zero() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("literal")
+    }
+
+    #[test]
+    fn a_second_bind_of_a_listening_address_fails_as_without_reuseport() {
+        let first = bind(&tcp_rule(port_zero())).expect("first");
+        let addr = first.local_addr().expect("addr");
+        let again = bind(&tcp_rule(addr))
+            .err()
+            .expect("a second oi must not share the port");
+        assert_eq!(again.kind(), io::ErrorKind::AddrInUse, "{again}");
+        // Its own siblings do join the group.
+        let BoundSocket::Tcp(listener) = &first else {
+            panic!("tcp")
+        };
+        let sibling = sibling(listener).expect("sibling");
+        assert_eq!(sibling.local_addr().expect("addr"), addr);
+    }
+
+    #[test]
+    fn a_port_held_by_another_reuseport_program_is_refused() {
+        use socket2::{Domain, Socket, Type};
+        let other = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        other.set_reuse_address(true).expect("reuseaddr");
+        other.set_reuse_port(true).expect("reuseport");
+        other.bind(&port_zero().into()).expect("bind");
+        other.listen(16).expect("listen");
+        let addr = other
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("addr");
+        let ours = bind(&tcp_rule(addr))
+            .err()
+            .expect("must not join another program's group");
+        assert_eq!(ours.kind(), io::ErrorKind::AddrInUse, "{ours}");
+    }
+
+    #[test]
+    fn accepted_sockets_inherit_nodelay_and_keepalive() {
+        let BoundSocket::Tcp(l) = bind(&tcp_rule(port_zero())).expect("bind") else {
+            panic!("tcp")
+        };
+        let _client = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        l.set_nonblocking(false).expect("blocking");
+        let (accepted, _) = l.accept().expect("accept");
+        let s = socket2::SockRef::from(&accepted);
+        assert!(s.tcp_nodelay().expect("nodelay"), "TCP_NODELAY inherited");
+        assert!(s.keepalive().expect("keepalive"), "SO_KEEPALIVE inherited");
+    }
+
+    #[test]
+    fn each_connection_goes_to_one_socket_of_the_group() {
+        let first = bind(&tcp_rule(port_zero())).expect("bind");
+        let BoundSocket::Tcp(a) = first else {
+            panic!("tcp")
+        };
+        let b = sibling(&a).expect("sibling");
+        let addr = a.local_addr().expect("addr");
+        let clients: Vec<_> = (0..32)
+            .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let mut accepted = 0;
+        for l in [&a, &b] {
+            // Non-blocking: count what each queue holds; nothing is accepted twice.
+            while l.accept().is_ok() {
+                accepted += 1;
+            }
+        }
+        assert_eq!(accepted, clients.len());
     }
 }

@@ -7,9 +7,9 @@
 //! until its command channel closes. Reloads arrive on that channel.
 //!
 //! Threading model: each executor is run by exactly one thread. Every
-//! executor runs its own accept loop on each TCP listener (on a duplicate of
-//! the listening descriptor, so they share one accept queue) and runs the
-//! connections it accepts, handing one to a less busy thread only when its
+//! executor runs its own accept loop on each TCP listener (on a socket of its
+//! own in the listener's `SO_REUSEPORT` group, so the kernel gives each new
+//! connection to one thread; see [`bind`]) and runs the connections it accepts, handing one to a less busy thread only when its
 //! own runs too many more (see [`crate::runtime`]). The first executor also
 //! runs the UDP listeners.
 //!
@@ -24,9 +24,11 @@ mod bind;
 pub use bind::{bind, bind_all, BoundSocket};
 
 use crate::config::{Proto, ResolvedConfig};
+use crate::limits::RuleLimits;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
+use crate::stats::RuleStats;
 use accept::AcceptLoop;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
@@ -74,8 +76,10 @@ pub fn serve(
         duplicate_budget: duplicate_budget(),
         shared,
         serving: HashMap::new(),
+        udp_cap_logged: None,
     };
     listeners.start(sockets)?;
+    listeners.share_descriptors_with_udp();
     Ok(async move {
         while let Ok(command) = commands.recv().await {
             match command {
@@ -96,9 +100,15 @@ type ListenerKey = (SocketAddr, Proto);
 struct Running {
     /// The route new connections take; reload swaps it in place.
     route: Arc<ArcSwap<Route>>,
+    /// The rule's connection counts (`maxconn`, `maxconn-per-client`): here,
+    /// not in the route, so a reload that keeps the listener keeps them.
+    limits: Arc<RuleLimits>,
     /// The accept loops (one per executor) or the datagram loop; each owns a
     /// descriptor of the socket, so cancelling them all closes the socket.
     tasks: Vec<Task<()>>,
+    /// The rule's counters: they live as long as the listener, so a reload
+    /// that keeps the listener keeps them.
+    stats: Arc<RuleStats>,
 }
 
 impl Running {
@@ -120,30 +130,62 @@ struct Listeners {
     shared: Arc<Shared>,
     /// Serving listeners.
     serving: HashMap<ListenerKey, Running>,
+    /// (UDP listeners, soft limit) when the clamp was last reported, so the
+    /// warning is printed at start-up and again only when a reload changes
+    /// either; not keyed on the cap itself, which moves by a descriptor or
+    /// two whenever a TCP listener comes or goes (every reload of the soak test).
+    udp_cap_logged: Option<(usize, u64)>,
 }
 
 impl Listeners {
     /// Stops every listener and waits until their sockets are closed.
     async fn close(mut self) {
         for (_, running) in self.serving.drain() {
+            self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
         }
     }
 
     /// Starts serving already-bound sockets, each with its route.
     fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
+        // A line per rule helps with a few rules and drowns the log with
+        // thousands: past this many, the lines go to debug.
+        const RULES_LISTED: usize = 20;
+        let level = if sockets.len() <= RULES_LISTED {
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
         for (socket, route) in sockets {
             let addr = socket.local_addr()?;
             let proto = route.bind_proto;
-            log::info!(
+            log::log!(
+                level,
                 "forwarding {addr}/{proto} -> {} ({}:{})",
                 fmt_addrs(&route.backends, route.backend_proto),
                 route.names.connect_host,
                 route.names.connect_port
             );
+            let name = rule_name(&route.names.bind_host, addr.port(), proto);
+            let stats = self.shared.stats.add_rule(name, proto, &route.backends);
             let route = Arc::new(ArcSwap::from_pointee(route));
-            let tasks = self.spawn_loops(socket, route.clone())?;
-            self.serving.insert((addr, proto), Running { route, tasks });
+            let limits = Arc::new(RuleLimits::default());
+            let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.shared.stats.remove_rule(&stats);
+                    return Err(e);
+                }
+            };
+            self.serving.insert(
+                (addr, proto),
+                Running {
+                    route,
+                    tasks,
+                    stats,
+                    limits,
+                },
+            );
         }
         Ok(())
     }
@@ -155,6 +197,8 @@ impl Listeners {
         &self,
         socket: BoundSocket,
         route: Arc<ArcSwap<Route>>,
+        stats: &Arc<RuleStats>,
+        limits: Arc<RuleLimits>,
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
@@ -169,7 +213,7 @@ impl Listeners {
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
                 let mut fds = Vec::with_capacity(executors.len());
                 for _ in 1..executors.len() {
-                    fds.push(l.try_clone()?);
+                    fds.push(bind::sibling(&l)?);
                 }
                 fds.push(l);
                 let failing = Arc::new(AtomicBool::new(false));
@@ -182,6 +226,8 @@ impl Listeners {
                         route: route.clone(),
                         shared: self.shared.clone(),
                         failing: failing.clone(),
+                        stats: stats.clone(),
+                        limits: limits.clone(),
                     };
                     tasks.push(self.threads.executor(own).spawn(accept.run()));
                 }
@@ -189,7 +235,8 @@ impl Listeners {
             }
             BoundSocket::Udp(s) => {
                 let s = Async::new(s)?;
-                let looped = crate::udp::serve(main.clone(), s, route, self.shared.clone());
+                let looped =
+                    crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
                 Ok(vec![main.spawn(looped)])
             }
         }
@@ -207,9 +254,10 @@ impl Listeners {
             let key = (r.bind, r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
-                    running
-                        .route
-                        .store(Arc::new(Route::new(r.clone(), global.clone())));
+                    let route = Route::new(r.clone(), global.clone());
+                    warn_over_limit(&running, &route);
+                    running.route.store(Arc::new(route));
+                    running.stats.set_backends(&r.connect);
                     keep.insert(key, running);
                 }
                 None => match bind(r) {
@@ -220,22 +268,100 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
+            self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}/{}", key.0, key.1);
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
         }
+        self.share_descriptors_with_udp();
         errors
     }
+
+    /// Sets how many associations each `/udp` listener may hold so that all
+    /// of them together stay within their share of the descriptor limit
+    /// (see [`udp_assoc_share`]), and says so when that is below a rule's
+    /// `maxassoc`: at start-up, then only when a reload changes the value.
+    fn share_descriptors_with_udp(&mut self) {
+        let udp: Vec<usize> = self
+            .serving
+            .iter()
+            .filter(|((_, proto), _)| *proto == Proto::Udp)
+            .map(|(_, r)| r.route.load().max_assoc())
+            .collect();
+        // Each loop owns one descriptor of its listener.
+        let listener_fds = self.serving.values().map(|r| r.tasks.len()).sum();
+        let soft = nofile_soft();
+        let cap = udp_assoc_share(soft, listener_fds, udp.len());
+        self.shared.set_udp_association_cap(cap);
+        let wanted = udp.iter().copied().max().unwrap_or(0);
+        let key = (udp.len(), soft);
+        if wanted > cap && self.udp_cap_logged != Some(key) {
+            log::warn!(
+                "UDP associations limited to {cap} per /udp listener ({} listener(s); \
+                 maxassoc asks up to {wanted}): together they may use half of the \
+                 open-file limit ({}), so TCP keeps descriptors; raise LimitNOFILE for more",
+                udp.len(),
+                soft
+            );
+            self.udp_cap_logged = Some(key);
+        } else if wanted <= cap {
+            self.udp_cap_logged = None;
+        }
+    }
+}
+
+/// Says so when a reload lowers a kept rule's `maxconn` below the
+/// connections it has open: they stay, and new ones are refused until enough end.
+fn warn_over_limit(running: &Running, route: &Route) {
+    let open = running.limits.open();
+    if let Some(max) = route.maxconn.filter(|&max| open > max) {
+        log::info!(
+            "{}/{}: {open} connections open, above the new maxconn {max}; \
+             they stay open, new ones are refused until fewer than {max} remain",
+            route.bind,
+            route.bind_proto
+        );
+    }
+}
+
+/// The soft open-file limit (RLIMIT_NOFILE), or `u64::MAX` if unlimited.
+fn nofile_soft() -> u64 {
+    use rustix::process::{getrlimit, Resource};
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// Associations each of `udp_listeners` `/udp` listeners may hold: every
+/// association holds one descriptor (its connected UDP socket or its TCP
+/// connection), and all of them together may use half the soft limit, less
+/// what the listeners hold, so TCP connections keep the other half. Measured
+/// before this cap: at `LimitNOFILE=1024` one UDP rule at the default
+/// `maxassoc` (10,000) took every descriptor and a TCP rule beside it served 0
+/// of 20 connections. At least one, so a listener still serves.
+fn udp_assoc_share(soft: u64, listener_fds: usize, udp_listeners: usize) -> usize {
+    let half = usize::try_from(soft / 2).unwrap_or(usize::MAX);
+    let share = half.saturating_sub(listener_fds) / udp_listeners.max(1);
+    share.max(1)
 }
 
 /// Duplicated listening descriptors the server may hold: a sixteenth of the
 /// open-file soft limit, at most 1024, so listeners never crowd out connections.
 fn duplicate_budget() -> usize {
-    use rustix::process::{getrlimit, Resource};
-    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    usize::try_from(soft / 16).unwrap_or(usize::MAX).min(1024)
+    usize::try_from(nofile_soft() / 16)
+        .unwrap_or(usize::MAX)
+        .min(1024)
+}
+
+/// A rule's name in the status file, metrics and `oi connections`:
+/// `host:port/proto` with the host as configured (bracketed when it is an
+/// IPv6 literal) and the port actually bound.
+fn rule_name(host: &str, port: u16, proto: Proto) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}/{proto}")
+    } else {
+        format!("{host}:{port}/{proto}")
+    }
 }
 
 /// Formats backend addresses for the startup line.
@@ -247,7 +373,7 @@ fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AclRules, ResolvedRule};
+    use crate::config::{AclRules, ResolvedConfig, ResolvedRule};
     use crate::logfile::LogHandle;
     use crate::shared::Settings;
     use std::io::{Read, Write};
@@ -275,6 +401,7 @@ mod tests {
             duplicate_budget: 1,
             shared,
             serving: HashMap::new(),
+            udp_cap_logged: None,
         };
         let mut sockets = Vec::new();
         let mut addrs = Vec::new();
@@ -310,5 +437,111 @@ mod tests {
         }
         stop.close();
         main.join().expect("main thread");
+    }
+
+    /// What the reload test asks of the serving thread.
+    enum Step {
+        /// Apply this configuration, then give the kept route `maxconn=1`
+        /// again (as the configuration will once it can say so), and report
+        /// the rule's counts: (open, refused).
+        Reload(ResolvedConfig, async_channel::Sender<(usize, u64)>),
+    }
+
+    #[test]
+    fn a_reload_that_keeps_a_rule_keeps_its_connection_count() {
+        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let backend_addr = backend.local_addr().expect("backend addr");
+        std::thread::spawn(move || {
+            for c in backend.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let (mut r, mut w) = (&c, &c);
+                    let _ = std::io::copy(&mut r, &mut w);
+                });
+            }
+        });
+        let runtime = Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"));
+        let shared = Shared::new(Settings::default(), LogHandle::disabled());
+        let mut listeners = Listeners {
+            threads: runtime.threads().clone(),
+            duplicate_budget: 64,
+            shared: shared.clone(),
+            serving: HashMap::new(),
+            udp_cap_logged: None,
+        };
+        let bind_at: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let mut r = ResolvedRule::between(bind_at, Proto::Tcp, backend_addr, Proto::Tcp);
+        let s = bind(&r).expect("bind listener");
+        let addr = s.local_addr().expect("listener addr");
+        r.bind = addr;
+        let limited = |r: &ResolvedRule| {
+            Route::new(r.clone(), Arc::new(AclRules::default())).with_limits(Some(1), None)
+        };
+        listeners.start(vec![(s, limited(&r))]).expect("start");
+        let (steps, next) = async_channel::bounded::<Step>(1);
+        let main = {
+            let runtime = runtime.clone();
+            let r = r.clone();
+            std::thread::spawn(move || {
+                runtime.block_on(async move {
+                    while let Ok(Step::Reload(cfg, done)) = next.recv().await {
+                        let errors = listeners.apply(&cfg, "test.conf").await;
+                        assert!(errors.is_empty(), "{errors:?}");
+                        let running = &listeners.serving[&(addr, Proto::Tcp)];
+                        running.route.store(Arc::new(limited(&r)));
+                        let counts = (running.limits.open(), running.limits.refused());
+                        let _ = done.send(counts).await;
+                    }
+                    listeners.close().await;
+                })
+            })
+        };
+        let echo = |c: &mut std::net::TcpStream| -> bool {
+            c.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            let mut b = [0u8; 4];
+            c.write_all(b"ping").is_ok() && c.read_exact(&mut b).is_ok() && &b == b"ping"
+        };
+        let mut held = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(echo(&mut held), "first connection within maxconn=1");
+        let mut over = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(!echo(&mut over), "second refused before the reload");
+
+        let cfg = ResolvedConfig {
+            config: Default::default(),
+            rules: vec![r.clone()],
+        };
+        let (done, report) = async_channel::bounded(1);
+        steps
+            .send_blocking(Step::Reload(cfg, done))
+            .expect("reload");
+        let (open, refused) = report.recv_blocking().expect("reloaded");
+        assert_eq!((open, refused), (1, 1), "the kept listener kept its counts");
+
+        let mut after = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(
+            !echo(&mut after),
+            "the open connection still counts after the reload"
+        );
+        drop(held);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while shared.limited_connections_open() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut fresh = std::net::TcpStream::connect(addr).expect("connect");
+        assert!(echo(&mut fresh), "released when the connection ended");
+        drop(fresh);
+        steps.close();
+        main.join().expect("main thread");
+        assert_eq!(shared.connections_refused_by_limits(), 2);
+    }
+
+    #[test]
+    fn udp_listeners_share_half_the_descriptor_limit() {
+        // 1,024 descriptors, 3 held by listeners, one UDP listener: 509.
+        assert_eq!(udp_assoc_share(1024, 3, 1), 509);
+        assert_eq!(udp_assoc_share(1024, 3, 2), 254);
+        // Nothing left still lets each listener serve one client.
+        assert_eq!(udp_assoc_share(4, 10, 3), 1);
+        assert_eq!(udp_assoc_share(u64::MAX, 0, 0), usize::MAX / 2);
     }
 }

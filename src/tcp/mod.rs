@@ -16,62 +16,148 @@ mod pump;
 pub(crate) mod splice;
 
 use crate::connect::{self, ConnectError};
+use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
+use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use async_io::Async;
-use pump::{Pools, Pump, Side};
+use pump::{Pools, Pump, PumpOutcome, Side};
+use std::future::Future;
 use std::net::{SocketAddr, TcpStream};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// Forwards one admitted client to the rule's backend, from the `opened`
-/// log line to the `done-*` one.
+/// log line to the `done-*` one. `origin` is who the client is (the peer, or
+/// what a PROXY header said) and what a PROXY header sent on says.
 pub(crate) async fn forward(
     client: Async<TcpStream>,
-    peer: SocketAddr,
+    origin: Origin,
     route: Arc<Route>,
     shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
 ) {
+    let peer: SocketAddr = origin.client;
     let ip = client_ip(peer);
+    // Listed and counted until this function returns (after the sockets it
+    // declares later have closed, as locals drop in reverse order).
+    let live = stats.register(ConnKind::Tcp, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
     let timeout = shared.settings.connect_timeout;
-    let backend = match connect::connect(&route.backends, route.src, timeout).await {
-        Ok(b) => b,
+    let (backend, backend_addr) = match connect::connect(&route.backends, route.src, timeout).await
+    {
+        Ok(connected) => connected,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
-            let ev = match e {
-                ConnectError::LocalSocket(_) => Event::LocalSocketFailed,
+            let ev = match &e {
+                ConnectError::LocalSocket(_) => {
+                    stats.connect_failed(ConnectFailure::Other);
+                    Event::LocalSocketFailed
+                }
                 // rinetd logs a refused or unreachable backend this way; parsers count on it.
-                ConnectError::Connect(_) => Event::DoneLocalClosed,
+                ConnectError::Connect(e) => {
+                    stats.connect_failed(ConnectFailure::of(e));
+                    Event::DoneLocalClosed
+                }
             };
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }
     };
-    connect::tune(client.get_ref());
-    connect::tune(backend.get_ref());
+    live.connected(backend_addr);
+    // The PROXY header goes out before the pump starts, so it precedes every
+    // client byte whether the pump then splices or copies.
+    if let Some(version) = route.send_proxy {
+        if let Err(e) = edge::send_header(&client, &backend, version, origin).await {
+            log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
+            return shared
+                .log
+                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+        }
+    }
+    // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
+    // from its listener, the backend's from `connect`.
     let pools = Pools {
         buffers: &shared.buffers,
         pipes: &shared.pipes,
     };
     let splice = splice::use_splice(route.options.splice, shared.settings.splice);
-    let outcome = Pump::new(
+    let pump = Pump::new(
         &client,
         &backend,
         pools,
         splice,
         shared.settings.half_close_idle,
-    )
-    .await;
-    if let Some(e) = &outcome.error {
-        log::debug!("{peer}: connection ended: {e}");
+    );
+    let outcome = Published {
+        pump,
+        live: &live,
+        last: (0, 0, false, false),
     }
+    .await;
+    live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
     let ev = match outcome.first_closed {
         Side::Backend => Event::DoneLocalClosed,
         Side::Client => Event::DoneRemoteClosed,
     };
+    // One line per connection at debug level: who, which rule, which backend
+    // address answered, the bytes, and how it ended.
+    if log::log_enabled!(log::Level::Debug) {
+        let ended = match &outcome.error {
+            Some(e) => format!("{}, {e}", ev.as_str()),
+            None => ev.as_str().to_string(),
+        };
+        log::debug!(
+            "{peer} -> {}/tcp ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
+            backend_addr,
+            route.names.bind_host,
+            route.names.bind_port,
+            route.names.connect_host,
+            route.names.connect_port,
+            outcome.from_client,
+            outcome.to_client,
+        );
+    }
     let bytes = Bytes {
         from_client: outcome.from_client,
         to_client: outcome.to_client,
     };
     shared.log.log(route.event(ip, ev, bytes));
+}
+
+/// A pump that, after each poll, stores its byte totals and half-close
+/// state into the connection's live entry when they changed: two relaxed
+/// stores to the connection's own cache line per poll that moved bytes,
+/// never a shared counter, so a long transfer's bytes show while it runs.
+struct Published<'a> {
+    /// The connection's pump.
+    pump: Pump<'a>,
+    /// Its live entry.
+    live: &'a Registered,
+    /// What was last published, to skip unchanged stores.
+    last: (u64, u64, bool, bool),
+}
+
+impl Future for Published<'_> {
+    type Output = PumpOutcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PumpOutcome> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.pump).poll(cx);
+        if polled.is_pending() {
+            let now = this.pump.progress();
+            if now != this.last {
+                this.last = now;
+                let (from, to, client_done, backend_done) = now;
+                let state = match (client_done, backend_done) {
+                    (true, false) => ConnState::ClientClosed,
+                    (false, true) => ConnState::BackendClosed,
+                    _ => ConnState::Open,
+                };
+                this.live.publish(from, to, state);
+            }
+        }
+        polled
+    }
 }

@@ -45,7 +45,10 @@ impl<'a> Meter<'a> {
 
     /// Records `n` bytes written to the destination.
     pub(crate) fn wrote(&mut self, n: usize) {
-        *self.written += n as u64;
+        // Saturating: a counter, not a reason to panic (debug) or wrap (release).
+        *self.written = self
+            .written
+            .saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
         *self.progress = true;
     }
 }

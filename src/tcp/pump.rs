@@ -214,6 +214,18 @@ impl<'a> Pump<'a> {
 }
 
 impl Pump<'_> {
+    /// Bytes written so far (from the client, to the client), and whether
+    /// the client and the backend have finished sending: what the live
+    /// connection list shows while the connection runs.
+    pub(crate) fn progress(&self) -> (u64, u64, bool, bool) {
+        (
+            self.upstream.bytes,
+            self.downstream.bytes,
+            self.upstream.state != State::Running,
+            self.downstream.state != State::Running,
+        )
+    }
+
     /// Polls one direction, reading from `source`, and records what it did.
     /// `Some` is the connection's outcome when the direction failed; a failure
     /// to read blames the source, a failure to write the other side.

@@ -23,7 +23,8 @@
 //!
 //! A pipe is taken from the [`PipePool`] only once the source has signalled
 //! readability, and given back as soon as the pipe is empty and the source
-//! would block: idle connections hold no pipe. When no pipe can be had
+//! has nothing more (it would block, or a splice in came back short):
+//! idle connections hold no pipe. When no pipe can be had
 //! (EMFILE, ENFILE, EPERM at the per-user pipe limit), or splice says EINVAL
 //! (the socket does not support it), the direction switches to copying
 //! through a buffer for the rest of the connection (`Step::Fallback`). An
@@ -134,7 +135,10 @@ impl SpliceMover {
                 return Poll::Ready(Ok(Step::BudgetSpent));
             }
             if !self.readable {
-                // No pipe is taken before there is something to put in it.
+                // The pipe is empty here (drained above): an idle direction
+                // holds none while it waits, and none is taken before there
+                // is something to put in it.
+                self.release(pipes);
                 ready!(from.poll_readable(cx)).map_err(|e| (Fault::Read, e))?;
                 self.readable = true;
             }
@@ -162,6 +166,13 @@ impl SpliceMover {
                     return Poll::Ready(Ok(Step::Eof));
                 }
                 Ok(n) => {
+                    // Less than the pipe holds: the socket is empty. Wait for
+                    // readability next instead of splicing again to hear
+                    // EAGAIN (re-arming the interest reports data that came
+                    // meanwhile at once). One failed splice fewer per message.
+                    if n < pipe.capacity() {
+                        self.readable = false;
+                    }
                     self.in_pipe = n;
                     meter.budget = meter.budget.saturating_sub(n);
                 }

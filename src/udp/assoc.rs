@@ -3,15 +3,18 @@
 //! carries the backend's replies back to that client.
 
 use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::connect;
 use crate::logfile::{Event, LogEvent};
+use crate::proxy::{self, Encoded, ProxyVersion, Transport};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
+use crate::stats::{ConnState, ConnectFailure, Registered};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
-use std::io::{self, Read};
+use std::io::{self, IoSlice, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +23,17 @@ use std::time::{Duration, Instant};
 /// Datagrams queued towards a TCP backend (UDP→TCP) before newer ones are dropped:
 /// covers the connect and short stalls without letting one slow backend pin much memory.
 const TCP_QUEUE: usize = 16;
+
+/// Bytes one UDP→TCP association may hold queued (payloads plus
+/// [`QUEUE_OVERHEAD`] each): two of the largest datagrams, so one always fits
+/// (a 64 KiB budget could not hold a 65,507-byte payload and its overhead).
+/// All associations together are held to [`crate::shared::UDP_QUEUE_TOTAL`].
+pub const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
+
+/// What a queued datagram costs besides its payload, charged to the budgets:
+/// the allocation's header and rounding plus its slot in the channel
+/// (16 + 24 bytes, rounded up), so a flood of one-byte datagrams is not free.
+pub(crate) const QUEUE_OVERHEAD: usize = 64;
 
 /// Traffic counters shared by an association's owner and its task.
 ///
@@ -30,22 +44,21 @@ pub(crate) struct Activity {
     epoch: Instant,
     /// Milliseconds after `epoch` of the last traffic either way.
     last_ms: AtomicU64,
-    /// Payload bytes from the client towards the backend (the log's 7th field).
-    pub(crate) from_client: AtomicU64,
-    /// Payload bytes from the backend to the client (the log's 8th field).
-    pub(crate) to_client: AtomicU64,
+    /// The entry in the live list, holding the payload bytes each way (the
+    /// log's 7th and 8th fields): the log line and `oi connections` read the
+    /// same counters, and dropping the activity ends the entry.
+    pub(crate) conn: Registered,
     /// Set when the upstream has ended (TCP backend closed or failed, socket error).
     ended: AtomicBool,
 }
 
 impl Activity {
-    /// Fresh counters, active now.
-    pub(crate) fn new(epoch: Instant) -> Self {
+    /// Fresh counters for the live entry `conn`, active now.
+    pub(crate) fn new(epoch: Instant, conn: Registered) -> Self {
         let a = Activity {
             epoch,
             last_ms: AtomicU64::new(0),
-            from_client: AtomicU64::new(0),
-            to_client: AtomicU64::new(0),
+            conn,
             ended: AtomicBool::new(false),
         };
         a.touch();
@@ -54,7 +67,8 @@ impl Activity {
 
     /// Records traffic now.
     pub(crate) fn touch(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
+        // Saturating, not `as`: a truncated count would make an old association look new.
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
@@ -65,13 +79,17 @@ impl Activity {
 
     /// How long there has been no traffic, as of `now`.
     pub(crate) fn idle(&self, now: Instant) -> Duration {
-        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        let since = now.saturating_duration_since(self.epoch).as_millis();
+        let now_ms = u64::try_from(since).unwrap_or(u64::MAX);
         Duration::from_millis(now_ms.saturating_sub(self.last_ms()))
     }
 
     /// The instant the last traffic happened.
     pub(crate) fn last(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.last_ms())
+        // `last_ms` came from this epoch's clock, so this fits; checked all the same.
+        self.epoch
+            .checked_add(Duration::from_millis(self.last_ms()))
+            .unwrap_or_else(Instant::now)
     }
 
     /// Whether the upstream has ended and the association only waits to be removed.
@@ -81,32 +99,38 @@ impl Activity {
 
     /// The bytes moved so far, for a log line.
     pub(crate) fn bytes(&self) -> Bytes {
+        let (from_client, to_client) = self.conn.bytes();
         Bytes {
-            from_client: self.from_client.load(Ordering::Relaxed),
-            to_client: self.to_client.load(Ordering::Relaxed),
+            from_client,
+            to_client,
         }
     }
 
     /// Marks the upstream as ended.
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::Relaxed);
+        self.conn.set_state(ConnState::Ended);
     }
 }
 
-/// A datagram on its way to a TCP backend, in a pooled buffer.
+/// A datagram on its way to a TCP backend.
 pub(crate) struct Queued {
-    /// Pooled buffer; returned to the pool once written.
-    buf: Box<[u8]>,
-    /// Payload length within `buf`.
-    len: usize,
+    /// The payload, in an allocation of exactly its size: a pooled 64 KiB
+    /// buffer per queued one-byte datagram is what let 8,000 sources pin 2.5 GB.
+    bytes: Box<[u8]>,
+    /// Its share of the association's budget, given back when written or dropped.
+    _assoc: Charge,
+    /// Its share of the process-wide budget, given back likewise.
+    _total: Charge,
 }
 
 /// Where an association sends its client's datagrams.
 enum Upstream {
     /// A UDP socket connected to the backend (UDP→UDP).
     Udp(Arc<Async<UdpSocket>>),
-    /// The queue into the task that owns the TCP connection (UDP→TCP).
-    Tcp(async_channel::Sender<Queued>),
+    /// The queue into the task that owns the TCP connection (UDP→TCP), and
+    /// the byte budget ([`ASSOC_QUEUE_BYTES`]) of what waits in it.
+    Tcp(async_channel::Sender<Queued>, Arc<ByteBudget>),
 }
 
 /// One client address's association, owned by its listener's map.
@@ -120,7 +144,10 @@ pub(crate) struct Association {
     pub(crate) route: Arc<Route>,
     /// The client as the log prints it.
     client_ip: IpAddr,
-    /// Where datagram buffers for the TCP queue come from.
+    /// The PROXY v2 header (DGRAM) prepended to every datagram sent to a UDP
+    /// backend (`proxy=` on a UDP→UDP rule, an oi extension); built once.
+    proxy: Option<Encoded>,
+    /// The process-wide queue budget and drop counter.
     shared: Arc<Shared>,
     /// Carries replies back; dropping the association cancels it and closes the upstream.
     _task: Task<()>,
@@ -136,31 +163,53 @@ impl Association {
         listener: &Arc<Async<UdpSocket>>,
         client: SocketAddr,
         epoch: Instant,
+        conn: Registered,
     ) -> io::Result<Self> {
-        let activity = Arc::new(Activity::new(epoch));
+        let activity = Arc::new(Activity::new(epoch, conn));
         let reply = Reply {
             listener: listener.clone(),
             client,
             activity: activity.clone(),
         };
+        // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
+        // the stream. Version 2 whatever the rule says: version 1 has no UDP.
+        // The destination is the listening socket's address (a wildcard
+        // address when the rule binds one: a datagram's own destination
+        // would need IP_PKTINFO on every receive).
+        let proxy = match route.send_proxy {
+            Some(_) => {
+                let local = listener.get_ref().local_addr()?;
+                Some(proxy::encode(
+                    ProxyVersion::V2,
+                    Transport::Datagram,
+                    client,
+                    local,
+                ))
+            }
+            None => None,
+        };
         let (upstream, task) = match route.backend_proto {
             Proto::Udp => {
                 let backend = pick_backend(&route.backends, route.src)?;
                 let socket = Arc::new(connected_socket(backend, route.src)?);
+                activity.conn.connected(backend);
                 let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone()));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
                 let (tx, rx) = async_channel::bounded(TCP_QUEUE);
-                let task = ex.spawn(tcp_upstream(rx, route.clone(), shared.clone(), reply));
-                (Upstream::Tcp(tx), task)
+                let upstream = tcp_upstream(rx, route.clone(), shared.clone(), reply, proxy);
+                let task = ex.spawn(upstream);
+                (Upstream::Tcp(tx, ByteBudget::new(ASSOC_QUEUE_BYTES)), task)
             }
         };
         Ok(Association {
             upstream,
             activity,
-            route,
             client_ip: client_ip(client),
+            // UDP→TCP's header went to its task with the stream.
+            proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
+            route,
             shared: shared.clone(),
             _task: task,
         })
@@ -172,7 +221,7 @@ impl Association {
     pub(crate) fn forward(&self, payload: &[u8]) {
         self.activity.touch();
         let sent = match &self.upstream {
-            Upstream::Udp(socket) => match socket.get_ref().send(payload) {
+            Upstream::Udp(socket) => match send_datagram(socket, self.proxy.as_ref(), payload) {
                 Ok(_) => true,
                 Err(e) => {
                     if !is_transient(&e) && e.kind() != io::ErrorKind::WouldBlock {
@@ -181,30 +230,70 @@ impl Association {
                     false
                 }
             },
-            Upstream::Tcp(queue) => {
-                let datagrams = &self.shared.datagrams;
-                let mut buf = datagrams.take();
-                buf[..payload.len()].copy_from_slice(payload);
-                let len = payload.len();
-                match queue.try_send(Queued { buf, len }) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        datagrams.give(e.into_inner().buf);
-                        false
-                    }
-                }
-            }
+            Upstream::Tcp(queue, budget) => self.enqueue(queue, budget, payload),
         };
         if sent {
             let n = payload.len() as u64;
-            self.activity.from_client.fetch_add(n, Ordering::Relaxed);
+            self.activity.conn.add_from_client(n);
         }
+    }
+
+    /// Queues a datagram for the TCP backend if the queue, the association's
+    /// byte budget and the process-wide one all have room; otherwise drops it
+    /// and counts the drop.
+    fn enqueue(
+        &self,
+        queue: &async_channel::Sender<Queued>,
+        budget: &Arc<ByteBudget>,
+        payload: &[u8],
+    ) -> bool {
+        let cost = payload.len().saturating_add(QUEUE_OVERHEAD);
+        let Some(assoc) = budget.try_take(cost) else {
+            self.shared
+                .udp_datagram_dropped("a TCP backend is not keeping up");
+            return false;
+        };
+        let Some(total) = self.shared.udp_queue.try_take(cost) else {
+            self.shared
+                .udp_datagram_dropped("the process-wide queue budget is full");
+            return false;
+        };
+        let queued = Queued {
+            bytes: payload.into(),
+            _assoc: assoc,
+            _total: total,
+        };
+        // Dropping a refused datagram gives its charges back.
+        if queue.try_send(queued).is_err() {
+            self.shared
+                .udp_datagram_dropped("a TCP backend is not keeping up");
+            return false;
+        }
+        true
     }
 
     /// A log line about this association, with its byte counts.
     pub(crate) fn log_event(&self, event: Event) -> LogEvent {
         self.route
             .event(self.client_ip, event, self.activity.bytes())
+    }
+}
+
+/// Sends one client datagram to a UDP backend, after the association's
+/// PROXY header if it has one: one `sendmsg` of two slices, so the payload is
+/// not copied. A header that makes the datagram too large fails as EMSGSIZE,
+/// a drop like any other failed send.
+fn send_datagram(
+    socket: &Async<UdpSocket>,
+    header: Option<&Encoded>,
+    payload: &[u8],
+) -> io::Result<usize> {
+    match header {
+        None => socket.get_ref().send(payload),
+        Some(h) => {
+            let parts = [IoSlice::new(h.as_bytes()), IoSlice::new(payload)];
+            socket2::SockRef::from(socket.get_ref()).send_vectored(&parts)
+        }
     }
 }
 
@@ -226,7 +315,7 @@ impl Reply {
             match self.listener.get_ref().send_to(payload, self.client) {
                 Ok(_) => {
                     let n = payload.len() as u64;
-                    self.activity.to_client.fetch_add(n, Ordering::Relaxed);
+                    self.activity.conn.add_to_client(n);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -284,19 +373,29 @@ async fn tcp_upstream(
     route: Arc<Route>,
     shared: Arc<Shared>,
     reply: Reply,
+    proxy: Option<Encoded>,
 ) {
     let connect_timeout = shared.settings.connect_timeout;
     let datagrams = &shared.datagrams;
     let result = async {
-        let stream = connect::connect(&route.backends, route.src, connect_timeout)
+        let rule = reply.activity.conn.rule();
+        let (stream, backend_addr) = connect::connect(&route.backends, route.src, connect_timeout)
             .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        connect::tune(stream.get_ref());
+            .map_err(|e| {
+                rule.connect_failed(match &e {
+                    connect::ConnectError::Connect(e) => ConnectFailure::of(e),
+                    connect::ConnectError::LocalSocket(_) => ConnectFailure::Other,
+                });
+                io::Error::other(e.to_string())
+            })?;
+        reply.activity.conn.connected(backend_addr);
+        // Before the first queued datagram: the stream starts with it.
+        if let Some(h) = &proxy {
+            (&stream).write_all(h.as_bytes()).await?;
+        }
         let to_backend = async {
             while let Ok(q) = queue.recv().await {
-                let written = (&stream).write_all(&q.buf[..q.len]).await;
-                datagrams.give(q.buf);
-                written?;
+                (&stream).write_all(&q.bytes).await?;
             }
             Ok(())
         };

@@ -6,6 +6,7 @@ use super::{is_transient, BATCH};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::{Shared, DATAGRAM_BUFFER};
+use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
@@ -26,12 +27,14 @@ pub(crate) async fn serve(
     socket: Async<UdpSocket>,
     route: Arc<ArcSwap<Route>>,
     shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
 ) {
     let mut listener = Listener {
         ex,
         socket: Arc::new(socket),
         route,
         shared,
+        stats,
         assocs: HashMap::new(),
         epoch: Instant::now(),
     };
@@ -57,8 +60,11 @@ struct Listener {
     route: Arc<ArcSwap<Route>>,
     /// Settings and the log.
     shared: Arc<Shared>,
+    /// The rule's counters (the listener's, kept across reloads).
+    stats: Arc<RuleStats>,
     /// Live associations by client address.
-    /// Invariant: never more than the current route's cap after `open` returns.
+    /// Invariant: never more than the cap after `open` returns (the route's
+    /// `maxassoc`, within the listener's share of the descriptor limit).
     assocs: HashMap<SocketAddr, Association>,
     /// Clock origin for the associations' activity timestamps.
     epoch: Instant,
@@ -143,9 +149,14 @@ impl Listener {
         let ip = client_ip(peer);
         if let Err(refusal) = route.admit(ip) {
             log::debug!("{peer}: {} on {}/udp", refusal.as_str(), route.bind);
+            self.stats.refused(refusal);
             return self.shared.log.log(route.event(ip, refusal, Bytes::NONE));
         }
-        let cap = route.max_assoc();
+        // The rule's `maxassoc`, within this listener's share of the descriptors.
+        let cap = route
+            .max_assoc()
+            .min(self.shared.udp_association_cap())
+            .max(1);
         while self.assocs.len() >= cap {
             self.evict_oldest();
         }
@@ -156,6 +167,7 @@ impl Listener {
             &self.socket,
             peer,
             self.epoch,
+            self.stats.register(ConnKind::Udp, peer),
         );
         match opened {
             Ok(a) => {
@@ -184,6 +196,7 @@ impl Listener {
             .map(|(k, _)| *k);
         if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
             log::debug!("evicting the oldest-idle association of {}", a.route.bind);
+            self.stats.udp_evicted();
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
         }
     }

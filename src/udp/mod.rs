@@ -15,11 +15,17 @@
 //! Buffers are 65,536 bytes (every IPv4/IPv6 UDP payload fits, the largest
 //! being 65,507 bytes over IPv4) and come from the server's datagram pool
 //! ([`crate::shared::Shared::datagrams`]), so steady-state traffic allocates nothing.
+//! Datagrams queued towards a TCP backend are the exception: each is copied
+//! into an allocation of its own size and charged to two byte budgets (its
+//! association's, [`ASSOC_QUEUE_BYTES`], and the process's,
+//! [`crate::shared::UDP_QUEUE_TOTAL`]), so a slow backend cannot make one-byte
+//! datagrams pin 64 KiB each.
 
 mod assoc;
 mod listener;
 mod tcp_to_udp;
 
+pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
 pub(crate) use tcp_to_udp::tcp_to_udp;
 
@@ -41,7 +47,7 @@ fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketA
     addrs
         .iter()
         .copied()
-        .find(|a| src.map_or(true, |s| s.is_ipv4() == a.is_ipv4()))
+        .find(|a| src.is_none_or(|s| s.is_ipv4() == a.is_ipv4()))
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::AddrNotAvailable,

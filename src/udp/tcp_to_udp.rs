@@ -8,15 +8,14 @@
 use super::assoc::Activity;
 use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
 use crate::buffers::BufferPool;
-use crate::connect;
 use crate::logfile::Event;
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
+use crate::stats::{ConnKind, ConnectFailure, RuleStats};
 use async_io::{Async, Timer};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,21 +33,26 @@ pub(crate) async fn tcp_to_udp(
     peer: SocketAddr,
     route: Arc<Route>,
     shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
 ) {
     let ip = client_ip(peer);
-    let activity = Activity::new(Instant::now());
+    let activity = Activity::new(Instant::now(), stats.register(ConnKind::TcpToUdp, peer));
     let event = |event| route.event(ip, event, activity.bytes());
     shared.log.log(event(Event::Opened));
-    let socket = pick_backend(&route.backends, route.src)
-        .and_then(|backend| connected_socket(backend, route.src));
+    let socket = pick_backend(&route.backends, route.src).and_then(|backend| {
+        let s = connected_socket(backend, route.src)?;
+        activity.conn.connected(backend);
+        Ok(s)
+    });
     let socket = match socket {
         Ok(s) => s,
         Err(e) => {
+            stats.connect_failed(ConnectFailure::Other);
             log::debug!("{peer}: cannot create the backend socket: {e}");
             return shared.log.log(event(Event::LocalSocketFailed));
         }
     };
-    connect::tune(client.get_ref());
+    // TCP_NODELAY and SO_KEEPALIVE come with the client socket from its listener.
     let pool = &shared.datagrams;
     let end = to_backend(&client, &socket, &activity, pool)
         .or(to_client(&client, &socket, &activity, pool))
@@ -78,7 +82,7 @@ async fn to_backend(
             Ok(0) => Some(End::Client),
             Ok(n) => {
                 a.touch();
-                a.from_client.fetch_add(n as u64, Ordering::Relaxed);
+                a.conn.add_from_client(n as u64);
                 send(socket, &buf[..n]).await.err().map(|e| {
                     log::debug!("send to backend: {e}");
                     End::Local
@@ -131,7 +135,7 @@ async fn to_client(
                         end = Some(End::Client);
                         break;
                     }
-                    a.to_client.fetch_add(n as u64, Ordering::Relaxed);
+                    a.conn.add_to_client(n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     moved = 0;

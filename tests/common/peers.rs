@@ -173,3 +173,21 @@ pub fn write_atomic(path: &std::path::Path, text: &str) {
     std::fs::write(&tmp, text).expect("write temp");
     std::fs::rename(&tmp, path).expect("rename");
 }
+
+/// A TCP backend whose connects never complete: a listener with a backlog
+/// of 0 whose one queue slot is taken by a connection nobody accepts, so
+/// the kernel drops every further SYN. Keep the returned value alive.
+pub fn unaccepting_backend() -> (SocketAddr, (socket2::Socket, TcpStream)) {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+    l.bind(&any.into()).expect("bind");
+    l.listen(0).expect("listen");
+    let addr = l
+        .local_addr()
+        .expect("addr")
+        .as_socket()
+        .expect("inet address");
+    let filler = TcpStream::connect(addr).expect("the one queue slot");
+    (addr, (l, filler))
+}

@@ -96,6 +96,19 @@ pub fn start_acl(
     settings: Settings,
     log: LogHandle,
 ) -> TestServer {
+    start_edited(rules, global, settings, log, |_, route| route)
+}
+
+/// Like `start_acl`, with each rule's route passed through `edit` (its index
+/// and the route) before serving: for the route settings that tests set
+/// directly (PROXY protocol, connection limits).
+pub fn start_edited(
+    rules: Vec<ResolvedRule>,
+    global: AclRules,
+    settings: Settings,
+    log: LogHandle,
+    edit: impl Fn(usize, Route) -> Route,
+) -> TestServer {
     let shared = Shared::new(settings, log);
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
@@ -107,7 +120,8 @@ pub fn start_acl(
         r.bind = addr;
         r.rule.bind.port = Port::Number(addr.port());
         addrs.push(addr);
-        sockets.push((s, Route::new(r, global.clone())));
+        let route = edit(sockets.len(), Route::new(r, global.clone()));
+        sockets.push((s, route));
     }
     start_sockets(sockets, addrs, shared)
 }

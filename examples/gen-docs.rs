@@ -1,0 +1,109 @@
+//! Writes oi(8) and the bash, zsh and fish completions from the command-line
+//! definition (`oxidinetd::cli::Cli`), so they always match the options oi
+//! really takes. Run at packaging time, not at build time:
+//!
+//! ```sh
+//! cargo run --example gen-docs -- target/gen-docs
+//! ```
+//!
+//! writes `oi.8`, `oi.bash`, `_oi` (zsh) and `oi.fish` into that directory.
+//! It is an example rather than a `build.rs` so that a normal `cargo build`
+//! compiles neither clap_mangen nor clap_complete; `dist/build-deb.sh` runs it.
+#![forbid(unsafe_code)]
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use clap_mangen::roff;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Text appended to the generated page: what clap does not know about.
+const EXTRA_SECTIONS: &[(&str, &str)] = &[
+    (
+        "SIGNALS",
+        "SIGHUP re-reads the configuration file. If it has errors they are logged \
+         and the running configuration stays in force; listeners whose address, port \
+         and protocol are unchanged keep their sockets; open connections are not \
+         touched; the log file is reopened and the pid file rewritten.\n\n\
+         SIGTERM and SIGINT close the listeners and exit 0 once open connections \
+         end or after --drain seconds.",
+    ),
+    (
+        "RINETD COMPATIBILITY",
+        "Started under the name rinetd (a symbolic link or a copy of the binary) or \
+         with --daemon, oi behaves like rinetd: it forks into the background once every \
+         listener is bound, writes its pid to the file named by pidlogfile (default \
+         /var/run/rinetd.pid) and sends its diagnostics to syslog (facility daemon). \
+         -f keeps it in the foreground.",
+    ),
+    (
+        "SYSTEMD",
+        "The packaged unit oi.service runs oi in the foreground as Type=notify: oi \
+         sends READY=1 once every listener is bound, RELOADING=1 and READY=1 around \
+         each reload, and STOPPING=1 on exit. systemctl reload oi checks the file with \
+         oi --check before sending SIGHUP, so a bad file makes the reload fail.",
+    ),
+    (
+        "ENVIRONMENT",
+        "RUST_LOG sets the diagnostic level (error, warn, info, debug, trace); debug \
+         logs one line per connection.",
+    ),
+    (
+        "FILES",
+        "/etc/rinetd.conf, the default configuration file; see oi.conf(5).",
+    ),
+    ("SEE ALSO", "oi.conf(5), rinetd(8), systemd.service(5)"),
+];
+
+fn main() -> ExitCode {
+    let out = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/gen-docs"));
+    match generate(&out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gen-docs: {}: {e}", out.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn generate(out: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let mut cmd = oxidinetd::cli::Cli::command();
+    // The NAME line reads "oi - <about>": drop an "oi: " the about may start with.
+    if let Some(about) = cmd.get_about().map(|a| a.to_string()) {
+        let short = about.strip_prefix("oi: ").unwrap_or(&about);
+        cmd = cmd.about(short.trim_end_matches('.').to_string());
+    }
+
+    let man = clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .manual("System Administration")
+        .source(format!("oi {}", env!("CARGO_PKG_VERSION")));
+    let mut page = Vec::new();
+    man.render(&mut page)?;
+    page.extend_from_slice(extra_sections().as_bytes());
+    std::fs::write(out.join("oi.8"), page)?;
+
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut cmd.clone(), "oi", out)?;
+    }
+    Ok(())
+}
+
+/// [`EXTRA_SECTIONS`] as roff: a heading each, paragraphs split at blank lines.
+fn extra_sections() -> String {
+    let mut r = roff::Roff::new();
+    for (title, body) in EXTRA_SECTIONS {
+        r.control("SH", [*title]);
+        for (i, para) in body.split("\n\n").enumerate() {
+            if i > 0 {
+                r.control("PP", []);
+            }
+            r.text([roff::roman(para)]);
+        }
+    }
+    r.render()
+}

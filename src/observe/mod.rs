@@ -1,0 +1,223 @@
+//! Watching a running oi: the status file (rinetd-uv's, JSON or text), the
+//! periodic `STATS:` log line, the Prometheus endpoint and the control
+//! socket behind `oi status` and `oi connections`. All of them read the same
+//! [`Snapshot`](crate::stats::Snapshot) of [`crate::stats`].
+//!
+//! They run on a thread of their own (`oi-observe`) with a small executor,
+//! so writing the status file, encoding metrics or listing connections never
+//! runs on an executor that forwards; a snapshot takes no lock the
+//! forwarding path takes per read or write.
+
+mod control;
+pub mod format;
+mod limits;
+mod metrics;
+mod status_file;
+
+pub use control::{ask, Query};
+
+use crate::shared::Shared;
+use async_io::{Async, Timer};
+use smol::LocalExecutor;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The status file's format (`statusformat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StatusFormat {
+    /// rinetd-uv's JSON document (its default).
+    #[default]
+    Json,
+    /// rinetd-uv's human-readable report.
+    Text,
+}
+
+impl StatusFormat {
+    /// The names `--status-format` accepts.
+    pub const NAMES: [&'static str; 2] = ["json", "text"];
+}
+
+impl std::str::FromStr for StatusFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "json" => Ok(StatusFormat::Json),
+            "text" => Ok(StatusFormat::Text),
+            _ => Err(format!("expected json or text, not {s:?}")),
+        }
+    }
+}
+
+/// The status file's default interval (`statusinterval`), as rinetd-uv's.
+pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The `STATS:` line's default interval (`statsloginterval`), as rinetd-uv's.
+pub const DEFAULT_STATS_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What to watch oi with; from the command line now, and from the
+/// configuration's `statusfile`, `statusinterval`, `statusformat`,
+/// `statsloginterval`, `metrics` and `controlsocket` lines once wired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObserveSettings {
+    /// Where to write the status file (`statusfile`); none by default.
+    pub status_file: Option<PathBuf>,
+    /// How often to rewrite it (`statusinterval`; more than 0).
+    pub status_interval: Duration,
+    /// Its format (`statusformat`).
+    pub status_format: StatusFormat,
+    /// How often to log the `STATS:` line (`statsloginterval`); zero turns it off.
+    pub stats_log_interval: Duration,
+    /// Where to serve `GET /metrics` (`metrics`); none by default.
+    pub metrics: Option<SocketAddr>,
+    /// Where to create the control socket (`controlsocket`); none by default.
+    pub control_socket: Option<PathBuf>,
+}
+
+impl Default for ObserveSettings {
+    fn default() -> Self {
+        ObserveSettings {
+            status_file: None,
+            status_interval: DEFAULT_STATUS_INTERVAL,
+            status_format: StatusFormat::Json,
+            stats_log_interval: DEFAULT_STATS_LOG_INTERVAL,
+            metrics: None,
+            control_socket: None,
+        }
+    }
+}
+
+/// The running observer thread; stops (and removes the control socket and
+/// writes the status file a last time) when dropped.
+pub struct Observer {
+    /// Where the metrics endpoint listens, if it does.
+    metrics_addr: Option<SocketAddr>,
+    /// Closed on drop: the thread's executor stops.
+    stop: async_channel::Sender<()>,
+    /// The observer thread.
+    thread: Option<JoinHandle<()>>,
+    /// The control socket to remove on exit.
+    control_socket: Option<PathBuf>,
+}
+
+impl Observer {
+    /// Binds the metrics listener and the control socket (so a bad address
+    /// fails start-up), then starts the observer thread.
+    pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
+        let metrics = match settings.metrics {
+            Some(addr) => {
+                let l = TcpListener::bind(addr).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen for metrics on {addr}: {e}"),
+                    )
+                })?;
+                Some(l)
+            }
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
+        let control = match &settings.control_socket {
+            Some(path) => Some(control::bind(path).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot create the control socket {}: {e}", path.display()),
+                )
+            })?),
+            None => None,
+        };
+        let (stop, stopped) = async_channel::bounded::<()>(1);
+        let control_socket = settings.control_socket.clone();
+        let thread = std::thread::Builder::new()
+            .name("oi-observe".into())
+            .spawn(move || run(shared, settings, metrics, control, stopped))?;
+        Ok(Observer {
+            metrics_addr,
+            stop,
+            thread: Some(thread),
+            control_socket,
+        })
+    }
+
+    /// Where `GET /metrics` is served (the bound address, for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.stop.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(path) = &self.control_socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The observer thread: its tasks until `stopped` closes.
+fn run(
+    shared: Arc<Shared>,
+    settings: ObserveSettings,
+    metrics: Option<TcpListener>,
+    control: Option<std::os::unix::net::UnixListener>,
+    stopped: async_channel::Receiver<()>,
+) {
+    let ex = Rc::new(LocalExecutor::new());
+    let mut tasks = Vec::new();
+    if let Some(l) = metrics {
+        match Async::new(l) {
+            Ok(l) => {
+                let registry = Arc::new(metrics::registry(shared.clone()));
+                tasks.push(ex.spawn(metrics::serve(ex.clone(), l, registry)));
+            }
+            Err(e) => log::error!("metrics endpoint: {e}"),
+        }
+    }
+    if let Some(l) = control {
+        match Async::new(l) {
+            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone()))),
+            Err(e) => log::error!("control socket: {e}"),
+        }
+    }
+    if !settings.stats_log_interval.is_zero() {
+        let shared = shared.clone();
+        let every = settings.stats_log_interval;
+        tasks.push(ex.spawn(async move {
+            loop {
+                Timer::after(every).await;
+                log::info!("{}", format::stats_line(&shared.snapshot()));
+            }
+        }));
+    }
+    let status = settings
+        .status_file
+        .clone()
+        .map(|path| status_file::StatusFile::new(path, settings.status_format));
+    if let Some(file) = status.clone() {
+        let shared = shared.clone();
+        let every = settings.status_interval.max(Duration::from_millis(10));
+        tasks.push(ex.spawn(async move {
+            loop {
+                file.write(&shared.snapshot());
+                Timer::after(every).await;
+            }
+        }));
+    }
+    smol::block_on(ex.run(async {
+        let _ = stopped.recv().await;
+    }));
+    drop(tasks);
+    // A last status file, so it does not say "running" with old numbers
+    // after a clean stop.
+    if let Some(file) = status {
+        file.write(&shared.snapshot());
+    }
+}
