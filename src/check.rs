@@ -157,7 +157,10 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
     let c = &resolved.config;
     let global = &c.global_acl;
     for inc in &c.includes {
-        let from = inc.from.as_deref().unwrap_or(file);
+        let from = inc
+            .from
+            .as_deref()
+            .map_or_else(|| file.to_string(), |f| Shown(f).to_string());
         let files = inc
             .files
             .iter()
@@ -178,8 +181,11 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
     }
     for r in &resolved.rules {
         let rule = &r.rule;
-        let at = rule.file.as_deref().unwrap_or(file);
-        let _ = write!(out, "{at}:{}: ", rule.line);
+        match rule.file.as_deref() {
+            Some(included) => write!(out, "{}:{}: ", Shown(included), rule.line),
+            None => write!(out, "{file}:{}: ", rule.line),
+        }
+        .unwrap_or(());
         if let Some(name) = &rule.name {
             let _ = write!(out, "{}: ", Shown(name));
         }
@@ -315,7 +321,7 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(n) = g.listen_backlog {
         line(
             format!("listen-backlog {n}"),
-            "the accept queue of every TCP listener",
+            "the accept queue of every TCP listener socket",
         );
     }
     if let Some(n) = g.max_udp_connections {
@@ -544,7 +550,7 @@ mod tests {
         assert_eq!(
             report("oi.yaml", &resolved),
             "oi.yaml:6: web: 127.0.0.1:8080/tcp -> pool (iphash, health 3 failures, recovery 30s, affinity 60s (max 10000)): a = 127.0.0.2:80/tcp weight 3, 127.0.0.3:80/tcp weight 1 src 127.0.0.9 allow all\n\
-             listen-backlog 128: the accept queue of every TCP listener\n\
+             listen-backlog 128: the accept queue of every TCP listener socket\n\
              pool-min-free 4: ignored; oi's buffer pools size themselves\n\
              configuration OK (1 rule)\n"
         );

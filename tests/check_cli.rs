@@ -310,7 +310,7 @@ fn include_cycle_names_the_chain() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "{d}/b.conf:1: include cycle: {d}/a.conf -> {d}/b.conf -> {d}/a.conf: 'include a.conf'\n\
+            "{d}/b.conf:1: include cycle (circular include): {d}/a.conf -> {d}/b.conf -> {d}/a.conf: 'include a.conf'\n\
              configuration invalid (1 error)\n"
         )
     );

@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// Deepest nesting of `include` (as rinetd-uv): the main file is depth 0.
+/// Longest include chain, in files, the main file counted (as rinetd-uv:
+/// the main file and nine nested levels of `include`).
 pub const MAX_INCLUDE_DEPTH: usize = 10;
 
 /// Most files one configuration may read through `include`, counting

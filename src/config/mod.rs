@@ -337,7 +337,9 @@ impl ConfigErrors {
     /// FILE is the included file when the problem is in one; YAML problems
     /// add the column (`FILE:LINE:COLUMN:`); an empty text is left out.
     pub fn format_one(file: &str, e: &ConfigError) -> String {
-        let file = e.file.as_deref().unwrap_or(file);
+        // An included file's name comes from a directory listing: escape it.
+        let included = e.file.as_deref().map(|f| Shown(f).to_string());
+        let file = included.as_deref().unwrap_or(file);
         let mut out = match (e.line, e.column) {
             (0, _) => format!("{file}: {}", e.message),
             (line, 0) => format!("{file}:{line}: {}", e.message),
@@ -387,7 +389,8 @@ impl fmt::Display for ConfigErrors {
             f.write_str(&Self::format_one(&self.file, e))?;
             if e.more > 0 {
                 let s = plural(e.more);
-                let file = e.file.as_deref().unwrap_or(&self.file);
+                let included = e.file.as_deref().map(|f| Shown(f).to_string());
+                let file = included.as_deref().unwrap_or(&self.file);
                 write!(
                     f,
                     "\n{file}:{}: and {} more error{s} on this line",

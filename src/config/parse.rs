@@ -301,18 +301,20 @@ impl Parser<'_> {
         });
         for file in files {
             if let Some(at) = self.stack.iter().position(|f| f.key == file.key) {
-                let chain: Vec<&str> = self.stack[at..]
+                // Each name cut on its own: the chain is at most
+                // MAX_INCLUDE_DEPTH + 1 names, and every one stays readable.
+                let chain: Vec<String> = self.stack[at..]
                     .iter()
                     .chain(std::iter::once(&file))
-                    .map(|f| f.name.as_str())
+                    .map(|f| Shown(&f.name).to_string())
                     .collect();
-                let message = format!("include cycle: {}", Shown(&chain.join(" -> ")));
+                let message = format!("include cycle (circular include): {}", chain.join(" -> "));
                 self.error(line, message, text);
                 continue;
             }
-            if self.stack.len() > MAX_INCLUDE_DEPTH {
+            if self.stack.len() >= MAX_INCLUDE_DEPTH {
                 let message = format!(
-                    "includes nested more than {MAX_INCLUDE_DEPTH} levels deep: '{}' not read",
+                    "maximum include depth exceeded ({MAX_INCLUDE_DEPTH} files deep, the main file included): '{}' not read",
                     Shown(&file.name)
                 );
                 self.error(line, message, text);
@@ -434,6 +436,15 @@ impl Parser<'_> {
         let start = self.config.rules.len();
         self.last_rules = start..start;
         let tokens = tokenize(strip_comment(text));
+        // rinetd-uv's `unix:PATH` endpoints have no port field: name them
+        // before the shape check would call the line malformed.
+        if let Some(unix) = tokens.iter().take(4).find(|t| t.starts_with("unix:")) {
+            let message = format!(
+                "unix socket endpoints ('{}') are not supported yet",
+                Shown(unix)
+            );
+            return self.error(line, message, text);
+        }
         if tokens.len() >= 4 && !tokens[1].starts_with('[') && !tokens[3].starts_with('[') {
             match port_ranges(tokens[1], tokens[3]) {
                 Ok(None) => {}
@@ -474,16 +485,6 @@ impl Parser<'_> {
                 }
                 _ => RULE_SHAPE.to_string(),
             };
-            return self.error(line, message, text);
-        }
-        if let Some(unix) = [tokens[0], tokens[2]]
-            .iter()
-            .find(|t| t.starts_with("unix:"))
-        {
-            let message = format!(
-                "unix socket endpoints ('{}') are not supported yet",
-                Shown(unix)
-            );
             return self.error(line, message, text);
         }
         let mut errors = LineErrors::default();

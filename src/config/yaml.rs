@@ -392,6 +392,9 @@ impl Mapper {
                 }
                 "bind" => {
                     saw.0 = true;
+                    if matches!(&v.node, Node::Seq(items) if items.is_empty()) {
+                        self.error(v, "bind must name at least one address".into());
+                    }
                     for (text, at) in self.scalars(key, v) {
                         match endpoint(text) {
                             Ok(e) => binds.push((e, at.pos.line, at)),

@@ -181,8 +181,12 @@ fn rinetd_uv_rule_options() {
         "option 'keepalive' only applies to TCP backends; ignored on this UDP backend"
     );
     assert_eq!(
-        one_error("unix:/run/app.sock 0 10.0.0.1 80 [mode=0660]"),
-        "config:1: unix socket endpoints ('unix:/run/app.sock') are not supported yet: 'unix:/run/app.sock 0 10.0.0.1 80 [mode=0660]'"
+        one_error("unix:/run/app.sock 10.0.0.1 80 [mode=0660]"),
+        "config:1: unix socket endpoints ('unix:/run/app.sock') are not supported yet: 'unix:/run/app.sock 10.0.0.1 80 [mode=0660]'"
+    );
+    assert_eq!(
+        one_error("0.0.0.0 2375 unix:/var/run/docker.sock"),
+        "config:1: unix socket endpoints ('unix:/var/run/docker.sock') are not supported yet: '0.0.0.0 2375 unix:/var/run/docker.sock'"
     );
 }
 
@@ -299,18 +303,25 @@ fn include_cycles_are_reported_with_the_chain() {
         with_files("\n\ninclude b.conf\n", &[("b.conf", "include a.conf\n")]).expect_err("cycle");
     assert_eq!(
         e,
-        ["b.conf:1: include cycle: a.conf -> b.conf -> a.conf: 'include a.conf'"]
+        ["b.conf:1: include cycle (circular include): a.conf -> b.conf -> a.conf: 'include a.conf'"]
     );
     let e = with_files("include a.conf\n", &[]).expect_err("self");
     assert_eq!(
         e,
-        ["a.conf:1: include cycle: a.conf -> a.conf: 'include a.conf'"]
+        ["a.conf:1: include cycle (circular include): a.conf -> a.conf: 'include a.conf'"]
     );
+    // Long names are cut one by one, so every file of the chain shows.
+    let long = format!("{}.conf", "d/".repeat(100));
+    let e = with_files(&format!("include {long}\n"), &[(&long, "include a.conf\n")])
+        .expect_err("long cycle");
+    assert!(e[0].contains("): a.conf -> d/d/"), "{e:?}");
+    assert!(e[0].contains("... -> a.conf: 'include a.conf'"), "{e:?}");
 }
 
 #[test]
 fn include_depth_is_limited() {
-    // f0 includes f1 includes ... f11: the main file and ten levels are fine.
+    // a.conf includes f0 includes f1 ...: a chain of ten files (the main
+    // one and nine levels) is fine, an eleventh is not (as rinetd-uv).
     let files: Vec<(String, String)> = (0..12)
         .map(|i| (format!("f{i}.conf"), format!("include f{}.conf\n", i + 1)))
         .collect();
@@ -321,12 +332,12 @@ fn include_depth_is_limited() {
     let e = with_files("include f0.conf\n", &refs).expect_err("too deep");
     assert_eq!(
         e,
-        ["f9.conf:1: includes nested more than 10 levels deep: 'f10.conf' not read: 'include f10.conf'"]
+        ["f8.conf:1: maximum include depth exceeded (10 files deep, the main file included): 'f9.conf' not read: 'include f9.conf'"]
     );
     let mut shallow = refs.clone();
-    shallow[9].1 = "127.0.0.1 8000 127.0.0.1 80\n";
+    shallow[8].1 = "127.0.0.1 8000 127.0.0.1 80\n";
     let c = with_files("include f0.conf\n", &shallow).expect("ten levels");
-    assert_eq!(c.rules[0].file.as_deref(), Some("f9.conf"));
+    assert_eq!(c.rules[0].file.as_deref(), Some("f8.conf"));
 }
 
 #[test]

@@ -222,6 +222,10 @@ fn shapes_and_syntax_errors() {
         ["config:1:1: the top level must be a mapping, not a list"]
     );
     assert_eq!(
+        errors("rules:\n  - name: a\n    bind: []\n    connect: 10.0.0.1:80\n"),
+        ["config:3:11: bind must name at least one address"]
+    );
+    assert_eq!(
         errors("rules:\n  - bind: 127.0.0.1:80\n    connect: 10.0.0.1:80\n"),
         ["config:2:5: a rule needs a name"]
     );
