@@ -285,8 +285,12 @@ fn the_text_status_file_and_the_stats_line_read_like_rinetd_uv() {
         },
     );
     assert_eq!(echo_through(srv.addr(), b"hello".to_vec()), b"hello");
+    // A connection's bytes reach the totals a moment after it leaves the
+    // live list: wait for the bytes too.
     let text = wait_for_file(&path, |t| {
-        t.contains("Total: 1 (TCP: 1, UDP: 0, Unix: 0)") && t.contains("Active: 0 (TCP: 0")
+        t.contains("Total: 1 (TCP: 1, UDP: 0, Unix: 0)")
+            && t.contains("Active: 0 (TCP: 0")
+            && t.contains("Bytes in: 10B")
     });
     for want in [
         "oi Status Report",
