@@ -353,28 +353,31 @@ fn globals_report(out: &mut String, g: &Globals) {
         let p = p.to_string_lossy();
         line(
             format!("statusfile {}", Shown(&p)),
-            "stored; no status file is written yet",
+            "the status file, rewritten every statusinterval (--status-file wins)",
         );
     }
     if let Some(b) = g.status_enabled {
         line(
             format!("status enabled {}", on(b)),
-            "stored; no status file is written yet",
+            "whether the status file is written",
         );
     }
     if let Some(t) = &g.status_interval {
         line(
             format!("statusinterval {}", secs(t)),
-            "stored; not used yet",
+            "how often the status file is rewritten (--status-interval wins)",
         );
     }
     if let Some(f) = g.status_format {
-        line(format!("statusformat {f}"), "stored; not used yet");
+        line(
+            format!("statusformat {f}"),
+            "the status file's format (--status-format wins)",
+        );
     }
     if let Some(t) = &g.stats_log_interval {
         line(
             format!("statsloginterval {}", secs(t)),
-            "stored; no summary lines are logged yet",
+            "how often a STATS line is logged (--stats-log-interval wins)",
         );
     }
 }
