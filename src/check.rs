@@ -21,7 +21,7 @@ use std::process::ExitCode;
 /// and a log or pid file that cannot be written (oi runs on without it).
 pub fn run(path: &Path, quiet: bool) -> ExitCode {
     let file = path.display().to_string();
-    let result = config::load(path).and_then(|parsed| {
+    let result = config::load_partial(path).and_then(|(parsed, syntax)| {
         for w in &parsed.warnings {
             eprintln!("{}", format_warning(&file, w));
         }
@@ -29,7 +29,14 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             let n = parsed.omitted_warnings;
             eprintln!("{file}: warning: and {n} more warning{}", plural(n));
         }
-        config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file))
+        let resolved = config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file));
+        match (syntax, resolved) {
+            (None, resolved) => resolved,
+            // One pass: the lines that parsed have their names looked up
+            // too, so unknown hosts and services show beside the syntax errors.
+            (Some(syntax), Ok(_)) => Err(syntax),
+            (Some(syntax), Err(names)) => Err(merge(syntax, names)),
+        }
     });
     let result = result.and_then(|resolved| {
         let overlaps = overlapping_listeners(&resolved, dual_stack_wildcards());
@@ -59,6 +66,21 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             eprintln!("configuration invalid ({n} error{})", plural(n));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Syntax errors and name errors as one report, in file and line order,
+/// within the usual cap on listed errors.
+fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
+    let mut errors = syntax.errors;
+    errors.extend(names.errors);
+    errors.sort_by(|a, b| (a.file.as_deref(), a.line).cmp(&(b.file.as_deref(), b.line)));
+    let over = errors.len().saturating_sub(config::MAX_ERRORS);
+    errors.truncate(config::MAX_ERRORS);
+    ConfigErrors {
+        file: syntax.file,
+        errors,
+        omitted: syntax.omitted + names.omitted + over,
     }
 }
 

@@ -64,3 +64,28 @@ fn unwritable_log_file_is_a_warning_and_quiet_prints_nothing_on_success() {
         "warnings still shown"
     );
 }
+
+#[test]
+fn syntax_errors_and_unknown_names_are_reported_in_one_run() {
+    let text =
+        "0.0.0.0 80 10.0.0.1 80 [timout=5]\n127.0.0.1 nosuchservice-oi 127.0.0.1 81\nalow 10.*\n";
+    let (code, _, err) = oi(text, &["--check"]);
+    assert_eq!(code, Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let at = |n: usize| {
+        lines
+            .iter()
+            .position(|l| l.contains(&format!("oi.conf:{n}:")))
+    };
+    let (one, two, three) = (at(1), at(2), at(3));
+    assert!(
+        one.is_some() && two.is_some() && three.is_some(),
+        "every line reported: {err}"
+    );
+    assert!(one < two && two < three, "in line order: {err}");
+    assert!(
+        err.contains("nosuchservice-oi"),
+        "the unknown service: {err}"
+    );
+    assert!(err.contains("configuration invalid (3 errors)"), "{err}");
+}

@@ -499,6 +499,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse_with_includes(&text, &mut includes).map_err(|e| e.with_file(&file))
 }
 
+/// Reads a configuration for `--check`: `Ok((config, None))` when it parses,
+/// `Ok((what parsed, Some(errors)))` when some rinetd.conf lines did not (so
+/// the names of the good rules can still be looked up in the same run), and
+/// `Err` when there is nothing to go on (unreadable, or YAML with errors).
+pub fn load_partial(path: &Path) -> Result<(Config, Option<ConfigErrors>), ConfigErrors> {
+    let file = path.display().to_string();
+    let text = read_limited(path)
+        .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
+    let text = String::from_utf8_lossy(&text);
+    if is_yaml(path) {
+        return parse_yaml(&text)
+            .map(|c| (c, None))
+            .map_err(|e| e.with_file(&file));
+    }
+    let mut includes = FsIncludes::new(path);
+    let (config, errors) = parse::parse_with_includes_partial(&text, &mut includes);
+    Ok((config, errors.map(|e| e.with_file(&file))))
+}
+
 /// Whether `path` names a YAML file (`.yaml` or `.yml`, any case).
 pub fn is_yaml(path: &Path) -> bool {
     path.extension()

@@ -104,6 +104,29 @@ pub fn parse_with_includes(
     p.errors.into_result(p.config, PLACEHOLDER_FILE)
 }
 
+/// Like [`parse_with_includes`], but also returns what did parse when some
+/// lines did not: the rules without errors, so `--check` can look up their
+/// names in the same run and report name errors beside the syntax errors.
+pub(crate) fn parse_with_includes_partial(
+    text: &str,
+    source: &mut dyn IncludeSource,
+) -> (Config, Option<ConfigErrors>) {
+    let main = source.main_file();
+    let mut p = Parser {
+        main_name: main.name.as_str().into(),
+        stack: vec![main],
+        total_bytes: text.len(),
+        source: Some(source),
+        ..Parser::default()
+    };
+    p.text(text);
+    let partial = p.config.clone();
+    match p.errors.into_result(p.config, PLACEHOLDER_FILE) {
+        Ok(config) => (config, None),
+        Err(errors) => (partial, Some(errors)),
+    }
+}
+
 /// Identity of a listener for duplicate detection before names are resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum HostKey {
