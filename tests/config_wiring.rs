@@ -141,3 +141,35 @@ fn proxy_maxconn_controlsocket_and_metrics_lines_drive_the_binary() {
     let (status, _) = oi.stop();
     assert!(status.success());
 }
+
+#[test]
+fn a_rule_s_maxconn_count_survives_a_sighup_reload_that_keeps_the_rule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0").port();
+    let port = free_port();
+    let text = format!("127.0.0.1 {port} 127.0.0.1 {backend} [maxconn=1]\n");
+    write_atomic(&conf, &text);
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let echo = |s: &mut TcpStream| -> bool {
+        let mut b = [0u8; 2];
+        s.write_all(b"hi").is_ok() && s.read_exact(&mut b).is_ok()
+    };
+    let mut held = connect(local(port));
+    assert!(echo(&mut held), "the first connection is served");
+    // Same rule, rewritten: the listener (and its count) is kept.
+    write_atomic(&conf, &format!("# reloaded\n{text}"));
+    oi.reload();
+    let mut over = connect(local(port));
+    assert!(
+        !echo(&mut over),
+        "still one open after the reload: the second is refused"
+    );
+    drop(held);
+    wait_until("the slot is given back", || {
+        let mut s = connect(local(port));
+        echo(&mut s)
+    });
+    let (status, _) = oi.stop();
+    assert!(status.success());
+}
