@@ -213,10 +213,7 @@ impl RunOptions {
         }
         if !given.status_format {
             if let Some(f) = globals.status_format {
-                o.status_format = match f {
-                    crate::config::StatusFormat::Json => StatusFormat::Json,
-                    crate::config::StatusFormat::Text => StatusFormat::Text,
-                };
+                o.status_format = f;
             }
         }
         if !given.stats_log_interval {

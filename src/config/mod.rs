@@ -487,16 +487,10 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
 /// lines read further files through [`FsIncludes`]. A reload calls this too,
 /// so it re-reads every included file.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    let file = path.display().to_string();
-    let text = read_limited(path)
-        .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
-    // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
-    let text = String::from_utf8_lossy(&text);
-    if is_yaml(path) {
-        return parse_yaml(&text).map_err(|e| e.with_file(&file));
+    match load_partial(path)? {
+        (config, None) => Ok(config),
+        (_, Some(errors)) => Err(errors),
     }
-    let mut includes = FsIncludes::new(path);
-    parse_with_includes(&text, &mut includes).map_err(|e| e.with_file(&file))
 }
 
 /// Reads a configuration for `--check`: `Ok((config, None))` when it parses,
@@ -507,6 +501,7 @@ pub fn load_partial(path: &Path) -> Result<(Config, Option<ConfigErrors>), Confi
     let file = path.display().to_string();
     let text = read_limited(path)
         .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
+    // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
     let text = String::from_utf8_lossy(&text);
     if is_yaml(path) {
         return parse_yaml(&text)

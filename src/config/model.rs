@@ -173,13 +173,31 @@ impl fmt::Display for IpFilter {
     }
 }
 
-/// The format of the status file (`statusformat`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The format of the status file (`statusformat`, `--status-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StatusFormat {
-    /// JSON (rinetd-uv's default).
+    /// rinetd-uv's JSON document (its default).
+    #[default]
     Json,
-    /// A human-readable summary.
+    /// rinetd-uv's human-readable report.
     Text,
+}
+
+impl StatusFormat {
+    /// The names `--status-format` accepts.
+    pub const NAMES: [&'static str; 2] = ["json", "text"];
+}
+
+impl std::str::FromStr for StatusFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "json" => Ok(StatusFormat::Json),
+            "text" => Ok(StatusFormat::Text),
+            _ => Err(format!("expected json or text, not {s:?}")),
+        }
+    }
 }
 
 impl fmt::Display for StatusFormat {

@@ -92,16 +92,10 @@ pub fn parse_with_includes(
     text: &str,
     source: &mut dyn IncludeSource,
 ) -> Result<Config, ConfigErrors> {
-    let main = source.main_file();
-    let mut p = Parser {
-        main_name: main.name.as_str().into(),
-        stack: vec![main],
-        total_bytes: text.len(),
-        source: Some(source),
-        ..Parser::default()
-    };
-    p.text(text);
-    p.errors.into_result(p.config, PLACEHOLDER_FILE)
+    match parse_with_includes_partial(text, source) {
+        (config, None) => Ok(config),
+        (_, Some(errors)) => Err(errors),
+    }
 }
 
 /// Like [`parse_with_includes`], but also returns what did parse when some
@@ -120,11 +114,8 @@ pub(crate) fn parse_with_includes_partial(
         ..Parser::default()
     };
     p.text(text);
-    let partial = p.config.clone();
-    match p.errors.into_result(p.config, PLACEHOLDER_FILE) {
-        Ok(config) => (config, None),
-        Err(errors) => (partial, Some(errors)),
-    }
+    let errors = p.errors.into_result((), PLACEHOLDER_FILE).err();
+    (p.config, errors)
 }
 
 /// Identity of a listener for duplicate detection before names are resolved.

@@ -381,10 +381,10 @@ mod tests {
     use std::num::NonZeroUsize;
     use std::time::Duration;
 
-    #[test]
-    fn listeners_past_the_descriptor_budget_get_one_accept_loop_and_still_serve() {
+    /// An echo backend on loopback port 0, one thread per connection.
+    fn echo_backend() -> SocketAddr {
         let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
-        let backend_addr = backend.local_addr().expect("backend addr");
+        let addr = backend.local_addr().expect("backend addr");
         std::thread::spawn(move || {
             for c in backend.incoming().flatten() {
                 std::thread::spawn(move || {
@@ -393,7 +393,18 @@ mod tests {
                 });
             }
         });
-        let runtime = Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"));
+        addr
+    }
+
+    /// A runtime of two executor threads, as on the 2-core machine.
+    fn two_threads() -> Arc<Runtime> {
+        Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"))
+    }
+
+    #[test]
+    fn listeners_past_the_descriptor_budget_get_one_accept_loop_and_still_serve() {
+        let backend_addr = echo_backend();
+        let runtime = two_threads();
         let shared = Shared::new(Settings::default(), LogHandle::disabled());
         let mut listeners = Listeners {
             threads: runtime.threads().clone(),
@@ -449,17 +460,8 @@ mod tests {
 
     #[test]
     fn a_reload_that_keeps_a_rule_keeps_its_connection_count() {
-        let backend = TcpListener::bind("127.0.0.1:0").expect("bind backend");
-        let backend_addr = backend.local_addr().expect("backend addr");
-        std::thread::spawn(move || {
-            for c in backend.incoming().flatten() {
-                std::thread::spawn(move || {
-                    let (mut r, mut w) = (&c, &c);
-                    let _ = std::io::copy(&mut r, &mut w);
-                });
-            }
-        });
-        let runtime = Arc::new(Runtime::start(NonZeroUsize::MIN.saturating_add(1)).expect("rt"));
+        let backend_addr = echo_backend();
+        let runtime = two_threads();
         let shared = Shared::new(Settings::default(), LogHandle::disabled());
         let mut listeners = Listeners {
             threads: runtime.threads().clone(),

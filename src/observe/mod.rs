@@ -27,32 +27,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The status file's format (`statusformat`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StatusFormat {
-    /// rinetd-uv's JSON document (its default).
-    #[default]
-    Json,
-    /// rinetd-uv's human-readable report.
-    Text,
-}
-
-impl StatusFormat {
-    /// The names `--status-format` accepts.
-    pub const NAMES: [&'static str; 2] = ["json", "text"];
-}
-
-impl std::str::FromStr for StatusFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "json" => Ok(StatusFormat::Json),
-            "text" => Ok(StatusFormat::Text),
-            _ => Err(format!("expected json or text, not {s:?}")),
-        }
-    }
-}
+/// The status file's format: the configuration's type, so `statusformat`
+/// and `--status-format` are one value.
+pub use crate::config::StatusFormat;
 
 /// The status file's default interval (`statusinterval`), as rinetd-uv's.
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
