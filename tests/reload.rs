@@ -4,31 +4,11 @@ mod common;
 
 use common::*;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// One echo round trip; Err if the connection was refused or broke.
-fn ping(port: u16) -> std::io::Result<()> {
-    let mut s = TcpStream::connect_timeout(&local(port), Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"ping")?;
-    let mut b = [0u8; 4];
-    s.read_exact(&mut b)?;
-    if &b != b"ping" {
-        return Err(std::io::Error::other("wrong echo"));
-    }
-    Ok(())
-}
-
-fn refused(port: u16) -> bool {
-    matches!(
-        TcpStream::connect_timeout(&local(port), Duration::from_secs(5)),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-    )
-}
 
 /// Streams `len` bytes through `port` to the echo backend and checks them, in chunks.
 fn stream_checked(port: u16, len: usize, seed: u64) -> bool {

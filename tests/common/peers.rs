@@ -54,6 +54,28 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// One 4-byte echo round trip through 127.0.0.1:`port`; Err if the
+/// connection was refused or broke.
+pub fn ping(port: u16) -> io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&local(port), Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"ping")?;
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b)?;
+    if &b != b"ping" {
+        return Err(io::Error::other("wrong echo"));
+    }
+    Ok(())
+}
+
+/// Whether a connection to 127.0.0.1:`port` is refused (nothing listens).
+pub fn refused(port: u16) -> bool {
+    matches!(
+        TcpStream::connect_timeout(&local(port), Duration::from_secs(5)),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+    )
+}
+
 /// Closes a socket with a TCP reset instead of a FIN.
 pub fn reset(s: TcpStream) {
     SockRef::from(&s)
