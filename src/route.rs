@@ -6,6 +6,7 @@
 //! line still names its own rule.
 
 use crate::acl::{self, Verdict};
+use crate::backends::BackendPool;
 use crate::config::{AclRules, Pattern, Proto, ResolvedRule, RuleOptions};
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::proxy::ProxyVersion;
@@ -19,12 +20,10 @@ pub struct Route {
     pub(crate) bind: SocketAddr,
     /// The listening side's protocol.
     pub(crate) bind_proto: Proto,
-    /// Backend addresses, tried in order until one answers.
-    pub(crate) backends: Vec<SocketAddr>,
+    /// The rule's backends, and how a connection chooses among them.
+    pub(crate) pool: Arc<BackendPool>,
     /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
     pub(crate) backend_proto: Proto,
-    /// Local address to bind before connecting to the backend (`[src=ADDR]`).
-    pub(crate) src: Option<IpAddr>,
     /// The rule's bracketed options (timeout, splice, maxassoc).
     pub(crate) options: RuleOptions,
     /// allow/deny lines that belong to this rule.
@@ -33,8 +32,9 @@ pub struct Route {
     pub(crate) global_acl: Arc<AclRules>,
     /// The rule's names as the log file prints them.
     pub(crate) names: Arc<RuleNames>,
-    /// How long to wait for a backend to accept (`connect-timeout`); `None`
-    /// leaves it to the kernel.
+    /// How long to wait for a backend to accept (`connect-timeout`):
+    /// `None` = not configured (`--connect-timeout` decides), zero = as long
+    /// as the kernel tries.
     connect_timeout: Option<Duration>,
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` clears it).
     keepalive: bool,
@@ -63,7 +63,8 @@ pub struct Route {
 impl Route {
     /// The route for `rule` under `global_acl`.
     pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
-        let connect_timeout = rule.connect_timeout();
+        let connect_timeout = rule.connect_timeout_setting();
+        let pool = Arc::new(BackendPool::new(&rule));
         let keepalive = rule.keepalive();
         let udp_timeout = rule.udp_timeout();
         let max_assoc = rule.max_assoc();
@@ -91,9 +92,8 @@ impl Route {
         Route {
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
-            backends: rule.connect,
+            pool,
             backend_proto: rule.rule.connect.proto,
-            src: rule.src,
             options: rule.rule.options,
             acl: rule.rule.acl,
             global_acl,
@@ -160,11 +160,21 @@ impl Route {
         }
     }
 
-    /// How long to wait for a backend to accept: the rule's `connect-timeout`,
-    /// else the global one; `None` (also for 0) leaves it to the kernel.
-    /// For `tcp::forward` and UDP→TCP associations to honour.
-    pub fn connect_timeout(&self) -> Option<Duration> {
-        self.connect_timeout
+    /// How long to wait for each backend address to accept: the rule's
+    /// `connect-timeout`, else the global one, else `default`
+    /// (`--connect-timeout`). Zero means as long as the kernel tries, which
+    /// is bounded here by a day so no deadline can overflow.
+    pub fn connect_timeout(&self, default: Duration) -> Duration {
+        match self.connect_timeout {
+            None => default,
+            Some(t) if t.is_zero() => Duration::from_secs(crate::config::MAX_CONNECT_TIMEOUT_SECS),
+            Some(t) => t,
+        }
+    }
+
+    /// Every backend address the rule has now, in order (for messages and counters).
+    pub(crate) fn backend_addrs(&self) -> Vec<SocketAddr> {
+        self.pool.addrs()
     }
 
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (on unless `[keepalive=off]`).

@@ -1,6 +1,7 @@
 //! What every listener and connection of one server shares: the settings from
 //! the command line, the buffer and pipe pools, and the connection log.
 
+use crate::backends::Refresher;
 use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
 use crate::config::SpliceMode;
@@ -85,6 +86,8 @@ pub struct Shared {
     /// The global `maxconn`: the process's open TCP connections, their
     /// limit, and the refusals by any limit (`crate::limits`).
     pub(crate) limits: GlobalLimit,
+    /// Looks backend names up again, on a thread of its own (`dns-refresh`).
+    pub(crate) dns: Refresher,
 }
 
 impl Shared {
@@ -110,6 +113,7 @@ impl Shared {
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
+            dns: Refresher::default(),
         })
     }
 

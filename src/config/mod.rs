@@ -22,7 +22,9 @@ pub use model::{
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
-pub use resolve::{resolve, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults};
+pub use resolve::{
+    resolve, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults, DEFAULT_DNS_REFRESH,
+};
 pub use yaml::parse_yaml;
 
 use std::fmt;

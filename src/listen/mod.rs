@@ -146,6 +146,18 @@ impl Listeners {
         }
     }
 
+    /// Has the server's DNS refresher keep `route`'s backend names fresh,
+    /// updating the backends `stats` lists when their addresses change.
+    fn watch_names(&self, route: &Route, stats: &Arc<RuleStats>) {
+        let stats = Arc::downgrade(stats);
+        let on_change = Box::new(move |addrs: &[SocketAddr]| {
+            if let Some(stats) = stats.upgrade() {
+                stats.set_backends(addrs);
+            }
+        });
+        self.shared.dns.watch(&route.pool, on_change);
+    }
+
     /// Starts serving already-bound sockets, each with its route.
     fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
         // A line per rule helps with a few rules and drowns the log with
@@ -162,12 +174,16 @@ impl Listeners {
             log::log!(
                 level,
                 "forwarding {addr}/{proto} -> {} ({}:{})",
-                fmt_addrs(&route.backends, route.backend_proto),
+                fmt_addrs(&route.backend_addrs(), route.backend_proto),
                 route.names.connect_host,
                 route.names.connect_port
             );
             let name = rule_name(&route.names.bind_host, addr.port(), proto);
-            let stats = self.shared.stats.add_rule(name, proto, &route.backends);
+            let stats = self
+                .shared
+                .stats
+                .add_rule(name, proto, &route.backend_addrs());
+            self.watch_names(&route, &stats);
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
             let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
@@ -256,8 +272,11 @@ impl Listeners {
                 Some(running) => {
                     let route = Route::new(r.clone(), global.clone());
                     warn_over_limit(&running, &route);
+                    // Backends the new file keeps keep their health and load.
+                    route.pool.keep_state_of(&running.route.load().pool);
+                    running.stats.set_backends(&route.backend_addrs());
+                    self.watch_names(&route, &running.stats);
                     running.route.store(Arc::new(route));
-                    running.stats.set_backends(&r.connect);
                     keep.insert(key, running);
                 }
                 None => match bind(r) {

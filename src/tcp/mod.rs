@@ -45,10 +45,13 @@ pub(crate) async fn forward(
     // declares later have closed, as locals drop in reverse order).
     let live = stats.register(ConnKind::Tcp, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
-    let timeout = shared.settings.connect_timeout;
-    let (backend, backend_addr) = match connect::connect(&route.backends, route.src, timeout).await
-    {
-        Ok(connected) => connected,
+    let timeout = route.connect_timeout(shared.settings.connect_timeout);
+    let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
+    let connected =
+        connect::through_pool(&route.pool, ip, timeout, route.keepalive(), counted).await;
+    // `_lease` counts the connection on its backend (least connections) until it ends.
+    let (backend, backend_addr, _lease) = match connected {
+        Ok(c) => (c.stream, c.addr, c.lease),
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match &e {
@@ -56,11 +59,9 @@ pub(crate) async fn forward(
                     stats.connect_failed(ConnectFailure::Other);
                     Event::LocalSocketFailed
                 }
-                // rinetd logs a refused or unreachable backend this way; parsers count on it.
-                ConnectError::Connect(e) => {
-                    stats.connect_failed(ConnectFailure::of(e));
-                    Event::DoneLocalClosed
-                }
+                // rinetd logs a refused or unreachable backend this way;
+                // parsers count on it. Each failed attempt was counted.
+                ConnectError::Connect(_) => Event::DoneLocalClosed,
             };
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }

@@ -3,6 +3,7 @@
 //! carries the backend's replies back to that client.
 
 use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::connect;
@@ -190,10 +191,10 @@ impl Association {
         };
         let (upstream, task) = match route.backend_proto {
             Proto::Udp => {
-                let backend = pick_backend(&route.backends, route.src)?;
-                let socket = Arc::new(connected_socket(backend, route.src)?);
+                let (backend, src, lease) = pick_backend(&route.pool, client_ip(client))?;
+                let socket = Arc::new(connected_socket(backend, src)?);
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone()));
+                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -333,7 +334,14 @@ impl Reply {
 }
 
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
-async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, shared: Arc<Shared>) {
+///
+/// `_lease` counts the association on its backend until the task ends.
+async fn udp_replies(
+    socket: Arc<Async<UdpSocket>>,
+    reply: Reply,
+    shared: Arc<Shared>,
+    _lease: Lease,
+) {
     loop {
         if let Err(e) = socket.readable().await {
             log::debug!("backend socket for {}: {e}", reply.client);
@@ -375,19 +383,24 @@ async fn tcp_upstream(
     reply: Reply,
     proxy: Option<Encoded>,
 ) {
-    let connect_timeout = shared.settings.connect_timeout;
+    let connect_timeout = route.connect_timeout(shared.settings.connect_timeout);
     let datagrams = &shared.datagrams;
     let result = async {
         let rule = reply.activity.conn.rule();
-        let (stream, backend_addr) = connect::connect(&route.backends, route.src, connect_timeout)
-            .await
-            .map_err(|e| {
-                rule.connect_failed(match &e {
-                    connect::ConnectError::Connect(e) => ConnectFailure::of(e),
-                    connect::ConnectError::LocalSocket(_) => ConnectFailure::Other,
-                });
-                io::Error::other(e.to_string())
-            })?;
+        let client = client_ip(reply.client);
+        let counted = |e: &io::Error| rule.connect_failed(ConnectFailure::of(e));
+        let keepalive = route.keepalive();
+        let connected =
+            connect::through_pool(&route.pool, client, connect_timeout, keepalive, counted)
+                .await
+                .map_err(|e| {
+                    if let connect::ConnectError::LocalSocket(_) = &e {
+                        rule.connect_failed(ConnectFailure::Other);
+                    }
+                    io::Error::other(e.to_string())
+                })?;
+        // `_lease` counts the association on its backend while the stream lives.
+        let (stream, backend_addr, _lease) = (connected.stream, connected.addr, connected.lease);
         reply.activity.conn.connected(backend_addr);
         // Before the first queued datagram: the stream starts with it.
         if let Some(h) = &proxy {

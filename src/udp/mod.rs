@@ -29,6 +29,7 @@ pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
 pub(crate) use tcp_to_udp::tcp_to_udp;
 
+use crate::backends::{BackendPool, Lease};
 use async_io::Async;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
@@ -42,18 +43,30 @@ pub(crate) const MAX_PAYLOAD: usize = 65_507;
 /// and one busy client must not starve the others on the same thread.
 const BATCH: usize = 64;
 
-/// The backend address to use: the first one of `src`'s family when a source is given.
-fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketAddr> {
-    addrs
+/// The backend a new association or TCP→UDP connection from `client` uses:
+/// the pool's choice (UDP has no connect to fail, so no failover), its first
+/// address of the source address's family, that source, and the lease that
+/// counts the use on the member until dropped.
+fn pick_backend(
+    pool: &BackendPool,
+    client: IpAddr,
+) -> io::Result<(SocketAddr, Option<IpAddr>, Lease)> {
+    let no_address = || {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "no backend address of the source address's family",
+        )
+    };
+    let lease = pool.attempts(client).next().ok_or_else(no_address)?;
+    let member = lease.member();
+    let src = member.src();
+    let addr = member
+        .addrs()
         .iter()
         .copied()
         .find(|a| src.is_none_or(|s| s.is_ipv4() == a.is_ipv4()))
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::AddrNotAvailable,
-                "no backend address of the source address's family",
-            )
-        })
+        .ok_or_else(no_address)?;
+    Ok((addr, src, lease))
 }
 
 /// A non-blocking UDP socket connected to `backend`, bound to `src` when given.

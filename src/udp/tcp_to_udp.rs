@@ -39,12 +39,13 @@ pub(crate) async fn tcp_to_udp(
     let activity = Activity::new(Instant::now(), stats.register(ConnKind::TcpToUdp, peer));
     let event = |event| route.event(ip, event, activity.bytes());
     shared.log.log(event(Event::Opened));
-    let socket = pick_backend(&route.backends, route.src).and_then(|backend| {
-        let s = connected_socket(backend, route.src)?;
+    let socket = pick_backend(&route.pool, ip).and_then(|(backend, src, lease)| {
+        let s = connected_socket(backend, src)?;
         activity.conn.connected(backend);
-        Ok(s)
+        Ok((s, lease))
     });
-    let socket = match socket {
+    // `_lease` counts the connection on its backend until it ends.
+    let (socket, _lease) = match socket {
         Ok(s) => s,
         Err(e) => {
             stats.connect_failed(ConnectFailure::Other);
