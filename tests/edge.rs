@@ -823,4 +823,21 @@ fn udp_accept_proxy_drops_untrusted_and_malformed_datagrams_and_keeps_serving() 
         .expect("send");
     assert_eq!(recv(&backend), (b"still".to_vec(), assoc));
     assert_eq!(srv.shared.udp_proxy_datagrams_dropped(), 8);
+
+    // A LOCAL header (the proxy's own health check): stripped, and the real
+    // peer is the client.
+    let checker = udp_on("127.0.0.1:0");
+    let mut d = proxy::encode_v2_local().as_bytes().to_vec();
+    d.extend_from_slice(b"health");
+    checker.send_to(&d, srv.addr()).expect("send");
+    assert_eq!(recv(&backend).0, b"health");
+    let me = checker.local_addr().expect("addr");
+    assert!(
+        srv.shared
+            .stats
+            .connections()
+            .iter()
+            .any(|c| c.client == me),
+        "listed under its real address"
+    );
 }
