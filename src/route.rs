@@ -43,10 +43,11 @@ pub struct Route {
     /// Cap on live UDP associations (`maxassoc`, else `max-udp-connections`, else the default).
     max_assoc: usize,
     /// Write a PROXY header of this version to the backend before any client
-    /// byte (`proxy=v1|v2`); UDP associations always write version 2.
+    /// byte (`proxy=v1|v2`); towards UDP, and on UDP associations, always version 2.
     pub(crate) send_proxy: Option<ProxyVersion>,
     /// Read a PROXY header from each client before anything else
-    /// (`accept-proxy`, TCP listeners); the address it carries is the client's.
+    /// (`accept-proxy`; on `/udp` listeners, from each datagram); the address
+    /// it carries is the client's.
     pub(crate) accept_proxy: bool,
     /// Sources allowed to send that header: the global `trust-proxy`
     /// patterns followed by the rule's. Empty trusts no one.

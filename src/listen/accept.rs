@@ -187,6 +187,6 @@ async fn connection(
     }
     match route.backend_proto {
         Proto::Tcp => crate::tcp::forward(client, origin, route, shared, stats).await,
-        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared, stats).await,
+        Proto::Udp => crate::udp::tcp_to_udp(client, origin, route, shared, stats).await,
     }
 }
