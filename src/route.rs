@@ -7,9 +7,10 @@
 
 use crate::acl::{self, Verdict};
 use crate::backends::BackendPool;
-use crate::config::{AclRules, Pattern, Proto, ResolvedRule, RuleOptions};
+use crate::config::{AclRules, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions};
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::proxy::ProxyVersion;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -110,6 +111,26 @@ impl Route {
             maxconn,
             maxconn_per_client,
         }
+    }
+
+    /// The routes of every rule of `cfg`, in order. The `bind:` entries of
+    /// one YAML rule (rules with one name) share one pool, as in rinetd-uv:
+    /// one backend's health, load and affinity, whichever address the
+    /// client came in on.
+    pub fn all(cfg: &ResolvedConfig) -> Vec<Route> {
+        let global = Arc::new(cfg.config.global_acl.clone());
+        let mut by_name: HashMap<&str, Arc<BackendPool>> = HashMap::new();
+        cfg.rules
+            .iter()
+            .map(|r| {
+                let mut route = Route::new(r.clone(), global.clone());
+                if let Some(name) = &r.rule.name {
+                    let pool = by_name.entry(name).or_insert_with(|| route.pool.clone());
+                    route.pool = pool.clone();
+                }
+                route
+            })
+            .collect()
     }
 
     /// This route, writing a PROXY header of `version` to its backends

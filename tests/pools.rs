@@ -7,56 +7,8 @@ mod common;
 use common::*;
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
-
-/// A backend that answers every connection with its one-byte `id`. It
-/// serves `limit` connections (then closes its port, before answering the
-/// last one, so no later connect can reach it) or forever; with `hold`, it
-/// keeps every connection open in `held` instead of closing it.
-fn id_backend(
-    id: u8,
-    limit: Option<usize>,
-    held: Option<Arc<Mutex<Vec<TcpStream>>>>,
-) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    serve_ids(listener, id, limit, held);
-    addr
-}
-
-/// Runs [`id_backend`]'s loop on `listener`.
-fn serve_ids(
-    listener: TcpListener,
-    id: u8,
-    limit: Option<usize>,
-    held: Option<Arc<Mutex<Vec<TcpStream>>>>,
-) {
-    std::thread::spawn(move || {
-        let mut listener = Some(listener);
-        let mut served = 0usize;
-        while let Some(l) = &listener {
-            let Ok((mut s, _)) = l.accept() else { return };
-            served += 1;
-            if limit == Some(served) {
-                listener = None;
-            }
-            let _ = std::io::Write::write_all(&mut s, &[id]);
-            match &held {
-                Some(h) => h.lock().expect("lock").push(s),
-                None => drop(s),
-            }
-        }
-    });
-}
-
-/// Connects through oi on `port` and returns the id of the backend that answered.
-fn which(port: u16) -> u8 {
-    let mut s = connect(local(port));
-    let mut id = [0u8; 1];
-    s.read_exact(&mut id).expect("a backend answered");
-    id[0]
-}
 
 /// `n` connections through `port`, counted by the backend that answered.
 fn spread(port: u16, n: usize) -> HashMap<u8, usize> {
@@ -234,4 +186,29 @@ fn a_down_backend_is_tried_again_after_recovery_timeout() {
     wait_until("backend 1 is used again", || which(port) == 1);
     let (_, stderr) = oi.stop();
     assert!(stderr.contains("is up again"), "{stderr}");
+}
+
+#[test]
+fn the_binds_of_one_rule_share_one_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let first = dead.local_addr().expect("addr");
+    drop(dead);
+    let (a, b) = (free_port(), free_port());
+    let text = format!(
+        "rules:\n  - name: shared\n    bind: [127.0.0.1:{a}/tcp, 127.0.0.1:{b}/tcp]\n    connect:\n      - {}\n      - {}\n    load_balancing:\n      health_threshold: 1\n      recovery_timeout: 60\n",
+        item(first, 1),
+        item(id_backend(2, None, None), 1),
+    );
+    let conf = dir.path().join("oi.yaml");
+    write_atomic(&conf, &text);
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    // The first connection finds backend 1 dead and marks it down...
+    assert_eq!(which(a), 2);
+    // ...for the other bind too: none of its connections tries it again.
+    for _ in 0..10 {
+        assert_eq!(which(b), 2);
+    }
+    let (_, stderr) = oi.stop();
+    assert_eq!(stderr.matches("is down after").count(), 1, "{stderr}");
 }

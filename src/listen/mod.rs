@@ -262,15 +262,13 @@ impl Listeners {
     /// returns (not merely scheduled to close), so once the service manager
     /// hears READY=1 the old ports refuse.
     async fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
-        let global = Arc::new(cfg.config.global_acl.clone());
         let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
         let mut errors = Vec::new();
         let mut fresh = Vec::new();
-        for r in &cfg.rules {
+        for (r, route) in cfg.rules.iter().zip(Route::all(cfg)) {
             let key = (r.bind, r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
-                    let route = Route::new(r.clone(), global.clone());
                     warn_over_limit(&running, &route);
                     // Backends the new file keeps keep their health and load.
                     route.pool.keep_state_of(&running.route.load().pool);
@@ -280,7 +278,7 @@ impl Listeners {
                     keep.insert(key, running);
                 }
                 None => match bind(r) {
-                    Ok(s) => fresh.push((s, Route::new(r.clone(), global.clone()))),
+                    Ok(s) => fresh.push((s, route)),
                     Err(e) => errors.push(bind::bind_error(file, r, &e)),
                 },
             }
