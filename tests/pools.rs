@@ -212,3 +212,35 @@ fn the_binds_of_one_rule_share_one_pool() {
     let (_, stderr) = oi.stop();
     assert_eq!(stderr.matches("is down after").count(), 1, "{stderr}");
 }
+
+#[test]
+fn the_status_file_shows_each_backend_up_or_down_and_the_algorithm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let first = dead.local_addr().expect("addr");
+    drop(dead);
+    let second = id_backend(2, None, None);
+    let port = free_port();
+    let status = dir.path().join("status.json");
+    let text = format!(
+        "global:\n  status:\n    enabled: true\n    file: {}\n    interval: 1\nrules:\n  - name: web\n    bind: 127.0.0.1:{port}/tcp\n    connect:\n      - {{dest: '{first}/tcp', name: dead}}\n      - {{dest: '{second}/tcp', name: alive}}\n    load_balancing:\n      algorithm: leastconn\n      health_threshold: 1\n      recovery_timeout: 600\n",
+        status.display()
+    );
+    let conf = dir.path().join("oi.yaml");
+    write_atomic(&conf, &text);
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    // leastconn with both idle picks the first: it fails, the client fails over.
+    assert_eq!(which(port), 2);
+    let json = wait_for_file(&status, |t| {
+        t.contains("\"healthy\": false") || t.contains("\"healthy\":false")
+    });
+    let v: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
+    let rule = &v["rules"][0];
+    assert_eq!(rule["algorithm"], "leastconn");
+    let backends = rule["backends"].as_array().expect("backends");
+    let by_name = |n: &str| backends.iter().find(|b| b["name"] == n).cloned().expect(n);
+    assert_eq!(by_name("dead")["healthy"], false);
+    assert_eq!(by_name("dead")["address"], first.to_string());
+    assert_eq!(by_name("alive")["healthy"], true);
+    oi.stop();
+}

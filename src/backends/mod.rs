@@ -273,6 +273,21 @@ impl BackendPool {
         all
     }
 
+    /// The member that has `addr` (its label) and whether it is up now.
+    pub(crate) fn health_of(&self, addr: SocketAddr) -> Option<(String, bool)> {
+        let now = now_ms();
+        self.members
+            .load()
+            .iter()
+            .find(|m| m.addrs.load().contains(&addr))
+            .map(|m| (m.label.clone(), m.eligible(now)))
+    }
+
+    /// How the pool chooses.
+    pub(crate) fn algorithm(&self) -> Algorithm {
+        self.balance.algorithm
+    }
+
     /// The members, in order.
     pub(crate) fn members(&self) -> Arc<Vec<Arc<Member>>> {
         self.members.load_full()

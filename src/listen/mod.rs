@@ -184,6 +184,7 @@ impl Listeners {
                 .stats
                 .add_rule(name, proto, &route.backend_addrs());
             self.watch_names(&route, &stats);
+            stats.set_pool(route.pool.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
             let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
@@ -274,6 +275,7 @@ impl Listeners {
                     route.pool.keep_state_of(&running.route.load().pool);
                     running.stats.set_backends(&route.backend_addrs());
                     self.watch_names(&route, &running.stats);
+                    running.stats.set_pool(route.pool.clone());
                     running.route.store(Arc::new(route));
                     keep.insert(key, running);
                 }
