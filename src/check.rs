@@ -272,8 +272,16 @@ fn backends(r: &ResolvedRule) -> String {
             if let Some(src) = b.src {
                 let _ = write!(one, " src {src}");
             }
-            if let Some(t) = b.backend.dns_refresh {
-                let _ = write!(one, " dns-refresh {}s", t.as_secs());
+            if let config::Host::Name(_) = b.backend.endpoint.host {
+                match r.dns_refresh(&b.backend) {
+                    Some(t) => {
+                        let _ = write!(one, " dns-refresh {}s", t.as_secs());
+                    }
+                    None => one.push_str(" dns-refresh off"),
+                }
+                if let Some(filter) = r.expansion() {
+                    let _ = write!(one, " expanded ({filter})");
+                }
             }
             one
         })
@@ -316,7 +324,7 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(n) = g.buffer_size {
         line(
             format!("buffersize {n}"),
-            "stored; the copy buffers still take their size from --buffer-size",
+            "the copy-buffer size, read at start (--buffer-size wins)",
         );
     }
     if let Some(t) = &g.connect_timeout {
@@ -328,17 +336,20 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(t) = &g.dns_refresh {
         line(
             format!("dns-refresh {}", secs(t)),
-            "stored; oi looks names up at start and on reload only",
+            "how often backend names are looked up again (0 = never; also after 3 failed connects and on SIGHUP)",
         );
     }
     if let Some(b) = g.dns_multi_ip_expand {
         line(
             format!("dns-multi-ip-expand {}", on(b)),
-            "stored; oi tries every address of a backend name in order",
+            "whether each address of a backend name becomes a backend of its own",
         );
     }
     if let Some(f) = g.dns_multi_ip_proto {
-        line(format!("dns-multi-ip-proto {f}"), "stored; not used yet");
+        line(
+            format!("dns-multi-ip-proto {f}"),
+            "which addresses an expanded backend name keeps",
+        );
     }
     if let Some(n) = g.listen_backlog {
         line(
@@ -578,6 +589,27 @@ mod tests {
              listen-backlog 128: the accept queue of every TCP listener socket\n\
              pool-min-free 4: ignored; oi's buffer pools size themselves\n\
              configuration OK (1 rule)\n"
+        );
+    }
+
+    #[test]
+    fn report_shows_how_backend_names_are_refreshed_and_expanded() {
+        let yaml = "global:\n  dns_refresh: 120\nrules:\n  - name: web\n    bind: 127.0.0.1:8080\n    connect:\n      - {dest: 'localhost:80', dns_refresh: 0}\n      - localhost:81\n";
+        let parsed = config::parse_yaml(yaml).expect("valid");
+        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
+        let out = report("oi.yaml", &resolved);
+        assert!(out.contains(":80/tcp (127.0.0.1:80"), "{out}");
+        assert!(
+            out.contains(" weight 1 dns-refresh off expanded (ipv4), localhost:81/tcp"),
+            "{out}"
+        );
+        assert!(
+            out.contains(" weight 1 dns-refresh 120s expanded (ipv4) allow all"),
+            "{out}"
+        );
+        assert!(
+            out.contains("dns-refresh 120s: how often backend names are looked up again"),
+            "{out}"
         );
     }
 
