@@ -697,110 +697,82 @@ mod tests {
 
     #[test]
     fn accept_proxy_with_no_trust_proxy_pattern_in_scope_is_a_warning() {
-        let found = edge(
-            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]
-",
-        );
+        let found = edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, 1);
         assert!(
-            found[0]
-                .1
-                .starts_with("accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused"),
+            found[0].1.starts_with(
+                "accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused"
+            ),
             "{}",
             found[0].1
         );
         // A global pattern, or the rule's own, is enough; on /udp too.
-        assert!(edge(
-            "trust-proxy 10.0.0.2
-127.0.0.1 8080 10.0.0.1 80 [accept-proxy]
-"
-        )
-        .is_empty());
-        assert!(edge(
-            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]
-trust-proxy 10.0.0.2
-"
-        )
-        .is_empty());
-        let udp = edge(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [accept-proxy]
-             127.0.0.1 54/udp 10.0.0.1 53/udp [accept-proxy]
-trust-proxy 10.0.0.2
-",
+        assert!(
+            edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n").is_empty()
         );
+        assert!(
+            edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\ntrust-proxy 10.0.0.2\n").is_empty()
+        );
+        let udp = edge(concat!(
+            "127.0.0.1 53/udp 10.0.0.1 53/udp [accept-proxy]\n",
+            "127.0.0.1 54/udp 10.0.0.1 53/udp [accept-proxy]\n",
+            "trust-proxy 10.0.0.2\n",
+        ));
         assert_eq!(udp.len(), 1, "only the rule with no pattern: {udp:?}");
         assert_eq!(udp[0].0, 1);
         // Another rule's pattern does not count.
-        let other = edge(
-            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]
-trust-proxy 10.0.0.2
-             127.0.0.1 8081 10.0.0.1 80 [accept-proxy]
-",
-        );
+        let other = edge(concat!(
+            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n",
+            "trust-proxy 10.0.0.2\n",
+            "127.0.0.1 8081 10.0.0.1 80 [accept-proxy]\n",
+        ));
         assert_eq!(other.iter().map(|w| w.0).collect::<Vec<_>>(), [3]);
     }
 
     #[test]
     fn trust_proxy_on_a_rule_without_accept_proxy_is_a_warning() {
-        let found = edge(
-            "127.0.0.1 8080 10.0.0.1 80
-trust-proxy 10.0.0.2
-",
-        );
-        assert_eq!(
-            found,
-            [(
-                1,
-                "trust-proxy lines for a rule without accept-proxy; ignored".to_string()
-            )]
-        );
+        let found = edge("127.0.0.1 8080 10.0.0.1 80\ntrust-proxy 10.0.0.2\n");
+        let want = "trust-proxy lines for a rule without accept-proxy; ignored";
+        assert_eq!(found, [(1, want.to_string())]);
         // Global patterns are for whichever rules accept PROXY.
-        assert!(edge(
-            "trust-proxy 10.0.0.2
-127.0.0.1 8080 10.0.0.1 80
-"
-        )
-        .is_empty());
+        assert!(edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80\n").is_empty());
     }
 
     #[test]
     fn connection_limits_on_a_udp_listener_are_warnings() {
-        let found = edge(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]
-             127.0.0.1 54/udp 10.0.0.1 53 [maxconn=5]
-             127.0.0.1 55 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]
-",
-        );
+        let found = edge(concat!(
+            "127.0.0.1 53/udp 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
+            "127.0.0.1 54/udp 10.0.0.1 53 [maxconn=5]\n",
+            "127.0.0.1 55 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
+        ));
+        let ignored = |name: &str| {
+            format!("option '{name}' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)")
+        };
         assert_eq!(
             found,
             [
-                (1, "option 'maxconn' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)".to_string()),
-                (1, "option 'maxconn-per-client' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)".to_string()),
-                (2, "option 'maxconn' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)".to_string()),
+                (1, ignored("maxconn")),
+                (1, ignored("maxconn-per-client")),
+                (2, ignored("maxconn")),
             ],
-            "TCP → UDP connections are TCP connections: limited"
+            "UDP → UDP and UDP → TCP warn; TCP → UDP connections are TCP connections, limited"
         );
         // A port range warns once for its line.
-        assert_eq!(
-            edge(
-                "127.0.0.1 5000-5099/udp 10.0.0.1 53/udp [maxconn=5]
-"
-            )
-            .len(),
-            1
-        );
+        let range = edge("127.0.0.1 5000-5099/udp 10.0.0.1 53/udp [maxconn=5]\n");
+        assert_eq!(range.len(), 1, "{range:?}");
     }
 
     #[test]
     fn edge_warnings_in_yaml_point_at_the_rule() {
-        let yaml = "rules:
-  - name: a
-    bind: 127.0.0.1:53/udp
-    connect: 10.0.0.1:53/udp
-    accept_proxy: true
-    maxconn: 3
-";
+        let yaml = concat!(
+            "rules:\n",
+            "  - name: a\n",
+            "    bind: 127.0.0.1:53/udp\n",
+            "    connect: 10.0.0.1:53/udp\n",
+            "    accept_proxy: true\n",
+            "    maxconn: 3\n",
+        );
         let parsed = config::parse_yaml(yaml).expect("valid");
         let found: Vec<String> = edge_warnings(&parsed)
             .iter()
