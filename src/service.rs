@@ -272,10 +272,13 @@ impl Service {
         let s = self.shared.snapshot();
         log::info!(
             "status: {}; UDP: {} byte(s) queued towards TCP backends, {} datagram(s) \
-             dropped; log file: {} line(s) queued, {} dropped",
+             dropped, {} dropped by accept-proxy; limit-reached: {} connection(s) refused; \
+             log file: {} line(s) queued, {} dropped",
             crate::observe::format::stats_line(&s),
             s.udp_queued_bytes,
             s.udp_datagrams_dropped,
+            s.totals.udp_proxy_dropped,
+            s.totals.limit_reached,
             s.log_lines_queued,
             s.log_lines_dropped
         );
