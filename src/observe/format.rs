@@ -74,6 +74,10 @@ pub fn status_json(s: &Snapshot) -> Value {
                     json!({
                         "name": b.member.clone().unwrap_or_else(|| b.addr.to_string()),
                         "address": b.addr.to_string(),
+                        "host": b.addr.ip().to_string(),
+                        "port": b.addr.port(),
+                        "is_implicit": u8::from(b.expanded_from.is_some()),
+                        "dns_parent_name": b.expanded_from,
                         "healthy": b.healthy,
                         "connections_active": b.active,
                         "connections_total": b.opened,

@@ -298,6 +298,9 @@ pub struct BackendValues {
     /// Whether the pool counts it up (passive health: not down after
     /// `health_threshold` failed connects, or its recovery time has passed).
     pub healthy: bool,
+    /// The backend name it was expanded from (`dns-multi-ip-expand`);
+    /// `None` for a backend written in the file.
+    pub expanded_from: Option<String>,
     /// Connections open to it now.
     pub active: u64,
     /// Connections made to it.
@@ -546,15 +549,17 @@ impl Stats {
                     .map(|(b, (f, t))| {
                         let f = get(&b.ended_from_client).saturating_add(f);
                         let t = get(&b.ended_to_client).saturating_add(t);
-                        let (member, healthy) =
-                            match pool.as_ref().and_then(|p| p.health_of(b.addr)) {
-                                Some((name, up)) => (Some(name), up),
-                                None => (None, true),
-                            };
+                        let health = pool.as_ref().and_then(|p| p.health_of(b.addr));
+                        let healthy = health.as_ref().is_none_or(|h| h.healthy);
+                        let (member, expanded_from) = match health {
+                            Some(h) => (Some(h.label), h.parent),
+                            None => (None, None),
+                        };
                         BackendValues {
                             addr: b.addr,
                             member,
                             healthy,
+                            expanded_from,
                             active: get(&b.active),
                             opened: get(&b.opened),
                             from_client: b.seen_from_client.fetch_max(f, Ordering::Relaxed).max(f),
