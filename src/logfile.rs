@@ -24,7 +24,6 @@ use chrono::{DateTime, Local};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::io::Write;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -117,8 +116,9 @@ pub struct RuleNames {
 pub struct LogEvent {
     /// When it happened (taken by the sender, not the writer).
     pub time: SystemTime,
-    /// The client's address (IPv4-mapped addresses already unmapped).
-    pub client: IpAddr,
+    /// The client's address (IPv4-mapped addresses already unmapped), or a
+    /// unix socket client, printed `unix-client`.
+    pub client: crate::peer::Client,
     /// Which rule.
     pub rule: Arc<RuleNames>,
     /// Bytes received from the client.
@@ -539,7 +539,7 @@ mod tests {
     fn event(ev: Event) -> LogEvent {
         LogEvent {
             time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-            client: "127.0.0.2".parse().unwrap(),
+            client: crate::peer::Client::Ip("127.0.0.2".parse().unwrap()),
             rule: Arc::new(RuleNames {
                 bind_host: "0.0.0.0".into(),
                 bind_port: 80,

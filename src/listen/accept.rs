@@ -156,12 +156,14 @@ async fn connection(
         }
     } else {
         Origin {
-            client: peer,
+            client: peer.into(),
             local: None,
         }
     };
     // From here on the client is who the header said it is, if there was one.
-    let peer = origin.client;
+    let crate::peer::Peer::Ip(peer) = origin.client else {
+        return; // Only a unix listener's clients have no address (`listen/unix.rs`).
+    };
     let ip = client_ip(peer);
     if let Err(refusal) = route.admit(ip) {
         log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);

@@ -18,13 +18,14 @@ pub(crate) mod splice;
 use crate::connect::{self, ConnectError};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
-use crate::route::{client_ip, Bytes, Route};
+use crate::peer::Peer;
+use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use async_io::Async;
 use pump::{Pools, Pump, PumpOutcome, Side};
 use std::future::Future;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -39,15 +40,28 @@ pub(crate) async fn forward(
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let peer: SocketAddr = origin.client;
-    let ip = client_ip(peer);
+    let peer: Peer = origin.client;
+    let ip = peer.client();
+    // Counted as unix when the client came through a unix socket listener.
+    let kind = match peer {
+        Peer::Ip(_) => ConnKind::Tcp,
+        Peer::Unix => ConnKind::Unix,
+    };
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
-    let live = stats.register(ConnKind::Tcp, peer);
+    let live = stats.register(kind, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
     let timeout = shared.settings.connect_timeout;
-    let (backend, backend_addr) = match connect::connect(&route.backends, route.src, timeout).await
-    {
+    let connected = match &route.unix_backend {
+        Some(unix) => crate::unix::connect(unix, timeout)
+            .await
+            .map(|s| (s, None))
+            .map_err(ConnectError::Connect),
+        None => connect::connect(&route.backends, route.src, timeout)
+            .await
+            .map(|(s, a)| (s, Some(a))),
+    };
+    let (backend, backend_addr) = match connected {
         Ok(connected) => connected,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
@@ -65,7 +79,11 @@ pub(crate) async fn forward(
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }
     };
-    live.connected(backend_addr);
+    match backend_addr {
+        Some(addr) => live.connected(addr),
+        // A unix backend has no per-address counters.
+        None => live.set_state(ConnState::Open),
+    }
     // The PROXY header goes out before the pump starts, so it precedes every
     // client byte whether the pump then splices or copies.
     if let Some(version) = route.send_proxy {
@@ -108,9 +126,13 @@ pub(crate) async fn forward(
             Some(e) => format!("{}, {e}", ev.as_str()),
             None => ev.as_str().to_string(),
         };
+        let reached = match (backend_addr, &route.unix_backend) {
+            (Some(addr), _) => format!("{addr}/tcp"),
+            (None, Some(unix)) => unix.to_string(),
+            (None, None) => String::new(),
+        };
         log::debug!(
-            "{peer} -> {}/tcp ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
-            backend_addr,
+            "{peer} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             route.names.bind_host,
             route.names.bind_port,
             route.names.connect_host,
