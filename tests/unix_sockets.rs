@@ -299,7 +299,7 @@ fn a_regular_file_or_a_live_socket_at_the_path_is_refused_and_left_alone() {
     let err = start_fails(&conf);
     assert!(
         err.contains(&format!(
-            "oi.conf:1: cannot bind unix:{}/tcp: {} exists and is not a socket",
+            "oi.conf:1: cannot bind unix:{}: {} exists and is not a socket",
             path.display(),
             path.display()
         )),

@@ -33,6 +33,17 @@ impl BindAddr {
     }
 }
 
+impl BindAddr {
+    /// How messages name a listener: `ADDR:PORT/PROTO`, or the unix socket
+    /// alone (always a stream; a `/tcp` after a path would read as part of it).
+    pub fn with_proto(&self, proto: Proto) -> String {
+        match self {
+            BindAddr::Ip(a) => format!("{a}/{proto}"),
+            BindAddr::Unix(u) => u.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for BindAddr {
     /// `1.2.3.4:80`, `[::1]:80`, `unix:/path` or `unix:@name`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

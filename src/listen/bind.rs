@@ -127,8 +127,9 @@ pub(crate) fn bind_error(file: &str, rule: &ResolvedRule, e: &io::Error) -> Stri
     // A rule from an included file names that file.
     let file = rule.rule.file.as_deref().unwrap_or(file);
     format!(
-        "{file}:{}: cannot bind {}/{}: {e}",
-        rule.rule.line, rule.bind, rule.rule.bind.proto
+        "{file}:{}: cannot bind {}: {e}",
+        rule.rule.line,
+        rule.bind.with_proto(rule.rule.bind.proto)
     )
 }
 

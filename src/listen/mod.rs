@@ -167,7 +167,8 @@ impl Listeners {
             };
             log::log!(
                 level,
-                "forwarding {addr}/{proto} -> {to} ({}:{})",
+                "forwarding {} -> {to} ({}:{})",
+                addr.with_proto(proto),
                 route.names.connect_host,
                 route.names.connect_port
             );
@@ -294,7 +295,7 @@ impl Listeners {
         for (key, running) in removed {
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
-            log::info!("stopped listening on {}/{}", key.0, key.1);
+            log::info!("stopped listening on {}", key.0.with_proto(key.1));
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
@@ -342,10 +343,9 @@ fn warn_over_limit(running: &Running, route: &Route) {
     let open = running.limits.open();
     if let Some(max) = route.maxconn.filter(|&max| open > max) {
         log::info!(
-            "{}/{}: {open} connections open, above the new maxconn {max}; \
+            "{}: {open} connections open, above the new maxconn {max}; \
              they stay open, new ones are refused until fewer than {max} remain",
-            route.bind,
-            route.bind_proto
+            route.bind.with_proto(route.bind_proto)
         );
     }
 }
