@@ -239,6 +239,47 @@ mod tests {
     }
 
     #[test]
+    fn a_backend_whose_queue_stays_full_times_out_within_the_connect_timeout() {
+        let d = dir();
+        let path = d.join("full.sock");
+        // Backlog 0: the listener queues one connection and refuses more with EAGAIN.
+        let l = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+            .expect("socket");
+        l.bind(&socket2::SockAddr::unix(&path).expect("addr"))
+            .expect("bind");
+        l.listen(0).expect("listen");
+        let addr = UnixAddr::Path(path);
+        let mut queued = Vec::new();
+        // Bounded: the queue is full after a connection or two.
+        for _ in 0..8 {
+            let fd = stream_socket().expect("socket");
+            match rustix::net::connect(&fd, &socket_addr(&addr).expect("addr")) {
+                Ok(()) => queued.push(fd),
+                Err(Errno::AGAIN) => break,
+                Err(e) => panic!("filling the queue: {e}"),
+            }
+        }
+        let limit = Duration::from_millis(200);
+        let started = Instant::now();
+        let e = smol::block_on(connect(&addr, limit))
+            .err()
+            .expect("queue full");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(
+            started.elapsed() >= limit,
+            "gave up early: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() < limit * 10,
+            "took {:?}",
+            started.elapsed()
+        );
+        drop((l, queued));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn connects_and_carries_bytes_through_the_tcp_stream_type() {
         let d = dir();
         let addr = UnixAddr::Path(d.join("b.sock"));

@@ -205,7 +205,9 @@ fn abstract_listener_forwards_and_leaves_no_file() {
     transfer_checked(s, 6, "abstract unix -> tcp");
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");
-    let refused = UnixStream::connect_addr(&addr).err().expect("closed on exit");
+    let refused = UnixStream::connect_addr(&addr)
+        .err()
+        .expect("closed on exit");
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
@@ -228,7 +230,10 @@ fn unix_ping(path: &Path) -> bool {
 fn socket_file_life_stale_file_mode_reload_and_exit() {
     let dir = short_dir();
     let backend = tcp_backend();
-    let (kept, dropped) = (dir.path().join("kept.sock"), dir.path().join("dropped.sock"));
+    let (kept, dropped) = (
+        dir.path().join("kept.sock"),
+        dir.path().join("dropped.sock"),
+    );
     // A stale file: a socket left behind by a process that is gone.
     drop(UnixListener::bind(&kept).expect("stale socket"));
     assert!(is_socket(&kept));
@@ -240,7 +245,10 @@ fn socket_file_life_stale_file_mode_reload_and_exit() {
     );
     write_atomic(&conf, &both);
     let oi = OiProcess::start(dir.path(), &conf, &[]);
-    assert!(unix_ping(&kept), "the stale file was replaced by a live socket");
+    assert!(
+        unix_ping(&kept),
+        "the stale file was replaced by a live socket"
+    );
     assert!(unix_ping(&dropped));
     let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o7777;
     assert_eq!(mode(&kept), 0o640);
@@ -248,10 +256,24 @@ fn socket_file_life_stale_file_mode_reload_and_exit() {
     let inode = std::fs::metadata(&kept).expect("meta").ino();
 
     // A reload without the second rule removes its file; the first keeps its socket.
-    write_atomic(&conf, &both.lines().next().map(|l| format!("{l}\n")).unwrap_or_default());
+    write_atomic(
+        &conf,
+        &both
+            .lines()
+            .next()
+            .map(|l| format!("{l}\n"))
+            .unwrap_or_default(),
+    );
     oi.reload();
-    assert!(!dropped.exists(), "a reload that drops the rule removes its file");
-    assert_eq!(std::fs::metadata(&kept).expect("meta").ino(), inode, "same socket");
+    assert!(
+        !dropped.exists(),
+        "a reload that drops the rule removes its file"
+    );
+    assert_eq!(
+        std::fs::metadata(&kept).expect("meta").ino(),
+        inode,
+        "same socket"
+    );
     assert!(unix_ping(&kept), "the kept listener still serves");
 
     let (status, err) = oi.stop();
@@ -350,7 +372,10 @@ fn unix_clients_in_the_log_the_status_file_and_the_proxy_header() {
     let oi = OiProcess::start(dir.path(), &conf, &[]);
     let mut a = unix_client(&v1);
     a.write_all(b"0123456789").expect("write");
-    assert_eq!(got.recv_timeout(PATIENCE).expect("v1 header"), b"PROXY UNKNOWN\r\n0");
+    assert_eq!(
+        got.recv_timeout(PATIENCE).expect("v1 header"),
+        b"PROXY UNKNOWN\r\n0"
+    );
     let mut b = unix_client(&v2);
     b.write_all(b"x").expect("write");
     let v2_local = [
@@ -365,7 +390,10 @@ fn unix_clients_in_the_log_the_status_file_and_the_proxy_header() {
     assert!(text.contains("\"active_tcp\":0"), "{text}");
     drop((a, b));
     let lines = wait_lines(&log, 2);
-    let want = format!("\tunix-client\tunix:{}\t0\t127.0.0.1\t{backend}\t", v1.display());
+    let want = format!(
+        "\tunix-client\tunix:{}\t0\t127.0.0.1\t{backend}\t",
+        v1.display()
+    );
     assert!(lines.iter().any(|l| l.contains(&want)), "{lines:?}");
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");
