@@ -261,9 +261,7 @@ mod tests {
         }
         let limit = Duration::from_millis(200);
         let started = Instant::now();
-        let e = smol::block_on(connect(&addr, limit))
-            .err()
-            .expect("queue full");
+        let e = smol::block_on(connect(&addr, limit)).expect_err("queue full");
         assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
         assert!(
             started.elapsed() >= limit,
@@ -295,9 +293,7 @@ mod tests {
         smol::block_on(futures_lite::AsyncReadExt::read_exact(&mut stream, &mut b)).expect("read");
         assert_eq!(&b, b"yo");
         let missing = UnixAddr::Path(d.join("none.sock"));
-        let e = smol::block_on(connect(&missing, Duration::from_secs(5)))
-            .err()
-            .expect("no socket");
+        let e = smol::block_on(connect(&missing, Duration::from_secs(5))).expect_err("no socket");
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -205,9 +205,7 @@ fn abstract_listener_forwards_and_leaves_no_file() {
     transfer_checked(s, 6, "abstract unix -> tcp");
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");
-    let refused = UnixStream::connect_addr(&addr)
-        .err()
-        .expect("closed on exit");
+    let refused = UnixStream::connect_addr(&addr).expect_err("closed on exit");
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
