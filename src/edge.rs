@@ -5,7 +5,6 @@
 //! between connect and the pump. The protocol itself is [`crate::proxy`].
 
 use crate::logfile::Event;
-use crate::peer::Peer;
 use crate::proxy::{self, Header, Parsed, ProxyVersion, Transport, HEADER_MAX};
 use crate::route::{client_ip, Route};
 use async_io::{Async, Timer};
@@ -22,9 +21,8 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Who a connection really is, after any PROXY header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Origin {
-    /// The client: the accepted peer, or the source a header carried; a
-    /// unix socket client has no address.
-    pub(crate) client: Peer,
+    /// The client: the accepted peer, or the source a header carried.
+    pub(crate) client: SocketAddr,
     /// The address the client connected to, when a header carried it (else
     /// the accepted socket's local address, looked up only if needed).
     pub(crate) local: Option<SocketAddr>,
@@ -68,12 +66,12 @@ pub(crate) async fn accept_header(
             destination,
             ..
         }) => Ok(Origin {
-            client: Peer::Ip(source),
+            client: source,
             local: Some(destination),
         }),
         // LOCAL, UNKNOWN, AF_UNSPEC, AF_UNIX: the real endpoints stand.
         Ok(Header::Local) => Ok(Origin {
-            client: Peer::Ip(peer),
+            client: peer,
             local: None,
         }),
         Err(reason) => Err(Refused {
@@ -134,35 +132,39 @@ async fn consume(client: &Async<TcpStream>, into: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes the PROXY header of `version` for a unix socket client, which has
+/// no address to carry: version 1 `PROXY UNKNOWN`, version 2 a `LOCAL`
+/// header (the backend uses the connection's own addresses). The client
+/// socket is not asked for anything (it is a unix socket: see `crate::unix`).
+pub(crate) async fn send_header_without_address(
+    backend: &Async<TcpStream>,
+    version: ProxyVersion,
+) -> io::Result<()> {
+    let header = match version {
+        ProxyVersion::V1 => proxy::encode_v1_unknown(),
+        ProxyVersion::V2 => proxy::encode_v2_local(),
+    };
+    let mut backend = backend;
+    backend.write_all(header.as_bytes()).await?;
+    backend.flush().await
+}
+
 /// Writes the PROXY header of `version` for `origin` to a just-connected
 /// backend, before any client byte. `client` is the accepted socket, asked
 /// for its local address when no header carried one. `write_all` on the
 /// async socket waits on a full buffer and resumes a short write, though a
 /// fresh connection's empty send buffer always takes the whole header.
-///
-/// A unix socket client has no address to carry: version 1 sends
-/// `PROXY UNKNOWN`, version 2 a `LOCAL` header (the backend uses the
-/// connection's own addresses), and `client` is not asked for its address
-/// (it is a unix socket: see `crate::unix`).
 pub(crate) async fn send_header(
     client: &Async<TcpStream>,
     backend: &Async<TcpStream>,
     version: ProxyVersion,
     origin: Origin,
 ) -> io::Result<()> {
-    let header = match origin.client {
-        Peer::Unix => match version {
-            ProxyVersion::V1 => proxy::encode_v1_unknown(),
-            ProxyVersion::V2 => proxy::encode_v2_local(),
-        },
-        Peer::Ip(source) => {
-            let local = match origin.local {
-                Some(local) => local,
-                None => client.get_ref().local_addr()?,
-            };
-            proxy::encode(version, Transport::Stream, source, local)
-        }
+    let local = match origin.local {
+        Some(local) => local,
+        None => client.get_ref().local_addr()?,
     };
+    let header = proxy::encode(version, Transport::Stream, origin.client, local);
     let mut backend = backend;
     backend.write_all(header.as_bytes()).await?;
     backend.flush().await

@@ -47,6 +47,16 @@ pub(crate) fn unmapped(peer: SocketAddr) -> IpAddr {
     }
 }
 
+impl Client {
+    /// The IP address, unless the client is a unix socket client.
+    pub fn ip(self) -> Option<IpAddr> {
+        match self {
+            Client::Ip(ip) => Some(ip),
+            Client::Unix => None,
+        }
+    }
+}
+
 impl From<SocketAddr> for Peer {
     fn from(a: SocketAddr) -> Self {
         Peer::Ip(a)

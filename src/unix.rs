@@ -18,9 +18,9 @@
 //!   TCP sockets inherit both from their listener (`listen::bind`) or get
 //!   them in `connect::new_socket`. Unix sockets come only from here.
 //! - `peer_addr`: only in `connect.rs`, on sockets it created for TCP.
-//! - `local_addr`: only in `edge::send_header`, on the client socket when
-//!   the client is an IP client (`Peer::Ip`); a unix client takes the
-//!   address-less header before that call (`edge.rs`).
+//! - `local_addr`: only in `edge::send_header`, on the client socket of an
+//!   IP client; `tcp::forward` has no `Origin` for a unix client and sends
+//!   it `edge::send_header_without_address` instead.
 //! - `accept-proxy` (reading a header, trusting by IP) is not offered to
 //!   unix clients (`listen/unix.rs` skips it; the parsers warn).
 //! - `take_error`: `SO_ERROR` exists on every socket.

@@ -156,14 +156,12 @@ async fn connection(
         }
     } else {
         Origin {
-            client: peer.into(),
+            client: peer,
             local: None,
         }
     };
     // From here on the client is who the header said it is, if there was one.
-    let crate::peer::Peer::Ip(peer) = origin.client else {
-        return; // Only a unix listener's clients have no address (`listen/unix.rs`).
-    };
+    let peer = origin.client;
     let ip = client_ip(peer);
     if let Err(refusal) = route.admit(ip) {
         log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
@@ -181,7 +179,7 @@ async fn connection(
             .log(route.event(ip, Event::LimitReached, Bytes::NONE));
     }
     match route.backend_proto {
-        Proto::Tcp => crate::tcp::forward(client, origin, route, shared, stats).await,
+        Proto::Tcp => crate::tcp::forward(client, Some(origin), route, shared, stats).await,
         Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared, stats).await,
     }
 }

@@ -5,10 +5,9 @@
 //! `--check` say so); the socket file's mode is the access control.
 
 use crate::config::Proto;
-use crate::edge::Origin;
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
-use crate::peer::{Client, Peer};
+use crate::peer::Client;
 use crate::route::{Bytes, Route};
 use crate::runtime::{Placed, Threads};
 use crate::shared::Shared;
@@ -128,12 +127,9 @@ async fn connection(
     // The guards drop after the client socket (see `accept::connection`).
     let _guards = guards;
     let client = client;
-    let origin = Origin {
-        client: Peer::Unix,
-        local: None,
-    };
     match route.backend_proto {
-        Proto::Tcp => crate::tcp::forward(client, origin, route, shared, stats).await,
+        // No origin: a unix client has no address.
+        Proto::Tcp => crate::tcp::forward(client, None, route, shared, stats).await,
         // The parsers refuse a unix listener with a UDP backend.
         Proto::Udp => log::error!(
             "{}: a unix socket listener cannot forward to UDP",

@@ -32,15 +32,16 @@ use std::task::{Context, Poll};
 
 /// Forwards one admitted client to the rule's backend, from the `opened`
 /// log line to the `done-*` one. `origin` is who the client is (the peer, or
-/// what a PROXY header said) and what a PROXY header sent on says.
+/// what a PROXY header said) and what a PROXY header sent on says; `None`
+/// for a client of a unix socket listener, which has no address.
 pub(crate) async fn forward(
     client: Async<TcpStream>,
-    origin: Origin,
+    origin: Option<Origin>,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let peer: Peer = origin.client;
+    let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
     let ip = peer.client();
     // Counted as unix when the client came through a unix socket listener.
     let kind = match peer {
@@ -87,7 +88,11 @@ pub(crate) async fn forward(
     // The PROXY header goes out before the pump starts, so it precedes every
     // client byte whether the pump then splices or copies.
     if let Some(version) = route.send_proxy {
-        if let Err(e) = edge::send_header(&client, &backend, version, origin).await {
+        let sent = match origin {
+            Some(origin) => edge::send_header(&client, &backend, version, origin).await,
+            None => edge::send_header_without_address(&backend, version).await,
+        };
+        if let Err(e) = sent {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
             return shared
                 .log
