@@ -62,9 +62,9 @@ pub struct Cli {
     #[arg(long, value_name = "N", value_parser = parse_threads)]
     pub threads: Option<NonZeroUsize>,
 
-    /// Size of each copy buffer in bytes (1024 to 16777216).
-    #[arg(long, value_name = "BYTES", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
-    pub buffer_size: u32,
+    /// Size of each copy buffer in bytes (1024 to 16777216; default: the configuration's `buffersize`, else 65536).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
+    pub buffer_size: Option<u32>,
 
     /// How long to wait for a backend to accept a connection (more than 0, at most 365 days).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
@@ -180,6 +180,8 @@ pub struct RunOptions {
     pub observe: ObserveSettings,
     /// Which watching settings the command line gave, so the configuration's fill only the rest.
     pub observe_given: ObserveGiven,
+    /// Whether `--buffer-size` was given (it wins over the configuration's `buffersize`).
+    pub buffer_size_given: bool,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
 }
@@ -197,6 +199,19 @@ pub struct ObserveGiven {
 }
 
 impl RunOptions {
+    /// The engine settings: the command line's, with the configuration's
+    /// `buffersize` when `--buffer-size` was not given. Read at start only:
+    /// the buffer pools are sized once, so a reload does not change it.
+    pub fn settings_with(&self, globals: &crate::config::Globals) -> Settings {
+        let mut s = self.settings.clone();
+        if !self.buffer_size_given {
+            if let Some(b) = globals.buffer_size {
+                s.buffer_size = b;
+            }
+        }
+        s
+    }
+
     /// The watching settings: the command line's, then the configuration's
     /// `statusfile`, `statusinterval`, `statusformat`, `statsloginterval`,
     /// `metrics` and `controlsocket` for what it left out, then the defaults.
@@ -247,7 +262,9 @@ impl RunOptions {
             program: if as_rinetd { "rinetd" } else { "oi" },
             threads,
             settings: Settings {
-                buffer_size: cli.buffer_size as usize,
+                buffer_size: cli
+                    .buffer_size
+                    .map_or(Settings::default().buffer_size, |b| b as usize),
                 connect_timeout: cli.connect_timeout,
                 half_close_idle: cli.half_close_timeout,
                 splice: cli.splice,
@@ -264,6 +281,7 @@ impl RunOptions {
                     control_socket: cli.socket.clone(),
                 }
             },
+            buffer_size_given: cli.buffer_size.is_some(),
             observe_given: ObserveGiven {
                 status_interval: cli.status_interval.is_some(),
                 status_format: cli.status_format.is_some(),
@@ -367,6 +385,19 @@ mod tests {
                 e.to_string()
             }
         }
+    }
+
+    #[test]
+    fn buffersize_in_the_configuration_applies_unless_the_flag_is_given() {
+        let globals = crate::config::Globals {
+            buffer_size: Some(8192),
+            ..Default::default()
+        };
+        let o = parse(&[]).expect("defaults");
+        assert_eq!(o.settings_with(&globals).buffer_size, 8192);
+        assert_eq!(o.settings_with(&Default::default()).buffer_size, 65536);
+        let o = parse(&["--buffer-size", "4096"]).expect("flag");
+        assert_eq!(o.settings_with(&globals).buffer_size, 4096, "the flag wins");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Outgoing TCP connections to a rule's backend.
 
+use crate::backends::{BackendPool, Lease};
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -25,6 +26,59 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
+/// A connection to one of a pool's members.
+pub(crate) struct Connected {
+    /// The stream to the backend.
+    pub(crate) stream: Async<TcpStream>,
+    /// The address that answered (no getpeername needed to learn it).
+    pub(crate) addr: SocketAddr,
+    /// The member, counted as in use until the connection drops this.
+    pub(crate) lease: Lease,
+}
+
+/// Connects `client`'s connection to a member of `pool`: the one the pool
+/// chooses, then, if that fails, each other eligible member in turn, so one
+/// dead backend never costs a client its connection. Every failed member is
+/// reported to the pool (its health) and to `failed` (the counters). Each
+/// address gets `timeout`; `keepalive` sets SO_KEEPALIVE.
+pub(crate) async fn through_pool(
+    pool: &BackendPool,
+    client: IpAddr,
+    timeout: Duration,
+    keepalive: bool,
+    mut failed: impl FnMut(&io::Error),
+) -> Result<Connected, ConnectError> {
+    let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
+    for lease in pool.attempts(client) {
+        let member = lease.member();
+        let addrs = member.addrs();
+        match connect(&addrs, member.src(), timeout, keepalive).await {
+            Ok((stream, addr)) => {
+                pool.succeeded(member);
+                return Ok(Connected {
+                    stream,
+                    addr,
+                    lease,
+                });
+            }
+            // Not the backend's fault: no other member would fare better.
+            Err(ConnectError::LocalSocket(e)) => return Err(ConnectError::LocalSocket(e)),
+            Err(ConnectError::Connect(e)) => {
+                pool.failed(member);
+                failed(&e);
+                if pool.members().len() > 1 {
+                    log::debug!(
+                        "{client}: backend {} failed ({e}), trying the next",
+                        member.label()
+                    );
+                }
+                last = e;
+            }
+        }
+    }
+    Err(ConnectError::Connect(last))
+}
+
 /// Connects to the first of `addrs` that answers within `timeout` each,
 /// from `src` if given (addresses of the other family are skipped). Returns
 /// the stream and the address that answered (no getpeername needed to learn it).
@@ -32,6 +86,7 @@ pub(crate) async fn connect(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
+    keepalive: bool,
 ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
     for &addr in addrs {
@@ -40,7 +95,7 @@ pub(crate) async fn connect(
                 continue;
             }
         }
-        let socket = new_socket(addr, src).map_err(ConnectError::LocalSocket)?;
+        let socket = new_socket(addr, src, keepalive).map_err(ConnectError::LocalSocket)?;
         let outcome = match start_connect(socket, addr) {
             Ok(Started::Connected(stream)) => Ok(stream),
             // Only a connect still in flight gets a timer: inserting one into
@@ -67,15 +122,17 @@ pub(crate) async fn connect(
 }
 
 /// A non-blocking socket for `addr`'s family, bound to `src` when given.
-fn new_socket(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
+fn new_socket(addr: SocketAddr, src: Option<IpAddr>, keepalive: bool) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
     let socket = Socket::new(Domain::for_address(addr), kind, None)?;
     // Every forwarded socket: no Nagle delay (small messages go out at once),
-    // keepalive on (dead peers are noticed). Accepted sockets get both from
-    // their listener.
+    // keepalive on (dead peers are noticed) unless the rule says
+    // `keepalive=off`. Accepted sockets get both from their listener.
     socket.set_tcp_nodelay(true)?;
-    socket.set_keepalive(true)?;
+    if keepalive {
+        socket.set_keepalive(true)?;
+    }
     if let Some(ip) = src {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
@@ -137,10 +194,24 @@ mod tests {
     fn connects_to_a_listening_backend() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
-        let stream = smol::block_on(connect(&[addr], None, TIMEOUT)).expect("connect");
+        let stream = smol::block_on(connect(&[addr], None, TIMEOUT, true)).expect("connect");
         let (stream, reached) = stream;
         assert_eq!(reached, addr);
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), addr);
+    }
+
+    #[test]
+    fn keepalive_is_set_unless_the_rule_turns_it_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
+        for want in [true, false] {
+            let (stream, _) =
+                smol::block_on(connect(&[addr], None, TIMEOUT, want)).expect("connect");
+            let got = socket2::SockRef::from(stream.get_ref())
+                .keepalive()
+                .expect("getsockopt");
+            assert_eq!(got, want);
+        }
     }
 
     #[test]
@@ -149,7 +220,7 @@ mod tests {
         let closed = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("bind");
-        match smol::block_on(connect(&[closed], None, TIMEOUT)) {
+        match smol::block_on(connect(&[closed], None, TIMEOUT, true)) {
             Err(ConnectError::Connect(e)) => {
                 assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}")
             }
@@ -158,7 +229,8 @@ mod tests {
         }
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let open = listener.local_addr().expect("local_addr");
-        let stream = smol::block_on(connect(&[closed, open], None, TIMEOUT)).expect("fallback");
+        let stream =
+            smol::block_on(connect(&[closed, open], None, TIMEOUT, true)).expect("fallback");
         let (stream, reached) = stream;
         assert_eq!(reached, open, "the address that answered is reported");
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), open);

@@ -3,6 +3,10 @@
 //! accept path before the ACL check, and the header oi writes to a backend
 //! before the first client byte (`proxy=v1|v2`), written by `tcp::forward`
 //! between connect and the pump. The protocol itself is [`crate::proxy`].
+//!
+//! `accept-proxy` on a `/udp` listener (an oi extension) is the datagram
+//! form: every datagram from a trusted source starts with a version 2 header,
+//! which [`accept_datagram_header`] checks and strips.
 
 use crate::logfile::Event;
 use crate::proxy::{self, Header, Parsed, ProxyVersion, Transport, HEADER_MAX};
@@ -147,6 +151,82 @@ pub(crate) async fn send_header_without_address(
     let mut backend = backend;
     backend.write_all(header.as_bytes()).await?;
     backend.flush().await
+}
+
+/// Why a datagram on an `accept-proxy` `/udp` listener was dropped. Each
+/// variant is a fixed reason or a copy of the decoder's verdict, so refusing
+/// a flood allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DatagramRefused {
+    /// The real peer matches no `trust-proxy` pattern.
+    Untrusted,
+    /// The datagram ends before its header does (or is empty).
+    Truncated,
+    /// A version 1 header: it has no way to describe UDP.
+    Version1,
+    /// A version 2 header describing a stream (TCP), not a datagram.
+    Stream,
+    /// Not a header at all, or a malformed one.
+    Invalid(proxy::Invalid),
+}
+
+impl std::fmt::Display for DatagramRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatagramRefused::Untrusted => f.write_str("the source matches no trust-proxy pattern"),
+            DatagramRefused::Truncated => f.write_str("the datagram ends inside its PROXY header"),
+            DatagramRefused::Version1 => f.write_str("a PROXY v1 header (UDP needs v2)"),
+            DatagramRefused::Stream => {
+                f.write_str("a PROXY v2 header for a stream, not a datagram")
+            }
+            DatagramRefused::Invalid(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Checks the PROXY header every datagram must start with on an
+/// `accept-proxy` `/udp` listener, and returns who it speaks for and the
+/// payload after it. Accepted: a version 2 `PROXY` header over UDP (`DGRAM`,
+/// IPv4 or IPv6), whose addresses become the origin; and a version 2 `LOCAL`
+/// header (or `AF_UNSPEC`, `AF_UNIX`), with which the real peer stands, as
+/// the specification says. A datagram is whole, so a header that has not
+/// ended where the datagram does is refused, never waited for. Looks at the
+/// datagram in place: nothing is copied or allocated.
+pub(crate) fn accept_datagram_header<'a>(
+    datagram: &'a [u8],
+    peer: SocketAddr,
+    route: &Route,
+) -> Result<(Origin, &'a [u8]), DatagramRefused> {
+    if !route.trusts_proxy(client_ip(peer)) {
+        return Err(DatagramRefused::Untrusted);
+    }
+    let (header, length) = match proxy::parse(datagram) {
+        Parsed::Complete {
+            version: ProxyVersion::V1,
+            ..
+        } => return Err(DatagramRefused::Version1),
+        Parsed::Complete { header, length, .. } => (header, length),
+        Parsed::Incomplete => return Err(DatagramRefused::Truncated),
+        Parsed::Invalid(why) => return Err(DatagramRefused::Invalid(why)),
+    };
+    let origin = match header {
+        Header::Proxied {
+            source,
+            destination,
+            transport: Transport::Datagram,
+        } => Origin {
+            client: source,
+            local: Some(destination),
+        },
+        Header::Proxied { .. } => return Err(DatagramRefused::Stream),
+        Header::Local => Origin {
+            client: peer,
+            local: None,
+        },
+    };
+    // `length` is at most the bytes the decoder saw: `get` only for form's sake.
+    let payload = datagram.get(length..).ok_or(DatagramRefused::Truncated)?;
+    Ok((origin, payload))
 }
 
 /// Writes the PROXY header of `version` for `origin` to a just-connected

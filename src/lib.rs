@@ -14,6 +14,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod acl;
+mod backends;
 mod bounds;
 mod buffers;
 pub mod check;

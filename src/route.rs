@@ -6,9 +6,13 @@
 //! line still names its own rule.
 
 use crate::acl::{self, Verdict};
-use crate::config::{AclRules, BindAddr, Pattern, Proto, ResolvedRule, RuleOptions, UnixAddr};
+use crate::backends::BackendPool;
+use crate::config::{
+    AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, UnixAddr,
+};
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::proxy::ProxyVersion;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,15 +23,14 @@ pub struct Route {
     pub(crate) bind: BindAddr,
     /// The listening side's protocol.
     pub(crate) bind_proto: Proto,
-    /// Backend addresses, tried in order until one answers.
-    pub(crate) backends: Vec<SocketAddr>,
-    /// The backend when it is a unix socket (then `backends` is empty): the
-    /// parsers allow a unix backend only as a rule's one backend.
+    /// The rule's backends, and how a connection chooses among them.
+    pub(crate) pool: Arc<BackendPool>,
+    /// The backend when it is a unix socket: the parsers allow a unix
+    /// backend only as a rule's one backend, so there is nothing to choose
+    /// and the pool (one member, no addresses) is not asked.
     pub(crate) unix_backend: Option<UnixAddr>,
     /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
     pub(crate) backend_proto: Proto,
-    /// Local address to bind before connecting to the backend (`[src=ADDR]`).
-    pub(crate) src: Option<IpAddr>,
     /// The rule's bracketed options (timeout, splice, maxassoc).
     pub(crate) options: RuleOptions,
     /// allow/deny lines that belong to this rule.
@@ -36,8 +39,9 @@ pub struct Route {
     pub(crate) global_acl: Arc<AclRules>,
     /// The rule's names as the log file prints them.
     pub(crate) names: Arc<RuleNames>,
-    /// How long to wait for a backend to accept (`connect-timeout`); `None`
-    /// leaves it to the kernel.
+    /// How long to wait for a backend to accept (`connect-timeout`):
+    /// `None` = not configured (`--connect-timeout` decides), zero = as long
+    /// as the kernel tries.
     connect_timeout: Option<Duration>,
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` clears it).
     keepalive: bool,
@@ -46,10 +50,11 @@ pub struct Route {
     /// Cap on live UDP associations (`maxassoc`, else `max-udp-connections`, else the default).
     max_assoc: usize,
     /// Write a PROXY header of this version to the backend before any client
-    /// byte (`proxy=v1|v2`); UDP associations always write version 2.
+    /// byte (`proxy=v1|v2`); towards UDP, and on UDP associations, always version 2.
     pub(crate) send_proxy: Option<ProxyVersion>,
     /// Read a PROXY header from each client before anything else
-    /// (`accept-proxy`, TCP listeners); the address it carries is the client's.
+    /// (`accept-proxy`; on `/udp` listeners, from each datagram); the address
+    /// it carries is the client's.
     pub(crate) accept_proxy: bool,
     /// Sources allowed to send that header: the global `trust-proxy`
     /// patterns followed by the rule's. Empty trusts no one.
@@ -66,7 +71,8 @@ pub struct Route {
 impl Route {
     /// The route for `rule` under `global_acl`.
     pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
-        let connect_timeout = rule.connect_timeout();
+        let connect_timeout = rule.connect_timeout_setting();
+        let pool = Arc::new(BackendPool::new(&rule));
         let keepalive = rule.keepalive();
         let udp_timeout = rule.udp_timeout();
         let max_assoc = rule.max_assoc();
@@ -96,10 +102,9 @@ impl Route {
         Route {
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
-            backends: rule.connect,
+            pool,
             unix_backend,
             backend_proto: rule.rule.connect.proto,
-            src: rule.src,
             options: rule.rule.options,
             acl: rule.rule.acl,
             global_acl,
@@ -115,6 +120,26 @@ impl Route {
             maxconn,
             maxconn_per_client,
         }
+    }
+
+    /// The routes of every rule of `cfg`, in order. The `bind:` entries of
+    /// one YAML rule (rules with one name) share one pool, as in rinetd-uv:
+    /// one backend's health, load and affinity, whichever address the
+    /// client came in on.
+    pub fn all(cfg: &ResolvedConfig) -> Vec<Route> {
+        let global = Arc::new(cfg.config.global_acl.clone());
+        let mut by_name: HashMap<&str, Arc<BackendPool>> = HashMap::new();
+        cfg.rules
+            .iter()
+            .map(|r| {
+                let mut route = Route::new(r.clone(), global.clone());
+                if let Some(name) = &r.rule.name {
+                    let pool = by_name.entry(name).or_insert_with(|| route.pool.clone());
+                    route.pool = pool.clone();
+                }
+                route
+            })
+            .collect()
     }
 
     /// This route, writing a PROXY header of `version` to its backends
@@ -171,11 +196,21 @@ impl Route {
         }
     }
 
-    /// How long to wait for a backend to accept: the rule's `connect-timeout`,
-    /// else the global one; `None` (also for 0) leaves it to the kernel.
-    /// For `tcp::forward` and UDP→TCP associations to honour.
-    pub fn connect_timeout(&self) -> Option<Duration> {
-        self.connect_timeout
+    /// How long to wait for each backend address to accept: the rule's
+    /// `connect-timeout`, else the global one, else `default`
+    /// (`--connect-timeout`). Zero means as long as the kernel tries, which
+    /// is bounded here by a day so no deadline can overflow.
+    pub fn connect_timeout(&self, default: Duration) -> Duration {
+        match self.connect_timeout {
+            None => default,
+            Some(t) if t.is_zero() => Duration::from_secs(crate::config::MAX_CONNECT_TIMEOUT_SECS),
+            Some(t) => t,
+        }
+    }
+
+    /// Every backend address the rule has now, in order (for messages and counters).
+    pub(crate) fn backend_addrs(&self) -> Vec<SocketAddr> {
+        self.pool.addrs()
     }
 
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (on unless `[keepalive=off]`).

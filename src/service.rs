@@ -106,7 +106,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let shared = Shared::new(opts.settings.clone(), log);
+    let shared = Shared::new(opts.settings_with(&cfg.config.globals), log);
     // After the fork (it starts a thread); dropped, removing the control
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
@@ -199,12 +199,7 @@ fn log_format(cfg: &ResolvedConfig) -> Format {
 
 /// Pairs bound sockets with their rules' routes.
 fn routes(cfg: &ResolvedConfig, sockets: Vec<BoundSocket>) -> Vec<(BoundSocket, Route)> {
-    let global = Arc::new(cfg.config.global_acl.clone());
-    sockets
-        .into_iter()
-        .zip(cfg.rules.iter())
-        .map(|(s, r)| (s, Route::new(r.clone(), global.clone())))
-        .collect()
+    sockets.into_iter().zip(Route::all(cfg)).collect()
 }
 
 /// What the signal loop needs while the server runs.

@@ -1,6 +1,7 @@
 //! What every listener and connection of one server shares: the settings from
 //! the command line, the buffer and pipe pools, and the connection log.
 
+use crate::backends::Refresher;
 use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
 use crate::config::SpliceMode;
@@ -8,6 +9,7 @@ use crate::limits::GlobalLimit;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
 use crate::stats::{Pools, Snapshot, Stats};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +80,12 @@ pub struct Shared {
     udp_dropped: AtomicU64,
     /// Rate limit of the warning about dropped datagrams.
     udp_drop_warning: Every,
+    /// Datagrams an `accept-proxy` `/udp` listener dropped (untrusted
+    /// source, missing or malformed header): for tests and the warning.
+    udp_proxy_dropped: AtomicU64,
+    /// Rate limit of that warning: a flood of bad datagrams prints one line
+    /// a minute, not one each.
+    udp_proxy_warning: Every,
     /// The most associations one `/udp` listener may hold, whatever its
     /// `maxassoc` says: its share of the descriptor limit, set by the
     /// listener set (`listen::udp_assoc_share`) when the UDP listeners change.
@@ -85,6 +93,8 @@ pub struct Shared {
     /// The global `maxconn`: the process's open TCP connections, their
     /// limit, and the refusals by any limit (`crate::limits`).
     pub(crate) limits: GlobalLimit,
+    /// Looks backend names up again, on a thread of its own (`dns-refresh`).
+    pub(crate) dns: Refresher,
 }
 
 impl Shared {
@@ -108,8 +118,11 @@ impl Shared {
             udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
+            udp_proxy_dropped: AtomicU64::new(0),
+            udp_proxy_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
+            dns: Refresher::default(),
         })
     }
 
@@ -171,6 +184,32 @@ impl Shared {
     /// `maxconn-per-client`) since start.
     pub fn connections_refused_by_limits(&self) -> u64 {
         self.limits.refused()
+    }
+
+    /// Datagrams `accept-proxy` `/udp` listeners have dropped so far for
+    /// want of a valid PROXY header from a trusted source.
+    pub fn udp_proxy_datagrams_dropped(&self) -> u64 {
+        self.udp_proxy_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Counts one datagram an `accept-proxy` `/udp` listener dropped,
+    /// warning at most once a minute. `why` is formatted only then.
+    pub(crate) fn udp_proxy_datagram_dropped(
+        &self,
+        listener: &dyn std::fmt::Display,
+        peer: SocketAddr,
+        why: &dyn std::fmt::Display,
+    ) {
+        let n = self
+            .udp_proxy_dropped
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if self.udp_proxy_warning.ready() {
+            log::warn!(
+                "{listener}/udp: dropping a datagram from {peer}: {why} ({n} dropped so far \
+                 for want of a trusted PROXY header); next warning in a minute at the earliest"
+            );
+        }
     }
 
     /// Counts one dropped client datagram, warning at most once a minute.

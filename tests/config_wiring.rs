@@ -50,6 +50,23 @@ fn the_new_lines_and_options_parse_and_print_back() {
             .to_string();
         assert!(e.contains(why), "{bad}: {e}");
     }
+    // Version 1 has no datagram form: on a rule whose backend is UDP it is
+    // refused with the line (UDP→UDP and TCP→UDP alike), v2 is accepted.
+    let e = oxidinetd::config::parse(
+        "127.0.0.1 53/udp 10.0.0.1 53/udp [proxy=v2]\n\
+         127.0.0.1 54/udp 10.0.0.1 53/udp [proxy=v1]\n\
+         127.0.0.1 55 10.0.0.1 53/udp [proxy=v1]\n\
+         127.0.0.1 56/udp 10.0.0.1 53 [proxy=v1]\n",
+    )
+    .expect_err("v1 towards UDP")
+    .to_string();
+    assert_eq!(
+        e.lines().collect::<Vec<_>>(),
+        [
+            "config:2: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp: '127.0.0.1 54/udp 10.0.0.1 53/udp [proxy=v1]'",
+            "config:3: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp: '127.0.0.1 55 10.0.0.1 53/udp [proxy=v1]'",
+        ]
+    );
     let e = oxidinetd::config::parse("metrics localhost\n")
         .expect_err("no port")
         .to_string();
@@ -170,6 +187,40 @@ fn a_rule_s_maxconn_count_survives_a_sighup_reload_that_keeps_the_rule() {
         let mut s = connect(local(port));
         echo(&mut s)
     });
+    let (status, _) = oi.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn a_yaml_rule_with_proxy_v2_sends_the_header_through_the_binary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.yaml");
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let backend = l.local_addr().expect("addr");
+    let port = free_port();
+    write_atomic(
+        &conf,
+        &format!(
+            "global:\n  maxconn: 10\nrules:\n  - name: web\n    bind: 127.0.0.1:{port}\n    connect: 127.0.0.1:{}\n    proxy: v2\n    maxconn: 5\n",
+            backend.port()
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let mut c = connect(local(port));
+    c.write_all(b"payload").expect("write");
+    let (mut b, _) = l.accept().expect("oi connects to the backend");
+    b.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    // 16 fixed bytes and 12 of addresses: proxy-protocol.txt 2.2, TCP over IPv4.
+    let mut got = [0u8; 28 + 7];
+    b.read_exact(&mut got).expect("header and payload");
+    let client_port = c.local_addr().expect("addr").port();
+    let mut want = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    want.extend_from_slice(&[0x21, 0x11, 0x00, 0x0c, 127, 0, 0, 1, 127, 0, 0, 1]);
+    want.extend_from_slice(&client_port.to_be_bytes());
+    want.extend_from_slice(&port.to_be_bytes());
+    want.extend_from_slice(b"payload");
+    assert_eq!(got.to_vec(), want);
+    drop((b, c));
     let (status, _) = oi.stop();
     assert!(status.success());
 }

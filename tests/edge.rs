@@ -573,3 +573,271 @@ fn udp_to_tcp_streams_start_with_one_v2_header() {
         "one stream, one header"
     );
 }
+
+/// A UDP socket on `at` (a loopback address, port 0) with a receive timeout.
+fn udp_on(at: &str) -> UdpSocket {
+    let s = UdpSocket::bind(at).expect("bind UDP socket");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s
+}
+
+/// The next datagram `s` receives, and where it came from.
+fn recv(s: &UdpSocket) -> (Vec<u8>, SocketAddr) {
+    let mut buf = vec![0u8; 65_536];
+    let (n, from) = s.recv_from(&mut buf).expect("a datagram");
+    buf.truncate(n);
+    (buf, from)
+}
+
+#[test]
+fn tcp_to_udp_with_proxy_v2_prefixes_every_datagram_v4_and_v6() {
+    for bind in ["127.0.0.1:0", "[::1]:0"] {
+        let backend = udp_on(bind);
+        let baddr = backend.local_addr().expect("addr");
+        let srv = start_edited(
+            vec![rule(loopback_for(baddr), Proto::Tcp, baddr, Proto::Udp)],
+            AclRules::default(),
+            Settings::default(),
+            LogHandle::disabled(),
+            |_, r| r.with_send_proxy(Some(ProxyVersion::V2)),
+        );
+        let mut c = connect(srv.addr());
+        let caddr = c.local_addr().expect("client addr");
+        // proxy-protocol.txt 2.2: 0x12 is UDP over IPv4, 0x22 UDP over IPv6;
+        // the destination is the address the client connected to.
+        let fam = if caddr.is_ipv4() { 0x12 } else { 0x22 };
+        let want_header = v2_by_hand(fam, caddr, srv.addr());
+        for payload in [&b"first read"[..], b"second read"] {
+            c.write_all(payload).expect("send");
+            let (d, from) = recv(&backend);
+            let (header, decoded, rest) = split_datagram(&d);
+            assert_eq!(header, want_header, "{bind}: every datagram, byte for byte");
+            assert_eq!(
+                decoded,
+                Header::Proxied {
+                    source: caddr,
+                    destination: srv.addr(),
+                    transport: Transport::Datagram
+                }
+            );
+            assert_eq!(rest, payload, "{bind}: the payload follows the header");
+            // Replies reach the client without a header.
+            backend.send_to(b"reply", from).expect("reply");
+            let mut r = [0u8; 5];
+            c.read_exact(&mut r).expect("reply on the stream");
+            assert_eq!(&r, b"reply");
+        }
+    }
+}
+
+#[test]
+fn tcp_to_udp_sends_on_the_addresses_an_accepted_header_carried() {
+    let backend = udp_on("127.0.0.1:0");
+    let baddr = backend.local_addr().expect("addr");
+    let srv = start_edited(
+        vec![rule(loopback_for(baddr), Proto::Tcp, baddr, Proto::Udp)],
+        AclRules::default(),
+        Settings::default(),
+        LogHandle::disabled(),
+        |_, r| {
+            r.with_accept_proxy(true, vec![pattern("127.0.0.1")])
+                .with_send_proxy(Some(ProxyVersion::V2))
+        },
+    );
+    let mut c = connect(srv.addr());
+    c.write_all(b"PROXY TCP4 203.0.113.7 198.51.100.1 4000 443\r\nhello")
+        .expect("send");
+    let (d, _) = recv(&backend);
+    let mut want = v2_by_hand(
+        0x12,
+        "203.0.113.7:4000".parse().expect("literal"),
+        "198.51.100.1:443".parse().expect("literal"),
+    );
+    want.extend_from_slice(b"hello");
+    assert_eq!(d, want);
+}
+
+/// A version 2 `PROXY` header over UDP (0x12, IPv4) from `src` to `dst`,
+/// followed by `payload`: one datagram as an upstream proxy sends it.
+fn proxied(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+    let mut d = v2_by_hand(
+        0x12,
+        src.parse().expect("literal"),
+        dst.parse().expect("literal"),
+    );
+    d.extend_from_slice(payload);
+    d
+}
+
+#[test]
+fn udp_accept_proxy_strips_the_header_and_the_carried_client_is_the_client() {
+    let backend = udp_on("127.0.0.1:0");
+    let baddr = backend.local_addr().expect("addr");
+    let (_dir, path, log) = tab_log();
+    let global = AclRules {
+        allow: vec![],
+        deny: vec![pattern("203.0.113.66")],
+        trust_proxy: vec![],
+    };
+    let srv = start_edited(
+        vec![udp_rule(baddr, Proto::Udp)],
+        global,
+        Settings::default(),
+        log,
+        |_, r| r.with_accept_proxy(true, vec![pattern("127.0.0.1")]),
+    );
+    let proxy = udp_on("127.0.0.1:0");
+    let dst = "198.51.100.1:53";
+
+    // A trusted source with a valid header: the backend sees the payload only.
+    proxy
+        .send_to(&proxied("203.0.113.7:4000", dst, b"query"), srv.addr())
+        .expect("send");
+    let (d, assoc) = recv(&backend);
+    assert_eq!(d, b"query", "the header is stripped");
+    // The reply goes back to the real peer, as the backend sent it.
+    backend.send_to(b"answer", assoc).expect("reply");
+    let (r, from) = recv(&proxy);
+    assert_eq!((r.as_slice(), from), (&b"answer"[..], srv.addr()));
+    // The same association carries the next datagram, header stripped again.
+    proxy
+        .send_to(&proxied("203.0.113.7:4000", dst, b"again"), srv.addr())
+        .expect("send");
+    assert_eq!(recv(&backend), (b"again".to_vec(), assoc));
+
+    // A header carrying a denied client: refused, logged with that client.
+    let denied = udp_on("127.0.0.1:0");
+    denied
+        .send_to(&proxied("203.0.113.66:5000", dst, b"nope"), srv.addr())
+        .expect("send");
+    let text = wait_for_file(&path, |t| t.contains("denied"));
+    assert!(
+        text.lines()
+            .any(|l| l.contains("203.0.113.66") && l.ends_with("denied")),
+        "{text}"
+    );
+    // Datagrams are handled in order: had the denied one been forwarded,
+    // the backend would see it before this one.
+    proxy
+        .send_to(&proxied("203.0.113.7:4000", dst, b"after"), srv.addr())
+        .expect("send");
+    assert_eq!(recv(&backend), (b"after".to_vec(), assoc));
+
+    let text = wait_for_file(&path, |t| t.contains("opened"));
+    let opened = text
+        .lines()
+        .find(|l| l.ends_with("opened"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(opened.split('\t').nth(1), Some("203.0.113.7"), "{opened}");
+    assert!(
+        text.lines()
+            .all(|l| l.split('\t').nth(1) != Some("127.0.0.1")),
+        "the real peer is never logged as the client: {text}"
+    );
+    // So do the live connections list and the statistics.
+    let live = srv.shared.stats.connections();
+    assert!(
+        live.iter()
+            .any(|c| c.client == oxidinetd::Peer::Ip("203.0.113.7:4000".parse().expect("literal"))),
+        "{live:?}"
+    );
+
+    // The proxy's port now speaks for another client: a new association
+    // (a new backend socket), the old one ended and logged.
+    proxy
+        .send_to(&proxied("203.0.113.8:4001", dst, b"other"), srv.addr())
+        .expect("send");
+    let (d, other) = recv(&backend);
+    assert_eq!(d, b"other");
+    assert_ne!(other, assoc, "its own association");
+    let text = wait_for_file(&path, |t| t.contains("203.0.113.8"));
+    assert!(
+        text.lines()
+            .any(|l| l.contains("203.0.113.7") && l.ends_with("done-local-closed")),
+        "{text}"
+    );
+    assert_eq!(srv.shared.udp_proxy_datagrams_dropped(), 0);
+}
+
+#[test]
+fn udp_accept_proxy_drops_untrusted_and_malformed_datagrams_and_keeps_serving() {
+    let backend = udp_on("127.0.0.1:0");
+    let baddr = backend.local_addr().expect("addr");
+    let srv = start_edited(
+        vec![udp_rule(baddr, Proto::Udp)],
+        AclRules::default(),
+        Settings::default(),
+        LogHandle::disabled(),
+        |_, r| r.with_accept_proxy(true, vec![pattern("127.0.0.1")]),
+    );
+    let dst = "198.51.100.1:53";
+    let good = proxied("203.0.113.7:4000", dst, b"ok");
+
+    // A valid header from a source no trust-proxy pattern matches.
+    let untrusted = udp_on("127.0.0.2:0");
+    untrusted.send_to(&good, srv.addr()).expect("send");
+    wait_until("the untrusted datagram is counted", || {
+        srv.shared.udp_proxy_datagrams_dropped() == 1
+    });
+
+    // From the trusted source, nothing that is a whole v2 datagram header.
+    let trusted = udp_on("127.0.0.1:0");
+    let mut stream_header = v2_by_hand(
+        0x11,
+        "203.0.113.7:4000".parse().expect("literal"),
+        dst.parse().expect("literal"),
+    );
+    stream_header.extend_from_slice(b"tcp?");
+    let malformed: [&[u8]; 6] = [
+        b"no header at all",
+        b"",
+        &good[..20],
+        b"PROXY TCP4 203.0.113.7 198.51.100.1 4000 53\r\nv1",
+        &stream_header,
+        // Announces 0xffff bytes after the fixed part: more than any header.
+        b"\r\n\r\n\0\r\nQUIT\n\x21\x12\xff\xff",
+    ];
+    for (i, d) in malformed.iter().enumerate() {
+        trusted.send_to(d, srv.addr()).expect("send");
+        wait_until("the malformed datagram is counted", || {
+            srv.shared.udp_proxy_datagrams_dropped() == 2 + i as u64
+        });
+    }
+    assert_eq!(
+        srv.shared.stats.connections().len(),
+        0,
+        "no association was created"
+    );
+
+    // The listener keeps serving: the trusted source's valid datagram is
+    // the first the backend ever sees.
+    trusted.send_to(&good, srv.addr()).expect("send");
+    let (d, assoc) = recv(&backend);
+    assert_eq!(d, b"ok");
+    // A malformed datagram on a live association is dropped too, and the
+    // association carries on.
+    trusted.send_to(b"junk", srv.addr()).expect("send");
+    trusted
+        .send_to(&proxied("203.0.113.7:4000", dst, b"still"), srv.addr())
+        .expect("send");
+    assert_eq!(recv(&backend), (b"still".to_vec(), assoc));
+    assert_eq!(srv.shared.udp_proxy_datagrams_dropped(), 8);
+
+    // A LOCAL header (the proxy's own health check): stripped, and the real
+    // peer is the client.
+    let checker = udp_on("127.0.0.1:0");
+    let mut d = proxy::encode_v2_local().as_bytes().to_vec();
+    d.extend_from_slice(b"health");
+    checker.send_to(&d, srv.addr()).expect("send");
+    assert_eq!(recv(&backend).0, b"health");
+    let me = checker.local_addr().expect("addr");
+    assert!(
+        srv.shared
+            .stats
+            .connections()
+            .iter()
+            .any(|c| c.client == oxidinetd::Peer::Ip(me)),
+        "listed under its real address"
+    );
+}

@@ -23,7 +23,10 @@ pub use model::{
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
-pub use resolve::{resolve, BindAddr, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults};
+pub use resolve::{
+    resolve, BindAddr, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults,
+    DEFAULT_DNS_REFRESH,
+};
 pub use unix::{UnixAddr, MAX_UNIX_PATH};
 pub use yaml::parse_yaml;
 

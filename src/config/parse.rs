@@ -41,6 +41,13 @@ use std::sync::Arc;
 /// The file name `parse` puts in its errors; [`super::load`] replaces it with the path.
 pub(crate) const PLACEHOLDER_FILE: &str = "config";
 
+/// The error for `proxy=v1` on a rule whose backend is `/udp`, in either
+/// format: a version 1 header is a text line for streams (`TCP4`, `TCP6`),
+/// with no way to say UDP, and sending version 2 instead would silently
+/// differ from what the file asks for.
+pub(crate) const PROXY_V1_UDP: &str =
+    "proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp";
+
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
 
@@ -533,6 +540,11 @@ impl Parser<'_> {
                 "unexpected '{}' after the options (put all options in one [...] list)",
                 Shown(t)
             ));
+        }
+        if let (Some(c), Some(super::ProxyHeader::V1)) = (&connect, options.proxy) {
+            if c.proto == Proto::Udp {
+                errors.push(PROXY_V1_UDP.to_string());
+            }
         }
         let (Some(bind), Some(connect), true) = (bind, connect, errors.is_empty()) else {
             self.errors.line(line, text, errors);

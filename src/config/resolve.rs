@@ -3,9 +3,9 @@
 use super::bounded::{ErrorSink, LineErrors};
 use super::services::Services;
 use super::{
-    Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Port, Proto, Rule, UnixAddr,
-    DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT, DEFAULT_YAML_MAX_ASSOC,
-    DEFAULT_YAML_UDP_TIMEOUT,
+    Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, IpFilter, Port, Proto, Rule,
+    UnixAddr, DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
+    DEFAULT_YAML_MAX_ASSOC, DEFAULT_YAML_UDP_TIMEOUT,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -102,6 +102,12 @@ pub struct RuleDefaults {
     pub max_udp_connections: Option<usize>,
     /// Global `buffersize`.
     pub buffer_size: Option<usize>,
+    /// Global `dns-refresh`; `Some(ZERO)` = never.
+    pub dns_refresh: Option<Duration>,
+    /// Global `dns-multi-ip-expand`.
+    pub dns_multi_ip_expand: Option<bool>,
+    /// Global `dns-multi-ip-proto`.
+    pub dns_multi_ip_proto: Option<IpFilter>,
 }
 
 impl RuleDefaults {
@@ -114,6 +120,9 @@ impl RuleDefaults {
             listen_backlog: g.listen_backlog,
             max_udp_connections: g.max_udp_connections,
             buffer_size: g.buffer_size,
+            dns_refresh: g.dns_refresh,
+            dns_multi_ip_expand: g.dns_multi_ip_expand,
+            dns_multi_ip_proto: g.dns_multi_ip_proto,
         }
     }
 }
@@ -164,6 +173,46 @@ impl ResolvedRule {
             Format::Yaml => DEFAULT_YAML_UDP_TIMEOUT,
         };
         self.rule.options.timeout.unwrap_or(default)
+    }
+}
+
+/// How often backend names are looked up again when nothing says
+/// otherwise: rinetd-uv's default, for both formats (rinetd 0.73 never looks
+/// again, which is the behaviour its users asked to have changed).
+pub const DEFAULT_DNS_REFRESH: Duration = Duration::from_secs(600);
+
+impl ResolvedRule {
+    /// How often `backend`'s name is looked up again: its own `dns_refresh`,
+    /// else the rule's `[dns-refresh=N]`, else the global `dns-refresh`, else
+    /// [`DEFAULT_DNS_REFRESH`]; `None` (also for 0) = never.
+    pub fn dns_refresh(&self, backend: &Backend) -> Option<Duration> {
+        let every = backend
+            .dns_refresh
+            .or(self.rule.options.dns_refresh)
+            .or(self.defaults.dns_refresh)
+            .unwrap_or(DEFAULT_DNS_REFRESH);
+        (!every.is_zero()).then_some(every)
+    }
+
+    /// Whether a backend name with several addresses becomes one backend per
+    /// address (`dns-multi-ip-expand`; on by default in YAML, off in .conf,
+    /// as rinetd-uv), and which addresses it keeps (`dns-multi-ip-proto`,
+    /// IPv4 by default). `None` = no expansion.
+    pub fn expansion(&self) -> Option<IpFilter> {
+        let default = self.defaults.format == Format::Yaml;
+        self.defaults
+            .dns_multi_ip_expand
+            .unwrap_or(default)
+            .then(|| self.defaults.dns_multi_ip_proto.unwrap_or(IpFilter::Ipv4))
+    }
+
+    /// How long to wait for a backend to accept, as configured:
+    /// `Some(ZERO)` = as long as the kernel tries, `None` = not configured.
+    pub fn connect_timeout_setting(&self) -> Option<Duration> {
+        self.rule
+            .options
+            .connect_timeout
+            .or(self.defaults.connect_timeout)
     }
 }
 

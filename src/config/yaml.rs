@@ -23,12 +23,14 @@ mod tree;
 
 use super::bounded::ErrorSink;
 use super::hint::suggestion;
-use super::parse::{bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds};
+use super::parse::{
+    bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP,
+};
 use super::unix::{check_rule, is_unix, parse_unix};
 use super::{
-    AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Port,
-    Proto, Rule, RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
-    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS, MAX_WEIGHT,
+    AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Pattern,
+    Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT,
+    MAX_CONNECT_TIMEOUT_SECS, MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS, MAX_WEIGHT,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,7 +40,7 @@ use tree::{Node, Spanned};
 /// Keys of the top-level mapping.
 const ROOT_KEYS: [&str; 2] = ["global", "rules"];
 /// Keys of `global:`.
-const GLOBAL_KEYS: [&str; 16] = [
+const GLOBAL_KEYS: [&str; 18] = [
     "log_file",
     "log_common",
     "pid_file",
@@ -55,11 +57,14 @@ const GLOBAL_KEYS: [&str; 16] = [
     "status",
     "stats_log_interval",
     "access",
+    "maxconn",
+    "trust_proxy",
 ];
 /// Keys of `global.status:`.
 const STATUS_KEYS: [&str; 4] = ["enabled", "file", "interval", "format"];
-/// Keys of one rule (`splice` and `maxassoc` are oi's).
-const RULE_KEYS: [&str; 11] = [
+/// Keys of one rule (`splice`, `maxassoc`, and the PROXY and connection
+/// limit keys from `proxy` on, are oi's).
+const RULE_KEYS: [&str; 16] = [
     "name",
     "bind",
     "connect",
@@ -71,6 +76,11 @@ const RULE_KEYS: [&str; 11] = [
     "access",
     "splice",
     "maxassoc",
+    "proxy",
+    "accept_proxy",
+    "maxconn",
+    "maxconn_per_client",
+    "trust_proxy",
 ];
 /// Keys of one backend in a `connect:` list.
 const BACKEND_KEYS: [&str; 5] = ["dest", "name", "weight", "src", "dns_refresh"];
@@ -328,9 +338,14 @@ impl Mapper {
                     self.config.globals.stats_log_interval = self.secs(key, v, 0, 86_400)
                 }
                 "status" => self.status(v),
+                "maxconn" => self.config.globals.max_connections = self.limit(key, v),
+                // Field by field: `access:` and `trust_proxy:` fill the same
+                // `AclRules`, in either order.
+                "trust_proxy" => self.config.global_acl.trust_proxy = self.patterns(key, v),
                 _ => {
                     let acl = self.access(v);
-                    self.config.global_acl = acl;
+                    self.config.global_acl.allow = acl.allow;
+                    self.config.global_acl.deny = acl.deny;
                 }
             }
         }
@@ -367,15 +382,34 @@ impl Mapper {
     fn access(&mut self, node: &Spanned) -> AclRules {
         let mut acl = AclRules::default();
         for (key, v) in self.entries(node, "access", &ACCESS_KEYS) {
-            for (text, at) in self.scalars(key, v) {
-                match parse_pattern(text) {
-                    Ok(p) if key == "allow" => acl.allow.push(p),
-                    Ok(p) => acl.deny.push(p),
-                    Err(e) => self.error(at, e),
-                }
+            let patterns = self.patterns(key, v);
+            if key == "allow" {
+                acl.allow = patterns;
+            } else {
+                acl.deny = patterns;
             }
         }
         acl
+    }
+
+    /// One address pattern or a list of them (`allow`, `deny`, `trust_proxy`),
+    /// in the syntax rinetd.conf's lines take.
+    fn patterns(&mut self, key: &str, v: &Spanned) -> Vec<Pattern> {
+        let mut out = Vec::new();
+        for (text, at) in self.scalars(key, v) {
+            match parse_pattern(text) {
+                Ok(p) => out.push(p),
+                Err(e) => self.error(at, e),
+            }
+        }
+        out
+    }
+
+    /// A connection limit (`maxconn`, `maxconn_per_client`): the range of
+    /// rinetd.conf's `maxconn` line and options.
+    fn limit(&mut self, key: &str, v: &Spanned) -> Option<usize> {
+        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64)
+            .and_then(|n| usize::try_from(n).ok())
     }
 
     /// One entry of `rules:`.
@@ -387,6 +421,9 @@ impl Mapper {
         let mut options = RuleOptions::default();
         let mut balance = Balance::default();
         let mut acl = AclRules::default();
+        let mut trust_proxy = Vec::new();
+        // Where `proxy: v1` was written, to point at it if a backend is UDP.
+        let mut proxy_v1_at: Option<&Spanned> = None;
         let mut saw = (false, false);
         for (key, v) in self.entries(node, "a rule", &RULE_KEYS) {
             match key {
@@ -443,8 +480,33 @@ impl Mapper {
                         .number(key, v, 1, MAX_ASSOC_LIMIT as u64)
                         .map(|n| n as usize)
                 }
+                "proxy" => {
+                    options.proxy = self.scalar(key, v).and_then(|t| match t {
+                        "v1" => {
+                            proxy_v1_at = Some(v);
+                            Some(ProxyHeader::V1)
+                        }
+                        "v2" => Some(ProxyHeader::V2),
+                        _ => {
+                            let hint = suggestion(t, &["v1", "v2"]);
+                            let m = format!("proxy must be v1 or v2, not '{}'{hint}", Shown(t));
+                            self.error(v, m);
+                            None
+                        }
+                    })
+                }
+                "accept_proxy" => options.accept_proxy = self.boolean(key, v),
+                "maxconn" => options.maxconn = self.limit(key, v),
+                "maxconn_per_client" => options.maxconn_per_client = self.limit(key, v),
+                "trust_proxy" => trust_proxy = self.patterns(key, v),
                 "load_balancing" => balance = self.balance(v),
                 _ => acl = self.access(v),
+            }
+        }
+        acl.trust_proxy = trust_proxy;
+        if let Some(at) = proxy_v1_at {
+            if backends.iter().any(|b| b.endpoint.proto == Proto::Udp) {
+                self.error(at, PROXY_V1_UDP.into());
             }
         }
         if name.is_none() && !self.entries_have(node, "name") {

@@ -178,8 +178,15 @@ async fn connection(
             .log
             .log(route.event(ip, Event::LimitReached, Bytes::NONE));
     }
+    // Accepted sockets inherit SO_KEEPALIVE from the listener; a rule
+    // with `keepalive=off` clears it (one call, only on such rules).
+    if !route.keepalive() {
+        if let Err(e) = socket2::SockRef::from(client.get_ref()).set_keepalive(false) {
+            log::debug!("{peer}: cannot clear SO_KEEPALIVE: {e}");
+        }
+    }
     match route.backend_proto {
         Proto::Tcp => crate::tcp::forward(client, Some(origin), route, shared, stats).await,
-        Proto::Udp => crate::udp::tcp_to_udp(client, peer, route, shared, stats).await,
+        Proto::Udp => crate::udp::tcp_to_udp(client, origin, route, shared, stats).await,
     }
 }

@@ -148,6 +148,18 @@ impl Listeners {
         }
     }
 
+    /// Has the server's DNS refresher keep `route`'s backend names fresh,
+    /// updating the backends `stats` lists when their addresses change.
+    fn watch_names(&self, route: &Route, stats: &Arc<RuleStats>) {
+        let stats = Arc::downgrade(stats);
+        let on_change = Box::new(move |addrs: &[SocketAddr]| {
+            if let Some(stats) = stats.upgrade() {
+                stats.set_backends(addrs);
+            }
+        });
+        self.shared.dns.watch(&route.pool, on_change);
+    }
+
     /// Starts serving already-bound sockets, each with its route.
     fn start(&mut self, sockets: Vec<(BoundSocket, Route)>) -> io::Result<()> {
         // A line per rule helps with a few rules and drowns the log with
@@ -163,7 +175,7 @@ impl Listeners {
             let proto = route.bind_proto;
             let to = match &route.unix_backend {
                 Some(unix) => unix.to_string(),
-                None => fmt_addrs(&route.backends, route.backend_proto),
+                None => fmt_addrs(&route.backend_addrs(), route.backend_proto),
             };
             log::log!(
                 level,
@@ -176,7 +188,12 @@ impl Listeners {
                 BindAddr::Ip(a) => rule_name(&route.names.bind_host, a.port(), proto),
                 BindAddr::Unix(u) => u.to_string(),
             };
-            let stats = self.shared.stats.add_rule(name, proto, &route.backends);
+            let stats = self
+                .shared
+                .stats
+                .add_rule(name, proto, &route.backend_addrs());
+            self.watch_names(&route, &stats);
+            stats.set_pool(route.pool.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
             let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
@@ -271,22 +288,24 @@ impl Listeners {
     /// returns (not merely scheduled to close), so once the service manager
     /// hears READY=1 the old ports refuse.
     async fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
-        let global = Arc::new(cfg.config.global_acl.clone());
         let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
         let mut errors = Vec::new();
         let mut fresh = Vec::new();
-        for r in &cfg.rules {
+        for (r, route) in cfg.rules.iter().zip(Route::all(cfg)) {
             let key = (r.bind.clone(), r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
-                    let route = Route::new(r.clone(), global.clone());
                     warn_over_limit(&running, &route);
+                    // Backends the new file keeps keep their health and load.
+                    route.pool.keep_state_of(&running.route.load().pool);
+                    running.stats.set_backends(&route.backend_addrs());
+                    self.watch_names(&route, &running.stats);
+                    running.stats.set_pool(route.pool.clone());
                     running.route.store(Arc::new(route));
-                    running.stats.set_backends(&r.connect);
                     keep.insert(key, running);
                 }
                 None => match bind(r) {
-                    Ok(s) => fresh.push((s, Route::new(r.clone(), global.clone()))),
+                    Ok(s) => fresh.push((s, route)),
                     Err(e) => errors.push(bind::bind_error(file, r, &e)),
                 },
             }

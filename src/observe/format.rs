@@ -68,8 +68,9 @@ pub fn status_json(s: &Snapshot) -> Value {
                 .iter()
                 .map(|b| {
                     json!({
-                        "name": b.addr.to_string(),
-                        "healthy": true,
+                        "name": b.member.clone().unwrap_or_else(|| b.addr.to_string()),
+                        "address": b.addr.to_string(),
+                        "healthy": b.healthy,
                         "connections_active": b.active,
                         "connections_total": b.opened,
                         "bytes_in": b.from_client.saturating_add(b.to_client),
@@ -83,7 +84,7 @@ pub fn status_json(s: &Snapshot) -> Value {
                 .collect();
             json!({
                 "name": r.name,
-                "algorithm": "first",
+                "algorithm": r.algorithm,
                 "connections_active": c.active(),
                 "connections_total": c.opened(),
                 "bytes_in": both_ways(c),
@@ -316,8 +317,9 @@ pub fn status_text(s: &Snapshot) -> String {
             for b in &r.backends {
                 let _ = writeln!(
                     o,
-                    "      {}: healthy, active={}, total={}, traffic={}/{}",
+                    "      {}: {}, active={}, total={}, traffic={}/{}",
                     b.addr,
+                    if b.healthy { "healthy" } else { "down" },
                     b.active,
                     b.opened,
                     human_bytes(b.from_client),

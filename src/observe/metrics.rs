@@ -188,12 +188,14 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         .map(|r| r.backends.iter().map(|b| b.addr.to_string()).collect())
         .collect();
     let mut b_active = Vec::new();
+    let mut b_up = Vec::new();
     let mut b_total = Vec::new();
     let mut b_bytes = Vec::new();
     for (r, names) in rules.iter().zip(&addrs) {
         for (b, name) in r.backends.iter().zip(names) {
             let l = vec![("rule", r.name.as_str()), ("backend", name.as_str())];
             b_active.push((l.clone(), b.active));
+            b_up.push((l.clone(), u64::from(b.healthy)));
             b_total.push((l.clone(), b.opened));
             let mut from = l.clone();
             from.push(("direction", "from_client"));
@@ -203,6 +205,13 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
             b_bytes.push((to, b.to_client));
         }
     }
+    family(
+        enc,
+        "oi_backend_up",
+        "Whether the rule's pool counts each backend address up (1) or down (0) by passive health.",
+        Gauge,
+        &b_up,
+    )?;
     family(
         enc,
         "oi_backend_connections_active",

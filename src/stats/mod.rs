@@ -32,6 +32,7 @@ mod live;
 pub use live::{ConnInfo, ConnKind, ConnState};
 pub(crate) use live::{Live, Registered};
 
+use crate::backends::BackendPool;
 use crate::config::Proto;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -293,6 +294,12 @@ impl BackendStats {
 pub struct BackendValues {
     /// The backend's address.
     pub addr: SocketAddr,
+    /// The pool member it belongs to (`name:`, or `host:port` as written,
+    /// `[i]` when a name was expanded); `None` when no pool lists it.
+    pub member: Option<String>,
+    /// Whether the pool counts it up (passive health: not down after
+    /// `health_threshold` failed connects, or its recovery time has passed).
+    pub healthy: bool,
     /// Connections open to it now.
     pub active: u64,
     /// Connections made to it.
@@ -320,9 +327,17 @@ pub struct RuleStats {
     backends: arc_swap::ArcSwap<Vec<Arc<BackendStats>>>,
     /// The process's live list, which the rule's connections join and leave.
     live: Arc<Live>,
+    /// The rule's backend pool, for health and names in snapshots; set by
+    /// the listener at start and on each reload.
+    pool: arc_swap::ArcSwapOption<BackendPool>,
 }
 
 impl RuleStats {
+    /// Sets the pool whose health snapshots report.
+    pub(crate) fn set_pool(&self, pool: Arc<BackendPool>) {
+        self.pool.store(Some(pool));
+    }
+
     /// The rule's name in outputs.
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
@@ -394,6 +409,9 @@ impl RuleStats {
 pub struct RuleValues {
     /// `bindhost:port/proto`, as configured.
     pub name: String,
+    /// How the rule chooses among its backends (`roundrobin` unless its
+    /// `load_balancing:` says otherwise).
+    pub algorithm: String,
     /// The listening protocol.
     pub proto: Proto,
     /// The rule's counters.
@@ -456,6 +474,7 @@ impl Stats {
             counters: Counters::default(),
             process: self.process.clone(),
             live: self.live.clone(),
+            pool: arc_swap::ArcSwapOption::empty(),
             backends: arc_swap::ArcSwap::from_pointee(
                 backends.iter().map(|a| BackendStats::new(*a)).collect(),
             ),
@@ -495,6 +514,7 @@ impl Stats {
             .map(|r| {
                 let (mut from, mut to) = (0u64, 0u64);
                 let backends = r.backends.load();
+                let pool = r.pool.load();
                 let mut per_backend = vec![(0u64, 0u64); backends.len()];
                 for c in conns.iter().filter(|c| Arc::ptr_eq(&c.rule, r)) {
                     let (f, t) = c.bytes();
@@ -513,8 +533,15 @@ impl Stats {
                     .map(|(b, (f, t))| {
                         let f = get(&b.ended_from_client).saturating_add(f);
                         let t = get(&b.ended_to_client).saturating_add(t);
+                        let (member, healthy) =
+                            match pool.as_ref().and_then(|p| p.health_of(b.addr)) {
+                                Some((name, up)) => (Some(name), up),
+                                None => (None, true),
+                            };
                         BackendValues {
                             addr: b.addr,
+                            member,
+                            healthy,
                             active: get(&b.active),
                             opened: get(&b.opened),
                             from_client: b.seen_from_client.fetch_max(f, Ordering::Relaxed).max(f),
@@ -524,6 +551,9 @@ impl Stats {
                     .collect();
                 RuleValues {
                     name: r.name.to_string(),
+                    algorithm: pool
+                        .as_ref()
+                        .map_or_else(|| "roundrobin".to_string(), |p| p.algorithm().to_string()),
                     proto: r.proto,
                     counters: r.counters.values(from, to),
                     backends,

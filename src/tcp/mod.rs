@@ -52,18 +52,29 @@ pub(crate) async fn forward(
     // declares later have closed, as locals drop in reverse order).
     let live = stats.register(kind, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
-    let timeout = shared.settings.connect_timeout;
+    let timeout = route.connect_timeout(shared.settings.connect_timeout);
+    let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
+    // A unix socket backend is its rule's only backend (the parsers say
+    // so): nothing to choose, and no address for the pool's counters.
     let connected = match &route.unix_backend {
-        Some(unix) => crate::unix::connect(unix, timeout)
-            .await
-            .map(|s| (s, None))
-            .map_err(ConnectError::Connect),
-        None => connect::connect(&route.backends, route.src, timeout)
-            .await
-            .map(|(s, a)| (s, Some(a))),
+        Some(unix) => match crate::unix::connect(unix, timeout).await {
+            Ok(stream) => Ok((stream, None, None)),
+            Err(e) => {
+                counted(&e);
+                Err(ConnectError::Connect(e))
+            }
+        },
+        None => {
+            // A unix client has no address: iphash and affinity see them all as one.
+            let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+            connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
+                .await
+                .map(|c| (c.stream, Some(c.addr), Some(c.lease)))
+        }
     };
-    let (backend, backend_addr) = match connected {
-        Ok(connected) => connected,
+    // `_lease` counts the connection on its backend (least connections) until it ends.
+    let (backend, backend_addr, _lease) = match connected {
+        Ok(c) => c,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match &e {
@@ -71,11 +82,9 @@ pub(crate) async fn forward(
                     stats.connect_failed(ConnectFailure::Other);
                     Event::LocalSocketFailed
                 }
-                // rinetd logs a refused or unreachable backend this way; parsers count on it.
-                ConnectError::Connect(e) => {
-                    stats.connect_failed(ConnectFailure::of(e));
-                    Event::DoneLocalClosed
-                }
+                // rinetd logs a refused or unreachable backend this way;
+                // parsers count on it. Each failed attempt was counted.
+                ConnectError::Connect(_) => Event::DoneLocalClosed,
             };
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }

@@ -2,19 +2,24 @@
 //! upstream (a connected UDP socket or a TCP connection) and the task that
 //! carries the backend's replies back to that client.
 
-use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use super::{
+    connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
+    MAX_PAYLOAD,
+};
+use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::connect;
+use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
-use crate::proxy::{self, Encoded, ProxyVersion, Transport};
+use crate::proxy::Encoded;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, ConnectFailure, Registered};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,8 +147,11 @@ pub(crate) struct Association {
     /// The route at creation: its names go in the log and its timeout applies,
     /// even after a reload swaps the listener's route.
     pub(crate) route: Arc<Route>,
-    /// The client as the log prints it.
+    /// The client as the log prints it (the carried one, with `accept-proxy`).
     client_ip: IpAddr,
+    /// Who the client is: the peer, or what its PROXY header carried. A
+    /// datagram carrying someone else ends this association (see the listener).
+    pub(crate) origin: Origin,
     /// The PROXY v2 header (DGRAM) prepended to every datagram sent to a UDP
     /// backend (`proxy=` on a UDP→UDP rule, an oi extension); built once.
     proxy: Option<Encoded>,
@@ -156,12 +164,18 @@ pub(crate) struct Association {
 impl Association {
     /// Opens the association for `client` on `route`: creates the upstream and
     /// spawns the reply task. Sends nothing yet (no empty "hello" datagram).
+    /// `origin` is who the client is: `client` itself, or the addresses its
+    /// PROXY header carried (`accept-proxy`); replies go to `client` all the same.
+    // One over clippy's count: the reply address and the origin are two
+    // parameters on purpose, as they differ under `accept-proxy`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         ex: &Executor<'static>,
         route: Arc<Route>,
         shared: &Arc<Shared>,
         listener: &Arc<Async<UdpSocket>>,
         client: SocketAddr,
+        origin: Origin,
         epoch: Instant,
         conn: Registered,
     ) -> io::Result<Self> {
@@ -172,28 +186,16 @@ impl Association {
             activity: activity.clone(),
         };
         // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
-        // the stream. Version 2 whatever the rule says: version 1 has no UDP.
-        // The destination is the listening socket's address (a wildcard
-        // address when the rule binds one: a datagram's own destination
-        // would need IP_PKTINFO on every receive).
-        let proxy = match route.send_proxy {
-            Some(_) => {
-                let local = listener.get_ref().local_addr()?;
-                Some(proxy::encode(
-                    ProxyVersion::V2,
-                    Transport::Datagram,
-                    client,
-                    local,
-                ))
-            }
-            None => None,
-        };
+        // the stream. Without a carried destination, it is the listening
+        // socket's address (a wildcard address when the rule binds one: a
+        // datagram's own destination would need IP_PKTINFO on every receive).
+        let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
         let (upstream, task) = match route.backend_proto {
             Proto::Udp => {
-                let backend = pick_backend(&route.backends, route.src)?;
-                let socket = Arc::new(connected_socket(backend, route.src)?);
+                let (backend, src, lease) = pick_backend(&route.pool, client_ip(origin.client))?;
+                let socket = Arc::new(connected_socket(backend, src)?);
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone()));
+                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -206,7 +208,8 @@ impl Association {
         Ok(Association {
             upstream,
             activity,
-            client_ip: client_ip(client),
+            client_ip: client_ip(origin.client),
+            origin,
             // UDP→TCP's header went to its task with the stream.
             proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
             route,
@@ -279,24 +282,6 @@ impl Association {
     }
 }
 
-/// Sends one client datagram to a UDP backend, after the association's
-/// PROXY header if it has one: one `sendmsg` of two slices, so the payload is
-/// not copied. A header that makes the datagram too large fails as EMSGSIZE,
-/// a drop like any other failed send.
-fn send_datagram(
-    socket: &Async<UdpSocket>,
-    header: Option<&Encoded>,
-    payload: &[u8],
-) -> io::Result<usize> {
-    match header {
-        None => socket.get_ref().send(payload),
-        Some(h) => {
-            let parts = [IoSlice::new(h.as_bytes()), IoSlice::new(payload)];
-            socket2::SockRef::from(socket.get_ref()).send_vectored(&parts)
-        }
-    }
-}
-
 /// How replies reach the client: from the listening socket, to exactly this address.
 struct Reply {
     /// The listening socket, shared with the listener task.
@@ -333,7 +318,14 @@ impl Reply {
 }
 
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
-async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, shared: Arc<Shared>) {
+///
+/// `_lease` counts the association on its backend until the task ends.
+async fn udp_replies(
+    socket: Arc<Async<UdpSocket>>,
+    reply: Reply,
+    shared: Arc<Shared>,
+    _lease: Lease,
+) {
     loop {
         if let Err(e) = socket.readable().await {
             log::debug!("backend socket for {}: {e}", reply.client);
@@ -375,19 +367,24 @@ async fn tcp_upstream(
     reply: Reply,
     proxy: Option<Encoded>,
 ) {
-    let connect_timeout = shared.settings.connect_timeout;
+    let connect_timeout = route.connect_timeout(shared.settings.connect_timeout);
     let datagrams = &shared.datagrams;
     let result = async {
         let rule = reply.activity.conn.rule();
-        let (stream, backend_addr) = connect::connect(&route.backends, route.src, connect_timeout)
-            .await
-            .map_err(|e| {
-                rule.connect_failed(match &e {
-                    connect::ConnectError::Connect(e) => ConnectFailure::of(e),
-                    connect::ConnectError::LocalSocket(_) => ConnectFailure::Other,
-                });
-                io::Error::other(e.to_string())
-            })?;
+        let client = client_ip(reply.client);
+        let counted = |e: &io::Error| rule.connect_failed(ConnectFailure::of(e));
+        let keepalive = route.keepalive();
+        let connected =
+            connect::through_pool(&route.pool, client, connect_timeout, keepalive, counted)
+                .await
+                .map_err(|e| {
+                    if let connect::ConnectError::LocalSocket(_) = &e {
+                        rule.connect_failed(ConnectFailure::Other);
+                    }
+                    io::Error::other(e.to_string())
+                })?;
+        // `_lease` counts the association on its backend while the stream lives.
+        let (stream, backend_addr, _lease) = (connected.stream, connected.addr, connected.lease);
         reply.activity.conn.connected(backend_addr);
         // Before the first queued datagram: the stream starts with it.
         if let Some(h) = &proxy {

@@ -3,6 +3,7 @@
 
 use super::assoc::Association;
 use super::{is_transient, BATCH};
+use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::{Shared, DATAGRAM_BUFFER};
@@ -126,29 +127,82 @@ impl Listener {
     }
 
     /// Passes one client datagram to its association, opening one if needed.
-    fn datagram(&mut self, payload: &[u8], mut peer: SocketAddr) {
+    fn datagram(&mut self, datagram: &[u8], mut peer: SocketAddr) {
         if let SocketAddr::V6(v6) = &mut peer {
             // The flow label is not part of who the client is.
             v6.set_flowinfo(0);
         }
         if let Some(a) = self.assocs.get(&peer) {
             if !a.activity.ended() {
-                return a.forward(payload);
+                if !a.route.accept_proxy {
+                    return a.forward(datagram);
+                }
+                // Every datagram carries its header, checked under the
+                // association's own route like the rest of it.
+                let Some((origin, payload)) = self.strip_header(&a.route, datagram, peer) else {
+                    return;
+                };
+                if origin == a.origin {
+                    return a.forward(payload);
+                }
+                // The proxy now speaks for another client from the same
+                // address and port (its client left, the port was reused):
+                // that client gets an association of its own, after its own
+                // ACL check, rather than riding on the last one's.
             }
             if let Some(a) = self.assocs.remove(&peer) {
                 self.shared.log.log(a.log_event(Event::DoneLocalClosed));
             }
         }
-        self.open(payload, peer);
+        self.open(datagram, peer);
+    }
+
+    /// With `accept-proxy`: who the datagram speaks for, and its payload
+    /// after the header. A datagram that does not qualify (untrusted source,
+    /// missing or malformed header) is counted and dropped here, with a
+    /// warning at most once a minute: it never reaches an association.
+    fn strip_header<'a>(
+        &self,
+        route: &Route,
+        datagram: &'a [u8],
+        peer: SocketAddr,
+    ) -> Option<(Origin, &'a [u8])> {
+        match edge::accept_datagram_header(datagram, peer, route) {
+            Ok(found) => Some(found),
+            Err(why) => {
+                self.shared
+                    .udp_proxy_datagram_dropped(&route.bind, peer, &why);
+                None
+            }
+        }
     }
 
     /// Opens an association for a new client (after the ACL check), evicting
     /// the oldest-idle one if the rule is at its cap, and forwards the first datagram.
-    fn open(&mut self, payload: &[u8], peer: SocketAddr) {
+    ///
+    /// With `accept-proxy` the client is the one the datagram's header
+    /// carries: the ACLs, the log lines, the statistics and a header sent on
+    /// see it. The association is still keyed by, and replies still go to,
+    /// the real peer (the proxy), unchanged: that is where the client's
+    /// datagrams come from, and the only address a reply can reach it by.
+    fn open(&mut self, datagram: &[u8], peer: SocketAddr) {
         let route = self.route.load_full();
-        let ip = client_ip(peer);
+        let (origin, payload) = if route.accept_proxy {
+            match self.strip_header(&route, datagram, peer) {
+                Some(found) => found,
+                None => return,
+            }
+        } else {
+            let origin = Origin {
+                client: peer,
+                local: None,
+            };
+            (origin, datagram)
+        };
+        let client = origin.client;
+        let ip = client_ip(client);
         if let Err(refusal) = route.admit(ip) {
-            log::debug!("{peer}: {} on {}/udp", refusal.as_str(), route.bind);
+            log::debug!("{client}: {} on {}/udp", refusal.as_str(), route.bind);
             self.stats.refused(refusal);
             return self.shared.log.log(route.event(ip, refusal, Bytes::NONE));
         }
@@ -166,8 +220,9 @@ impl Listener {
             &self.shared,
             &self.socket,
             peer,
+            origin,
             self.epoch,
-            self.stats.register(ConnKind::Udp, peer),
+            self.stats.register(ConnKind::Udp, client),
         );
         match opened {
             Ok(a) => {
@@ -179,7 +234,7 @@ impl Listener {
                 self.assocs.insert(peer, a);
             }
             Err(e) => {
-                log::debug!("{peer}: cannot create the backend socket: {e}");
+                log::debug!("{client}: cannot create the backend socket: {e}");
                 let failed = route.event(ip, Event::LocalSocketFailed, Bytes::NONE);
                 self.shared.log.log(failed);
             }

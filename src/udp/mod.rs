@@ -29,9 +29,13 @@ pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
 pub(crate) use tcp_to_udp::tcp_to_udp;
 
+use crate::backends::{BackendPool, Lease};
+use crate::edge::Origin;
+use crate::proxy::{self, Encoded, ProxyVersion, Transport};
+use crate::route::Route;
 use async_io::Async;
 use socket2::{Domain, SockAddr, Socket, Type};
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 /// The largest UDP payload (IPv4: 65,535 − 20 IP − 8 UDP header bytes); also the
@@ -42,18 +46,30 @@ pub(crate) const MAX_PAYLOAD: usize = 65_507;
 /// and one busy client must not starve the others on the same thread.
 const BATCH: usize = 64;
 
-/// The backend address to use: the first one of `src`'s family when a source is given.
-fn pick_backend(addrs: &[SocketAddr], src: Option<IpAddr>) -> io::Result<SocketAddr> {
-    addrs
+/// The backend a new association or TCP→UDP connection from `client` uses:
+/// the pool's choice (UDP has no connect to fail, so no failover), its first
+/// address of the source address's family, that source, and the lease that
+/// counts the use on the member until dropped.
+fn pick_backend(
+    pool: &BackendPool,
+    client: IpAddr,
+) -> io::Result<(SocketAddr, Option<IpAddr>, Lease)> {
+    let no_address = || {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "no backend address of the source address's family",
+        )
+    };
+    let lease = pool.attempts(client).next().ok_or_else(no_address)?;
+    let member = lease.member();
+    let src = member.src();
+    let addr = member
+        .addrs()
         .iter()
         .copied()
         .find(|a| src.is_none_or(|s| s.is_ipv4() == a.is_ipv4()))
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::AddrNotAvailable,
-                "no backend address of the source address's family",
-            )
-        })
+        .ok_or_else(no_address)?;
+    Ok((addr, src, lease))
 }
 
 /// A non-blocking UDP socket connected to `backend`, bound to `src` when given.
@@ -65,6 +81,49 @@ fn connected_socket(backend: SocketAddr, src: Option<IpAddr>) -> io::Result<Asyn
     }
     socket.connect(&SockAddr::from(backend))?;
     Async::new(UdpSocket::from(socket))
+}
+
+/// The PROXY header for what `origin` sends through a rule with `proxy=`,
+/// built once per association or TCP→UDP connection; `None` without `proxy=`.
+/// Version 2 with the `DGRAM` protocol whatever the rule says: version 1
+/// has no UDP (the parsers refuse `proxy=v1` towards a UDP backend; a route
+/// made in code may still ask for it). The destination is the one a client's
+/// own header carried, else `local()`: the socket the client reached.
+fn datagram_header(
+    route: &Route,
+    origin: Origin,
+    local: impl FnOnce() -> io::Result<SocketAddr>,
+) -> io::Result<Option<Encoded>> {
+    if route.send_proxy.is_none() {
+        return Ok(None);
+    }
+    let local = match origin.local {
+        Some(l) => l,
+        None => local()?,
+    };
+    Ok(Some(proxy::encode(
+        ProxyVersion::V2,
+        Transport::Datagram,
+        origin.client,
+        local,
+    )))
+}
+
+/// Sends one datagram to a UDP backend, after the PROXY header if there is
+/// one: one `sendmsg` of two slices, so the payload is not copied. A header
+/// that makes the datagram too large fails as EMSGSIZE.
+fn send_datagram(
+    socket: &Async<UdpSocket>,
+    header: Option<&Encoded>,
+    payload: &[u8],
+) -> io::Result<usize> {
+    match header {
+        None => socket.get_ref().send(payload),
+        Some(h) => {
+            let parts = [IoSlice::new(h.as_bytes()), IoSlice::new(payload)];
+            socket2::SockRef::from(socket.get_ref()).send_vectored(&parts)
+        }
+    }
 }
 
 /// Errors a connected UDP socket reports for an earlier datagram (an ICMP

@@ -4,18 +4,29 @@
 //! datagram; each datagram from the backend is written to the stream. The
 //! connection ends when the client closes (or fails) or after the rule's
 //! timeout with no traffic either way.
+//!
+//! With `proxy=` on the rule, every datagram starts with a PROXY v2 header
+//! (`DGRAM`) naming the client and the address it connected to, built once
+//! per connection and sent with each read as UDP associations send theirs;
+//! each read is then shorter by the header's length, so header and read
+//! still fit in one datagram.
 
 use super::assoc::Activity;
-use super::{connected_socket, is_transient, pick_backend, BATCH, MAX_PAYLOAD};
+use super::{
+    connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
+    MAX_PAYLOAD,
+};
 use crate::buffers::BufferPool;
+use crate::edge::Origin;
 use crate::logfile::Event;
+use crate::proxy::Encoded;
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
 use async_io::{Async, Timer};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,23 +39,32 @@ enum End {
 }
 
 /// Forwards one TCP client to a `/udp` backend (ACL already checked).
+/// `origin` is the client: the accepted peer, or what its PROXY header carried.
 pub(crate) async fn tcp_to_udp(
     client: Async<TcpStream>,
-    peer: SocketAddr,
+    origin: Origin,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
+    let peer = origin.client;
     let ip = client_ip(peer);
     let activity = Activity::new(Instant::now(), stats.register(ConnKind::TcpToUdp, peer));
     let event = |event| route.event(ip, event, activity.bytes());
     shared.log.log(event(Event::Opened));
-    let socket = pick_backend(&route.backends, route.src).and_then(|backend| {
-        let s = connected_socket(backend, route.src)?;
+    let socket = pick_backend(&route.pool, ip).and_then(|(backend, src, lease)| {
+        let s = connected_socket(backend, src)?;
         activity.conn.connected(backend);
-        Ok(s)
+        Ok((s, lease))
     });
-    let socket = match socket {
+    // The address the client connected to: the accepted socket's own, unless
+    // a header carried one.
+    let header = socket.and_then(|s| {
+        let h = datagram_header(&route, origin, || client.get_ref().local_addr())?;
+        Ok((s, h))
+    });
+    // `_lease` counts the connection on its backend until it ends.
+    let ((socket, _lease), header) = match header {
         Ok(s) => s,
         Err(e) => {
             stats.connect_failed(ConnectFailure::Other);
@@ -54,7 +74,7 @@ pub(crate) async fn tcp_to_udp(
     };
     // TCP_NODELAY and SO_KEEPALIVE come with the client socket from its listener.
     let pool = &shared.datagrams;
-    let end = to_backend(&client, &socket, &activity, pool)
+    let end = to_backend(&client, &socket, header.as_ref(), &activity, pool)
         .or(to_client(&client, &socket, &activity, pool))
         .or(idle(&activity, route.udp_timeout()))
         .await;
@@ -65,25 +85,29 @@ pub(crate) async fn tcp_to_udp(
     shared.log.log(event(ev));
 }
 
-/// Reads the stream and sends each read as one datagram, until the client closes.
+/// Reads the stream and sends each read as one datagram (after `header`,
+/// if any), until the client closes.
 async fn to_backend(
     client: &Async<TcpStream>,
     socket: &Async<UdpSocket>,
+    header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
 ) -> End {
+    // At most 52 bytes (an IPv6 header), so this never underflows.
+    let most = MAX_PAYLOAD.saturating_sub(header.map_or(0, |h| h.as_bytes().len()));
     loop {
         if client.readable().await.is_err() {
             return End::Client;
         }
         let mut buf = pool.take();
-        let read = (&mut client.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
+        let read = (&mut client.get_ref()).read(&mut buf[..most]);
         let end = match read {
             Ok(0) => Some(End::Client),
             Ok(n) => {
                 a.touch();
                 a.conn.add_from_client(n as u64);
-                send(socket, &buf[..n]).await.err().map(|e| {
+                send(socket, header, &buf[..n]).await.err().map(|e| {
                     log::debug!("send to backend: {e}");
                     End::Local
                 })
@@ -100,9 +124,13 @@ async fn to_backend(
 
 /// Sends one datagram, waiting while the socket buffer is full. A datagram
 /// refused because of an earlier ICMP error is dropped, as the network would.
-async fn send(socket: &Async<UdpSocket>, payload: &[u8]) -> io::Result<()> {
+async fn send(
+    socket: &Async<UdpSocket>,
+    header: Option<&Encoded>,
+    payload: &[u8],
+) -> io::Result<()> {
     loop {
-        match socket.get_ref().send(payload) {
+        match send_datagram(socket, header, payload) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
             Err(e) if is_transient(&e) => return Ok(()),

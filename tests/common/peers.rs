@@ -213,3 +213,61 @@ pub fn unaccepting_backend() -> (SocketAddr, (socket2::Socket, TcpStream)) {
     let filler = TcpStream::connect(addr).expect("the one queue slot");
     (addr, (l, filler))
 }
+
+/// A backend that answers every connection with its one-byte `id`. It
+/// serves `limit` connections (then closes its port, before answering the
+/// last one, so no later connect can reach it) or forever; with `hold`, it
+/// keeps every connection open in `held` instead of closing it.
+pub fn id_backend(
+    id: u8,
+    limit: Option<usize>,
+    held: Option<std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>>,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    serve_ids(listener, id, limit, held);
+    addr
+}
+
+/// Runs [`id_backend`]'s loop on `listener`.
+pub fn serve_ids(
+    listener: TcpListener,
+    id: u8,
+    limit: Option<usize>,
+    held: Option<std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>>,
+) {
+    std::thread::spawn(move || {
+        let mut listener = Some(listener);
+        let mut served = 0usize;
+        while let Some(l) = &listener {
+            let Ok((mut s, _)) = l.accept() else { return };
+            served += 1;
+            if limit == Some(served) {
+                listener = None;
+            }
+            let _ = std::io::Write::write_all(&mut s, &[id]);
+            match &held {
+                Some(h) => h.lock().expect("lock").push(s),
+                None => drop(s),
+            }
+        }
+    });
+}
+
+/// Connects through oi on `port` and returns the id of the backend that answered.
+pub fn which(port: u16) -> u8 {
+    let mut s = connect(local(port));
+    let mut id = [0u8; 1];
+    s.read_exact(&mut id).expect("a backend answered");
+    id[0]
+}
+
+/// Like [`which`], but `None` when no backend answered (the connection
+/// was closed or reset first).
+pub fn try_which(port: u16) -> Option<u8> {
+    let mut s = TcpStream::connect(local(port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    let mut id = [0u8; 1];
+    s.read_exact(&mut id).ok()?;
+    Some(id[0])
+}

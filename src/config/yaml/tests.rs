@@ -245,3 +245,109 @@ fn shapes_and_syntax_errors() {
         ["config:2:13: log_file must be a single value, not a list"]
     );
 }
+
+#[test]
+fn proxy_and_limit_keys_map_onto_the_model_like_their_conf_options() {
+    let text = "\
+global:
+  maxconn: 2000
+  trust_proxy: 10.0.0.0/8
+  access:
+    deny: 192.0.2.1
+rules:
+  - name: web
+    bind: 127.0.0.1:80
+    connect: 10.0.0.1:80
+    proxy: v2
+    accept_proxy: yes
+    maxconn: 500
+    maxconn_per_client: 20
+    trust_proxy: [10.0.0.2, '10.1.*']
+    access:
+      allow: 192.0.2.*
+  - name: dns
+    bind: 127.0.0.1:53/udp
+    connect: 10.0.0.1:53/udp
+    proxy: v2
+    accept_proxy: false
+";
+    let c = ok(text);
+    assert_eq!(c.globals.max_connections, Some(2000));
+    // `access:` after `trust_proxy:` does not replace it.
+    assert_eq!(c.global_acl.trust_proxy.len(), 1);
+    assert_eq!(c.global_acl.trust_proxy[0].text, "10.0.0.0/8");
+    assert_eq!(c.global_acl.deny[0].text, "192.0.2.1");
+    let web = &c.rules[0];
+    assert_eq!(
+        web.options.to_string(),
+        "[proxy=v2, accept-proxy=on, maxconn=500, maxconn-per-client=20]",
+        "the same options rinetd.conf's [..] list gives"
+    );
+    let trusted: Vec<&str> = web
+        .acl
+        .trust_proxy
+        .iter()
+        .map(|p| p.text.as_str())
+        .collect();
+    assert_eq!(trusted, ["10.0.0.2", "10.1.*"]);
+    assert_eq!(web.acl.allow[0].text, "192.0.2.*");
+    let dns = &c.rules[1];
+    assert_eq!(dns.options.proxy, Some(crate::config::ProxyHeader::V2));
+    assert_eq!(dns.options.accept_proxy, Some(false));
+    assert_eq!(dns.options.maxconn, None);
+    // The extremes of the range rinetd.conf allows.
+    let c = ok("global: {maxconn: 1000000}\nrules:\n- {name: a, bind: '127.0.0.1:1', connect: '10.0.0.1:1', maxconn: 1, maxconn_per_client: 1000000}\n");
+    assert_eq!(c.globals.max_connections, Some(1_000_000));
+    assert_eq!(c.rules[0].options.maxconn, Some(1));
+    assert_eq!(c.rules[0].options.maxconn_per_client, Some(1_000_000));
+}
+
+#[test]
+fn proxy_and_limit_errors_have_line_column_and_hints() {
+    let text = "\
+global:
+  maxconn: 0
+  trust_proxy: [10.0.0.1, 'not a pattern']
+  trust_proxi: 10.0.0.2
+rules:
+  - name: a
+    bind: 127.0.0.1:80
+    connect: 10.0.0.1:80
+    proxy: v3
+    accept_proxy: maybe
+    maxconn: 1000001
+    maxconn_per_client: -1
+    acept_proxy: true
+    maxconn_per_clent: 2
+  - name: b
+    bind: 127.0.0.1:53/udp
+    connect: 10.0.0.1:53/udp
+    proxy: v1
+  - name: c
+    bind: 127.0.0.1:54
+    connect: [10.0.0.1:53/udp]
+    proxy: v1
+  - name: d
+    bind: 127.0.0.1:55/udp
+    connect: 10.0.0.1:55/tcp
+    proxy: v1
+    trust_proxy: {allow: x}
+";
+    assert_eq!(
+        errors(text),
+        [
+            "config:2:12: maxconn must be between 1 and 1000000, not '0'",
+            "config:3:27: invalid pattern 'not a pattern' (expected an address with * and ? wildcards, or a CIDR block; host names are not allowed)",
+            "config:4:3: unknown key 'trust_proxi' in global (did you mean 'trust_proxy'?)",
+            "config:9:12: proxy must be v1 or v2, not 'v3' (did you mean 'v1'?)",
+            "config:10:19: accept_proxy must be true or false, not 'maybe'",
+            "config:11:14: maxconn must be between 1 and 1000000, not '1000001'",
+            "config:12:25: maxconn_per_client must be between 1 and 1000000, not '-1'",
+            "config:13:5: unknown key 'acept_proxy' in a rule (did you mean 'accept_proxy'?)",
+            "config:14:5: unknown key 'maxconn_per_clent' in a rule (did you mean 'maxconn_per_client'?)",
+            "config:18:12: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp",
+            "config:22:12: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp",
+            "config:27:19: trust_proxy must be a single value, not a mapping",
+        ]
+    );
+}
