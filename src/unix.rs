@@ -104,7 +104,11 @@ pub(crate) fn bind(addr: &UnixAddr, mode: Option<u32>, backlog: i32) -> io::Resu
     rustix::net::bind(&fd, &sockaddr)?;
     let file = match addr {
         UnixAddr::Path(path) => {
-            let meta = std::fs::symlink_metadata(path)?;
+            // The file was just made by this bind: if it cannot even be
+            // looked at, it is still ours to remove.
+            let meta = std::fs::symlink_metadata(path).inspect_err(|_| {
+                let _ = std::fs::remove_file(path);
+            })?;
             let file = SocketFile {
                 path: path.clone(),
                 id: (meta.dev(), meta.ino()),

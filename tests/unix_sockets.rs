@@ -2,8 +2,9 @@
 //! backend and TCP listener → unix backend, over copy and splice, with
 //! half-close; the socket file's life (stale file replaced, regular file
 //! refused, mode, removal on exit and on a reload that drops the rule);
-//! abstract sockets; what unix clients look like in the log, the status
-//! file and a PROXY header; and what `--check` says about their ACLs.
+//! abstract sockets; unix to unix; what unix clients look like in the log,
+//! the status file, `oi connections` and a PROXY header; and what `--check`
+//! says about their ACLs.
 
 mod common;
 
@@ -163,6 +164,29 @@ fn unix_listener_to_tcp_backend_over_copy_and_splice_with_half_close() {
     let oi = OiProcess::start(dir.path(), &conf, &[]);
     transfer_checked(unix_client(&copy), 1, "unix -> tcp, copy");
     transfer_checked(unix_client(&splice), 2, "unix -> tcp, splice");
+    let (status, err) = oi.stop();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn unix_listener_to_unix_backend_over_copy_and_splice() {
+    let dir = short_dir();
+    let back = dir.path().join("back.sock");
+    unix_backend(&back);
+    let (copy, splice) = (dir.path().join("copy.sock"), dir.path().join("splice.sock"));
+    let conf = dir.path().join("oi.conf");
+    let b = back.display();
+    write_atomic(
+        &conf,
+        &format!(
+            "unix:{} unix:{b} [splice=off]\nunix:{} unix:{b} [splice=on]\n",
+            copy.display(),
+            splice.display()
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    transfer_checked(unix_client(&copy), 7, "unix -> unix, copy");
+    transfer_checked(unix_client(&splice), 8, "unix -> unix, splice");
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");
 }
@@ -367,7 +391,9 @@ fn unix_clients_in_the_log_the_status_file_and_the_proxy_header() {
             v2.display()
         ),
     );
-    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let ctl = dir.path().join("ctl.sock");
+    let ctl_arg = ctl.to_str().expect("utf-8 path");
+    let oi = OiProcess::start(dir.path(), &conf, &["--socket", ctl_arg]);
     let mut a = unix_client(&v1);
     a.write_all(b"0123456789").expect("write");
     assert_eq!(
@@ -386,6 +412,19 @@ fn unix_clients_in_the_log_the_status_file_and_the_proxy_header() {
     assert!(text.contains("\"active_unix\":2"), "{text}");
     assert!(text.contains("\"total_unix\":2"), "{text}");
     assert!(text.contains("\"active_tcp\":0"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["connections", "--socket", ctl_arg])
+        .output()
+        .expect("oi connections");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let v1_rule = format!("unix:{}", v1.display());
+    assert!(
+        listing.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && (f[0], f[1], f[2]) == (v1_rule.as_str(), "unix", "unix-client")
+        }),
+        "{listing}"
+    );
     drop((a, b));
     let lines = wait_lines(&log, 2);
     let want = format!(

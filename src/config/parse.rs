@@ -51,6 +51,10 @@ pub(crate) const PROXY_V1_UDP: &str =
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
 
+/// The same, for a line with a `unix:` side (which has no port field).
+const UNIX_RULE_SHAPE: &str =
+    "expected 'bindaddr bindport connectaddr connectport [options]', with 'unix:PATH' in place of an address and its port";
+
 /// Keywords other than the one-value globals, for hints.
 const KEYWORDS: [&str; 10] = [
     "allow",
@@ -517,6 +521,7 @@ impl Parser<'_> {
                 Some(k) if tokens.len() < 4 => {
                     format!("unknown keyword '{}' (did you mean '{k}'?)", Shown(word))
                 }
+                _ if sides != 4 => UNIX_RULE_SHAPE.to_string(),
                 _ => RULE_SHAPE.to_string(),
             };
             return self.error(line, message, text);
@@ -528,7 +533,12 @@ impl Parser<'_> {
         match tokens.get(sides) {
             None => {}
             Some(t) if !t.starts_with('[') => {
-                errors.push(format!("unexpected '{}' after the connect port", Shown(t)));
+                let after = if sides - bind_n == 1 {
+                    "the unix socket"
+                } else {
+                    "the connect port"
+                };
+                errors.push(format!("unexpected '{}' after {after}", Shown(t)));
             }
             Some(t) => match t.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
                 None => errors.push("missing ']' after options".into()),

@@ -237,11 +237,15 @@ mod tests {
             ),
             (
                 "unix:/run/app.sock 10.0.0.1".to_string(),
-                "expected 'bindaddr bindport connectaddr connectport [options]'",
+                "expected 'bindaddr bindport connectaddr connectport [options]', with 'unix:PATH' in place of an address and its port",
             ),
             (
                 "unix:/run/app.sock 10.0.0.1 80 extra".to_string(),
                 "unexpected 'extra' after the connect port",
+            ),
+            (
+                "0.0.0.0 80 unix:/run/b.sock extra".to_string(),
+                "unexpected 'extra' after the unix socket",
             ),
         ];
         for (line, message) in &cases {

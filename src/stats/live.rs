@@ -153,7 +153,7 @@ impl Conn {
 pub struct ConnInfo {
     /// The rule's name.
     pub rule: String,
-    /// TCP, TCP→UDP or a UDP association.
+    /// TCP, TCP→UDP, a UDP association, or a unix socket client.
     pub kind: ConnKind,
     /// The client: its address, or a unix socket client (printed `unix-client`).
     pub client: Peer,
