@@ -3,7 +3,7 @@
 use crate::config::services::Services;
 use crate::config::{
     self, plural, AclRules, Balance, Config, ConfigErrors, Endpoint, Globals, Host, Pattern, Port,
-    ResolvedConfig, ResolvedRule, Shown,
+    Proto, ResolvedConfig, ResolvedRule, Shown,
 };
 use std::fmt::Write;
 use std::io;
@@ -24,6 +24,9 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
     let result = config::load_partial(path).and_then(|(parsed, syntax)| {
         for w in &parsed.warnings {
             eprintln!("{}", format_warning(&file, w));
+        }
+        for w in edge_warnings(&parsed) {
+            eprintln!("{}", format_warning(&file, &w));
         }
         if parsed.omitted_warnings > 0 {
             let n = parsed.omitted_warnings;
@@ -159,6 +162,75 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
         }
     }
     errors
+}
+
+/// Settings at the edge (PROXY protocol, connection limits) that load but
+/// cannot do what they say; checked on the whole file, because a rule's own
+/// `trust-proxy` lines follow it:
+/// - `accept-proxy` with no `trust-proxy` pattern, global or the rule's:
+///   no peer may send the header, so every client is refused;
+/// - the rule's own `trust-proxy` lines without `accept-proxy`: nothing
+///   reads them (the usual slip is a forgotten `accept-proxy`);
+/// - `maxconn` or `maxconn-per-client` on a `/udp` listener: the limits are
+///   checked in the TCP accept path only, so they never refuse a datagram;
+///   a UDP rule's associations are capped by `maxassoc`.
+///
+/// `proxy=v1` on a rule with a `/udp` side is an error of the parsers, not
+/// a warning here: oi could only send version 2, which is not what the file
+/// asks for.
+fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
+    let mut out = Vec::new();
+    for r in &cfg.rules {
+        let mut warn = |message: String| {
+            // A port range's rules share their line: one warning for the line.
+            let same_line = |w: &config::ConfigError| {
+                w.line == r.line && w.file == r.file && w.message == message
+            };
+            if out.iter().rev().take(3).any(same_line) {
+                return;
+            }
+            out.push(config::ConfigError {
+                file: r.file.clone(),
+                line: r.line,
+                column: 0,
+                message,
+                text: Shown(&format!(
+                    "{} {}/{}",
+                    r.bind.host_text, r.bind.port, r.bind.proto
+                ))
+                .to_string(),
+                more: 0,
+            });
+        };
+        let accept_proxy = r.options.accept_proxy == Some(true);
+        if accept_proxy && cfg.global_acl.trust_proxy.is_empty() && r.acl.trust_proxy.is_empty() {
+            warn(
+                "accept-proxy with no trust-proxy pattern (global or this rule's): every client \
+                 is refused (proxy-untrusted); add 'trust-proxy ADDRESS' for the proxy in front"
+                    .into(),
+            );
+        }
+        if !accept_proxy && !r.acl.trust_proxy.is_empty() {
+            warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
+        }
+        if r.bind.proto == Proto::Udp {
+            for (set, name) in [
+                (r.options.maxconn.is_some(), "maxconn"),
+                (r.options.maxconn_per_client.is_some(), "maxconn-per-client"),
+            ] {
+                if set {
+                    warn(format!(
+                        "option '{name}' limits TCP connections; ignored on a /udp listener \
+                         (its associations are capped by maxassoc)"
+                    ));
+                }
+            }
+        }
+        if out.len() >= config::MAX_ERRORS {
+            break;
+        }
+    }
+    out
 }
 
 /// Whether `::` listeners also take IPv4 (Linux's `net.ipv6.bindv6only` is 0,
@@ -315,8 +387,16 @@ fn backends(r: &ResolvedRule) -> String {
             if let Some(src) = b.src {
                 let _ = write!(one, " src {src}");
             }
-            if let Some(t) = b.backend.dns_refresh {
-                let _ = write!(one, " dns-refresh {}s", t.as_secs());
+            if let config::Host::Name(_) = b.backend.endpoint.host {
+                match r.dns_refresh(&b.backend) {
+                    Some(t) => {
+                        let _ = write!(one, " dns-refresh {}s", t.as_secs());
+                    }
+                    None => one.push_str(" dns-refresh off"),
+                }
+                if let Some(filter) = r.expansion() {
+                    let _ = write!(one, " expanded ({filter})");
+                }
             }
             one
         })
@@ -359,7 +439,7 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(n) = g.buffer_size {
         line(
             format!("buffersize {n}"),
-            "stored; the copy buffers still take their size from --buffer-size",
+            "the copy-buffer size, read at start (--buffer-size wins)",
         );
     }
     if let Some(t) = &g.connect_timeout {
@@ -371,17 +451,20 @@ fn globals_report(out: &mut String, g: &Globals) {
     if let Some(t) = &g.dns_refresh {
         line(
             format!("dns-refresh {}", secs(t)),
-            "stored; oi looks names up at start and on reload only",
+            "how often backend names are looked up again (0 = never; also after 3 failed connects and on SIGHUP)",
         );
     }
     if let Some(b) = g.dns_multi_ip_expand {
         line(
             format!("dns-multi-ip-expand {}", on(b)),
-            "stored; oi tries every address of a backend name in order",
+            "whether each address of a backend name becomes a backend of its own",
         );
     }
     if let Some(f) = g.dns_multi_ip_proto {
-        line(format!("dns-multi-ip-proto {f}"), "stored; not used yet");
+        line(
+            format!("dns-multi-ip-proto {f}"),
+            "which addresses an expanded backend name keeps",
+        );
     }
     if let Some(n) = g.listen_backlog {
         line(
@@ -628,6 +711,27 @@ mod tests {
     }
 
     #[test]
+    fn report_shows_how_backend_names_are_refreshed_and_expanded() {
+        let yaml = "global:\n  dns_refresh: 120\nrules:\n  - name: web\n    bind: 127.0.0.1:8080\n    connect:\n      - {dest: 'localhost:80', dns_refresh: 0}\n      - localhost:81\n";
+        let parsed = config::parse_yaml(yaml).expect("valid");
+        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
+        let out = report("oi.yaml", &resolved);
+        assert!(out.contains(":80/tcp (127.0.0.1:80"), "{out}");
+        assert!(
+            out.contains(" weight 1 dns-refresh off expanded (ipv4), localhost:81/tcp"),
+            "{out}"
+        );
+        assert!(
+            out.contains(" weight 1 dns-refresh 120s expanded (ipv4) allow all"),
+            "{out}"
+        );
+        assert!(
+            out.contains("dns-refresh 120s: how often backend names are looked up again"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn report_include_chains() {
         let mut source = config::MemIncludes {
             main: "a.conf".into(),
@@ -658,6 +762,112 @@ mod tests {
             "global: deny 1.2.3.4"
         );
         assert_eq!(acl_summary(&none, &parsed.global_acl), "deny 1.2.3.4");
+    }
+
+    /// (line, message) of each edge warning for `text` (rinetd.conf).
+    fn edge(text: &str) -> Vec<(usize, String)> {
+        let parsed = config::parse(text).expect("valid");
+        edge_warnings(&parsed)
+            .into_iter()
+            .map(|w| (w.line, w.message))
+            .collect()
+    }
+
+    #[test]
+    fn accept_proxy_with_no_trust_proxy_pattern_in_scope_is_a_warning() {
+        let found = edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, 1);
+        assert!(
+            found[0].1.starts_with(
+                "accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused"
+            ),
+            "{}",
+            found[0].1
+        );
+        // A global pattern, or the rule's own, is enough; on /udp too.
+        assert!(
+            edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n").is_empty()
+        );
+        assert!(
+            edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\ntrust-proxy 10.0.0.2\n").is_empty()
+        );
+        let udp = edge(concat!(
+            "127.0.0.1 53/udp 10.0.0.1 53/udp [accept-proxy]\n",
+            "127.0.0.1 54/udp 10.0.0.1 53/udp [accept-proxy]\n",
+            "trust-proxy 10.0.0.2\n",
+        ));
+        assert_eq!(udp.len(), 1, "only the rule with no pattern: {udp:?}");
+        assert_eq!(udp[0].0, 1);
+        // Another rule's pattern does not count.
+        let other = edge(concat!(
+            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n",
+            "trust-proxy 10.0.0.2\n",
+            "127.0.0.1 8081 10.0.0.1 80 [accept-proxy]\n",
+        ));
+        assert_eq!(other.iter().map(|w| w.0).collect::<Vec<_>>(), [3]);
+    }
+
+    #[test]
+    fn trust_proxy_on_a_rule_without_accept_proxy_is_a_warning() {
+        let found = edge("127.0.0.1 8080 10.0.0.1 80\ntrust-proxy 10.0.0.2\n");
+        let want = "trust-proxy lines for a rule without accept-proxy; ignored";
+        assert_eq!(found, [(1, want.to_string())]);
+        // Global patterns are for whichever rules accept PROXY.
+        assert!(edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80\n").is_empty());
+    }
+
+    #[test]
+    fn connection_limits_on_a_udp_listener_are_warnings() {
+        let found = edge(concat!(
+            "127.0.0.1 53/udp 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
+            "127.0.0.1 54/udp 10.0.0.1 53 [maxconn=5]\n",
+            "127.0.0.1 55 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
+        ));
+        let ignored = |name: &str| {
+            format!("option '{name}' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)")
+        };
+        assert_eq!(
+            found,
+            [
+                (1, ignored("maxconn")),
+                (1, ignored("maxconn-per-client")),
+                (2, ignored("maxconn")),
+            ],
+            "UDP → UDP and UDP → TCP warn; TCP → UDP connections are TCP connections, limited"
+        );
+        // A port range warns once for its line.
+        let range = edge("127.0.0.1 5000-5099/udp 10.0.0.1 53/udp [maxconn=5]\n");
+        assert_eq!(range.len(), 1, "{range:?}");
+    }
+
+    #[test]
+    fn edge_warnings_in_yaml_point_at_the_rule() {
+        let yaml = concat!(
+            "rules:\n",
+            "  - name: a\n",
+            "    bind: 127.0.0.1:53/udp\n",
+            "    connect: 10.0.0.1:53/udp\n",
+            "    accept_proxy: true\n",
+            "    maxconn: 3\n",
+        );
+        let parsed = config::parse_yaml(yaml).expect("valid");
+        let found: Vec<String> = edge_warnings(&parsed)
+            .iter()
+            .map(|w| format_warning("oi.yaml", w))
+            .collect();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("oi.yaml:3: warning: accept-proxy with no trust-proxy pattern"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1].starts_with("oi.yaml:3: warning: option 'maxconn' limits TCP connections"),
+            "{}",
+            found[1]
+        );
+        assert!(found[1].ends_with(": '127.0.0.1 53/udp'"), "{}", found[1]);
     }
 
     #[test]

@@ -202,7 +202,9 @@ impl RuleLimits {
     }
 
     /// Connections to this rule refused by a limit since its listener started.
-    // For the per-rule status and metrics, which are wired separately.
+    // The status file and the metrics read the rule's `RuleStats` count
+    // (bumped by the accept path, beside the ACL refusals); this one is the
+    // limits' own, which their tests check.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)

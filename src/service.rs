@@ -25,6 +25,38 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Most bind errors printed at start; the rest are counted.
+const MAX_BIND_ERRORS_SHOWN: usize = 20;
+
+/// Highest soft open-file limit oi asks for, whatever the hard limit.
+const MAX_NOFILE: u64 = 1 << 20;
+
+/// Raises the soft open-file limit to the hard one (at most [`MAX_NOFILE`]):
+/// every connection costs two descriptors and every listener one per
+/// thread, and a soft limit of 1,024 (the default outside systemd's
+/// `LimitNOFILE=`) cannot even bind a 10,000-port range. The hard limit
+/// stays the administrator's bound; the budgets that follow it (UDP
+/// associations, per-thread listening sockets) read the raised value.
+fn raise_nofile() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (Some(soft), hard) = (limit.current, limit.maximum) else {
+        return;
+    };
+    let target = hard.unwrap_or(MAX_NOFILE).min(MAX_NOFILE);
+    if soft >= target {
+        return;
+    }
+    let raised = Rlimit {
+        current: Some(target),
+        maximum: hard,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => log::debug!("open-file limit raised from {soft} to {target}"),
+        Err(e) => log::debug!("cannot raise the open-file limit from {soft}: {e}"),
+    }
+}
+
 /// Runs oi with validated options; returns the process exit code.
 pub fn run(opts: RunOptions) -> ExitCode {
     if let Some(q) = &opts.client {
@@ -45,11 +77,20 @@ pub fn run(opts: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    raise_nofile();
     let sockets = match listen::bind_all(&cfg, &file) {
         Ok(s) => s,
         Err(errors) => {
-            for e in errors {
-                diagnostics::report(&e);
+            // A 10,000-port range at a low descriptor limit failed with
+            // 8,981 lines; the first few say it all.
+            for e in errors.iter().take(MAX_BIND_ERRORS_SHOWN) {
+                diagnostics::report(e);
+            }
+            if errors.len() > MAX_BIND_ERRORS_SHOWN {
+                let more = errors.len() - MAX_BIND_ERRORS_SHOWN;
+                diagnostics::report(&format!(
+                    "and {more} more listeners that could not be bound"
+                ));
             }
             return ExitCode::FAILURE;
         }
@@ -272,10 +313,13 @@ impl Service {
         let s = self.shared.snapshot();
         log::info!(
             "status: {}; UDP: {} byte(s) queued towards TCP backends, {} datagram(s) \
-             dropped; log file: {} line(s) queued, {} dropped",
+             dropped, {} dropped by accept-proxy; limit-reached: {} connection(s) refused; \
+             log file: {} line(s) queued, {} dropped",
             crate::observe::format::stats_line(&s),
             s.udp_queued_bytes,
             s.udp_datagrams_dropped,
+            s.totals.udp_proxy_dropped,
+            s.totals.limit_reached,
             s.log_lines_queued,
             s.log_lines_dropped
         );

@@ -8,7 +8,7 @@ use crate::config::SpliceMode;
 use crate::limits::GlobalLimit;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
-use crate::stats::{Pools, Snapshot, Stats};
+use crate::stats::{Pools, RuleStats, Snapshot, Stats};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -80,9 +80,6 @@ pub struct Shared {
     udp_dropped: AtomicU64,
     /// Rate limit of the warning about dropped datagrams.
     udp_drop_warning: Every,
-    /// Datagrams an `accept-proxy` `/udp` listener dropped (untrusted
-    /// source, missing or malformed header): for tests and the warning.
-    udp_proxy_dropped: AtomicU64,
     /// Rate limit of that warning: a flood of bad datagrams prints one line
     /// a minute, not one each.
     udp_proxy_warning: Every,
@@ -118,7 +115,6 @@ impl Shared {
             udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
-            udp_proxy_dropped: AtomicU64::new(0),
             udp_proxy_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
@@ -188,22 +184,23 @@ impl Shared {
 
     /// Datagrams `accept-proxy` `/udp` listeners have dropped so far for
     /// want of a valid PROXY header from a trusted source.
+    /// Counted per rule and in total in [`Stats`] (the one count the status
+    /// file, the metrics and `oi status` read).
     pub fn udp_proxy_datagrams_dropped(&self) -> u64 {
-        self.udp_proxy_dropped.load(Ordering::Relaxed)
+        self.stats.udp_proxy_dropped()
     }
 
-    /// Counts one datagram an `accept-proxy` `/udp` listener dropped,
-    /// warning at most once a minute. `why` is formatted only then.
+    /// Counts one datagram an `accept-proxy` `/udp` listener dropped, in
+    /// its rule's counters (`rule`) and the process's, warning at most once
+    /// a minute. `why` is formatted only then.
     pub(crate) fn udp_proxy_datagram_dropped(
         &self,
+        rule: &RuleStats,
         listener: &dyn std::fmt::Display,
         peer: SocketAddr,
         why: &dyn std::fmt::Display,
     ) {
-        let n = self
-            .udp_proxy_dropped
-            .fetch_add(1, Ordering::Relaxed)
-            .saturating_add(1);
+        let n = rule.udp_proxy_dropped();
         if self.udp_proxy_warning.ready() {
             log::warn!(
                 "{listener}/udp: dropping a datagram from {peer}: {why} ({n} dropped so far \

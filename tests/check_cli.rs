@@ -315,3 +315,37 @@ fn include_cycle_names_the_chain() {
         )
     );
 }
+
+#[test]
+fn edge_settings_that_cannot_work_are_warnings_with_file_and_line() {
+    let (file, out) = check(concat!(
+        "127.0.0.1 18120 127.0.0.1 18121 [accept-proxy]\n",
+        "127.0.0.1 18122/udp 127.0.0.1 18123/udp [maxconn=10]\n",
+        "127.0.0.1 18124 127.0.0.1 18125\n",
+        "trust-proxy 127.0.0.2\n",
+    ));
+    let name = file.path().display().to_string();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "warnings only: {stderr}");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            format!("{name}:1: warning: accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused (proxy-untrusted); add 'trust-proxy ADDRESS' for the proxy in front: '127.0.0.1 18120/tcp'"),
+            format!("{name}:2: warning: option 'maxconn' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc): '127.0.0.1 18122/udp'"),
+            format!("{name}:3: warning: trust-proxy lines for a rule without accept-proxy; ignored: '127.0.0.1 18124/tcp'"),
+        ]
+    );
+    assert!(text(&out.stdout).ends_with("configuration OK (3 rules)\n"));
+}
+
+#[test]
+fn proxy_v1_on_a_udp_listener_is_an_error() {
+    let line = "127.0.0.1 18130/udp 127.0.0.1 18131 [proxy=v1]";
+    let (file, out) = check(&format!("{line}\n"));
+    let name = file.path().display().to_string();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!("{name}:1: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose listener is /udp: '{line}'\nconfiguration invalid (1 error)\n")
+    );
+}

@@ -50,8 +50,9 @@ fn the_new_lines_and_options_parse_and_print_back() {
             .to_string();
         assert!(e.contains(why), "{bad}: {e}");
     }
-    // Version 1 has no datagram form: on a rule whose backend is UDP it is
-    // refused with the line (UDP→UDP and TCP→UDP alike), v2 is accepted.
+    // Version 1 has no datagram form: on a rule with a UDP side it is
+    // refused with the line (UDP→UDP, TCP→UDP and UDP→TCP alike: a UDP→TCP
+    // rule could only send version 2), v2 is accepted.
     let e = oxidinetd::config::parse(
         "127.0.0.1 53/udp 10.0.0.1 53/udp [proxy=v2]\n\
          127.0.0.1 54/udp 10.0.0.1 53/udp [proxy=v1]\n\
@@ -65,6 +66,7 @@ fn the_new_lines_and_options_parse_and_print_back() {
         [
             "config:2: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp: '127.0.0.1 54/udp 10.0.0.1 53/udp [proxy=v1]'",
             "config:3: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp: '127.0.0.1 55 10.0.0.1 53/udp [proxy=v1]'",
+            "config:4: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose listener is /udp: '127.0.0.1 56/udp 10.0.0.1 53 [proxy=v1]'",
         ]
     );
     let e = oxidinetd::config::parse("metrics localhost\n")

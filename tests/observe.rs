@@ -680,3 +680,147 @@ fn a_kept_rule_keeps_its_counters_across_a_reload_and_a_removed_one_goes() {
     let (code, _) = oi.stop();
     assert!(code.success());
 }
+
+/// The sample `name` for `rule` in a scrape of `addr`, and the scrape's text.
+fn scrape_rule(addr: SocketAddr, name: &str, rule: &str) -> (f64, String) {
+    let answer = http(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (_, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    let samples = parse_exposition(body);
+    (value(&samples, name, &[("rule", rule)]), body.to_string())
+}
+
+#[test]
+fn limit_refusals_and_accept_proxy_drops_show_in_every_output() {
+    let backend = echo_backend("127.0.0.1:0");
+    let (udp_backend, _seen) = udp_echo_backend("127.0.0.1:0");
+    let (tcp_port, udp_port, metrics_port) = (free_port(), free_udp_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "metrics 127.0.0.1:{metrics_port}\n\
+             127.0.0.1 {tcp_port} 127.0.0.1 {} [maxconn=1]\n\
+             127.0.0.1 {udp_port}/udp 127.0.0.1 {}/udp [accept-proxy]\n\
+             trust-proxy 127.0.0.1\n",
+            backend.port(),
+            udp_backend.port()
+        ),
+    )
+    .expect("conf");
+    let sock = dir.path().join("oi.sock");
+    let sock_arg = sock.to_str().expect("utf-8 path");
+    let status_path = dir.path().join("status.json");
+    let status_arg = status_path.to_str().expect("utf-8 path");
+    let oi = OiProcess::start(
+        dir.path(),
+        &conf,
+        &[
+            "--socket",
+            sock_arg,
+            "--status-file",
+            status_arg,
+            "--status-interval",
+            "20ms",
+        ],
+    );
+    let (tcp_rule, udp_rule) = (
+        format!("127.0.0.1:{tcp_port}/tcp"),
+        format!("127.0.0.1:{udp_port}/udp"),
+    );
+    let ask = |query, json| oxidinetd::observe::ask(&sock, query, json).expect("ask oi");
+    let status = || -> serde_json::Value {
+        serde_json::from_str(&ask(oxidinetd::observe::Query::Status, true)).expect("json")
+    };
+    let metrics = local(metrics_port);
+
+    // Nothing refused or dropped yet: every output says 0.
+    let v = status();
+    assert_eq!(v["oi"]["connections_refused_by_limits"], 0, "{v}");
+    assert_eq!(v["oi"]["udp_proxy_datagrams_dropped"], 0, "{v}");
+    let (before, body) = scrape_rule(metrics, "oi_limit_refusals_total", &tcp_rule);
+    assert_eq!(before, 0.0);
+    assert!(
+        body.contains("# HELP oi_limit_refusals TCP connections refused with limit-reached"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# HELP oi_udp_proxy_datagrams_dropped Datagrams an accept-proxy /udp"),
+        "{body}"
+    );
+
+    // One connection holds the rule's only place; the next is refused.
+    let mut held = connect(local(tcp_port));
+    held.write_all(b"x").expect("write");
+    let mut one = [0u8; 1];
+    held.read_exact(&mut one).expect("echo");
+    let mut over = connect(local(tcp_port));
+    over.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    assert_eq!(over.read(&mut one).unwrap_or(0), 0, "refused at the limit");
+    // A datagram without a PROXY header from the trusted proxy is dropped.
+    let u = udp_client(local(udp_port));
+    u.send_to(b"no header", local(udp_port)).expect("send");
+
+    wait_until("the refusal and the drop are counted", || {
+        let v = status();
+        v["oi"]["connections_refused_by_limits"] == 1 && v["oi"]["udp_proxy_datagrams_dropped"] == 1
+    });
+    let v = status();
+    let rule = |name: &str| {
+        v["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no rule {name} in {v}"))
+            .clone()
+    };
+    assert_eq!(rule(&tcp_rule)["oi"]["limit_reached"], 1, "{v}");
+    assert_eq!(rule(&tcp_rule)["oi"]["udp_proxy_dropped"], 0, "{v}");
+    assert_eq!(rule(&udp_rule)["oi"]["udp_proxy_dropped"], 1, "{v}");
+    assert_eq!(v["oi"]["totals"]["limit_reached"], 1, "{v}");
+    assert_eq!(
+        v["errors"]["denied"], 0,
+        "rinetd-uv's denied stays the ACL's: {v}"
+    );
+
+    let text = ask(oxidinetd::observe::Query::Status, false);
+    for want in [
+        "Limit reached: 1 (maxconn, maxconn-per-client)",
+        "UDP datagrams dropped by accept-proxy: 1",
+        "not-allowed=0 denied=0 limit-reached=1;",
+        "udp evicted=0 proxy-dropped=1",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+    let file = wait_for_file(&status_path, |t| {
+        serde_json::from_str::<serde_json::Value>(t).is_ok_and(|v| {
+            v["oi"]["connections_refused_by_limits"] == 1
+                && v["oi"]["udp_proxy_datagrams_dropped"] == 1
+        })
+    });
+    assert!(file.contains("\"limit_reached\":1"), "{file}");
+    assert_eq!(
+        scrape_rule(metrics, "oi_limit_refusals_total", &tcp_rule).0,
+        1.0
+    );
+    assert_eq!(
+        scrape_rule(metrics, "oi_udp_proxy_datagrams_dropped_total", &udp_rule).0,
+        1.0
+    );
+
+    // SIGUSR1's status line names both.
+    oi.signal(rustix::process::Signal::USR1);
+    drop(held);
+    let (code, stderr) = oi.stop();
+    assert!(code.success());
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("status: STATS:"))
+        .unwrap_or_else(|| panic!("no status line in:\n{stderr}"));
+    assert!(
+        line.contains("1 dropped by accept-proxy; limit-reached: 1 connection(s) refused"),
+        "{line}"
+    );
+}

@@ -244,3 +244,39 @@ fn the_status_file_shows_each_backend_up_or_down_and_the_algorithm() {
     assert_eq!(by_name("alive")["healthy"], true);
     oi.stop();
 }
+
+#[test]
+fn udp_associations_are_spread_over_the_pool_and_stay_on_their_backend() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, seen_one) = udp_echo_backend("127.0.0.1:0");
+    let (two, seen_two) = udp_echo_backend("127.0.0.1:0");
+    let port = free_udp_port();
+    let text = format!(
+        "rules:\n  - name: dns\n    bind: 127.0.0.1:{port}/udp\n    connect:\n      - '{one}/udp'\n      - '{two}/udp'\n"
+    );
+    let conf = dir.path().join("oi.yaml");
+    write_atomic(&conf, &text);
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let server = local(port);
+    let clients: Vec<_> = (0..20).map(|_| udp_client(server)).collect();
+    for round in 0..4u8 {
+        for c in &clients {
+            assert_eq!(udp_roundtrip(c, server, &[round]), [round]);
+        }
+    }
+    // Every datagram was echoed, so each backend has told of all it got.
+    let sources = |rx: &std::sync::mpsc::Receiver<(SocketAddr, usize)>| {
+        let mut by_source: HashMap<SocketAddr, usize> = HashMap::new();
+        while let Ok((from, _)) = rx.try_recv() {
+            *by_source.entry(from).or_insert(0) += 1;
+        }
+        by_source
+    };
+    let (a, b) = (sources(&seen_one), sources(&seen_two));
+    assert_eq!((a.len(), b.len()), (10, 10), "round robin per association");
+    assert!(
+        a.values().chain(b.values()).all(|&n| n == 4),
+        "an association keeps its backend"
+    );
+    oi.stop();
+}

@@ -87,3 +87,62 @@ fn bad_command_line_values_exit_2_naming_the_flag() {
         );
     }
 }
+
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    write_atomic(
+        &conf,
+        &format!("127.0.0.1 {port} 127.0.0.1 {}\n", backend.port()),
+    );
+    // Soft 256 under a hard limit of 2048, as a shell or unit might leave it.
+    let script = dir.path().join("low-limit");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nulimit -Sn 256 && ulimit -Hn 2048 && exec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_oi")
+        ),
+    )
+    .expect("write script");
+    let mut perm = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).expect("chmod");
+    let oi = OiProcess::start_program(&script, dir.path(), &conf, &[]);
+    let limits =
+        std::fs::read_to_string(format!("/proc/{}/limits", oi.child.id())).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("nofile line");
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers, ["2048", "2048"], "{line}");
+    ping(port).expect("serves");
+    oi.stop();
+}
+
+#[test]
+fn thousands_of_bind_failures_print_a_bounded_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    // Every port of the range is taken by this listener set.
+    let held: Vec<TcpListener> = (0..60)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let mut text = String::new();
+    for l in &held {
+        let p = l.local_addr().expect("addr").port();
+        text.push_str(&format!("127.0.0.1 {p} 127.0.0.1 9\n"));
+    }
+    write_atomic(&conf, &text);
+    let (code, stderr) = run_oi(&conf);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("and 40 more listeners that could not be bound"),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() <= 25, "{stderr}");
+}

@@ -154,6 +154,17 @@ impl Member {
     }
 }
 
+/// One member as the status file shows it.
+pub(crate) struct MemberHealth {
+    /// Its name (`name:`, `host:port`, or `host:port[i]` when expanded).
+    pub(crate) label: String,
+    /// Whether it is up (or its recovery time has passed).
+    pub(crate) healthy: bool,
+    /// The name it was expanded from, for members made by
+    /// `dns-multi-ip-expand` (rinetd-uv's implicit backends).
+    pub(crate) parent: Option<String>,
+}
+
 /// A member chosen for one connection; counts the connection as using it
 /// until dropped.
 pub(crate) struct Lease {
@@ -277,14 +288,22 @@ impl BackendPool {
         all
     }
 
-    /// The member that has `addr` (its label) and whether it is up now.
-    pub(crate) fn health_of(&self, addr: SocketAddr) -> Option<(String, bool)> {
+    /// What the status file says of the member that has `addr`.
+    pub(crate) fn health_of(&self, addr: SocketAddr) -> Option<MemberHealth> {
         let now = now_ms();
         self.members
             .load()
             .iter()
             .find(|m| m.addrs.load().contains(&addr))
-            .map(|m| (m.label.clone(), m.eligible(now)))
+            .map(|m| {
+                let group = self.groups.get(m.group);
+                let expanded = group.is_some_and(|g| g.expand.is_some()) && m.key != m.label;
+                MemberHealth {
+                    label: m.label.clone(),
+                    healthy: m.eligible(now),
+                    parent: group.and_then(|g| g.name.clone()).filter(|_| expanded),
+                }
+            })
     }
 
     /// How the pool chooses.

@@ -271,12 +271,19 @@ fn a_name_with_several_addresses_expands_in_yaml_only() {
         .iter()
         .all(|m| m.addrs().len() == 1 && m.addrs()[0].is_ipv4()));
     assert_eq!(members[0].label(), "localhost:80[0]");
+    let h = p.health_of(members[0].addrs()[0]).expect("listed");
+    assert_eq!(
+        (h.label.as_str(), h.parent.as_deref(), h.healthy),
+        ("localhost:80[0]", Some("localhost"), true)
+    );
     // dns_multi_ip_expand: false keeps one member with every address.
     let mut text = String::from("global:\n  dns_multi_ip_expand: false\n");
     text.push_str(&yaml(&["'localhost:80/tcp'"], ""));
     let p = pool(&text);
     assert_eq!(p.members().len(), 1);
     assert_eq!(p.members()[0].label(), "localhost:80");
+    let h = p.health_of(p.members()[0].addrs()[0]).expect("listed");
+    assert_eq!(h.parent, None, "not an implicit backend");
 }
 
 /// A lookup answering from a table the test changes, telling each call.

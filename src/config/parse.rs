@@ -48,6 +48,13 @@ pub(crate) const PLACEHOLDER_FILE: &str = "config";
 pub(crate) const PROXY_V1_UDP: &str =
     "proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp";
 
+/// The error for `proxy=v1` on a UDP → TCP rule (a `/udp` listener, a TCP
+/// backend), in either format, for the same reason: the client is a UDP
+/// peer, which a version 1 line cannot say, so oi would have to send
+/// version 2 to a backend the file says expects version 1.
+pub(crate) const PROXY_V1_UDP_LISTENER: &str =
+    "proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose listener is /udp";
+
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
 
@@ -551,9 +558,11 @@ impl Parser<'_> {
                 Shown(t)
             ));
         }
-        if let (Some(c), Some(super::ProxyHeader::V1)) = (&connect, options.proxy) {
-            if c.proto == Proto::Udp {
+        if options.proxy == Some(super::ProxyHeader::V1) {
+            if connect.as_ref().is_some_and(|c| c.proto == Proto::Udp) {
                 errors.push(PROXY_V1_UDP.to_string());
+            } else if bind.as_ref().is_some_and(|b| b.proto == Proto::Udp) {
+                errors.push(PROXY_V1_UDP_LISTENER.to_string());
             }
         }
         let (Some(bind), Some(connect), true) = (bind, connect, errors.is_empty()) else {

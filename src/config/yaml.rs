@@ -25,6 +25,7 @@ use super::bounded::ErrorSink;
 use super::hint::suggestion;
 use super::parse::{
     bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP,
+    PROXY_V1_UDP_LISTENER,
 };
 use super::unix::{check_rule, is_unix, parse_unix};
 use super::{
@@ -507,6 +508,8 @@ impl Mapper {
         if let Some(at) = proxy_v1_at {
             if backends.iter().any(|b| b.endpoint.proto == Proto::Udp) {
                 self.error(at, PROXY_V1_UDP.into());
+            } else if binds.iter().any(|(b, ..)| b.proto == Proto::Udp) {
+                self.error(at, PROXY_V1_UDP_LISTENER.into());
             }
         }
         if name.is_none() && !self.entries_have(node, "name") {

@@ -67,6 +67,7 @@ impl AcceptLoop {
                         Ok(held) => held,
                         Err(which) => {
                             log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+                            self.stats.refused(Event::LimitReached);
                             let ip = client_ip(peer);
                             let line = route.event(ip, Event::LimitReached, Bytes::NONE);
                             self.shared.log.log(line);
@@ -174,6 +175,7 @@ async fn connection(
         .admit_client(&limits, &mut held, ip, per_client)
     {
         log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+        stats.refused(Event::LimitReached);
         return shared
             .log
             .log(route.event(ip, Event::LimitReached, Bytes::NONE));

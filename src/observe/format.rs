@@ -12,6 +12,10 @@
 //!   split by direction under `oi.bytes_from_clients`/`bytes_to_clients`.
 //! - `errors.accept`, `errors.connect` (backend connects that failed),
 //!   `errors.denied` (ACL refusals, `not-allowed` and `denied` together).
+//!   Refusals by a connection limit (`limit-reached`) and datagrams dropped
+//!   by `accept-proxy` on a `/udp` listener are oi's, so they are only under
+//!   `oi` (and in the text form's ERRORS and PROCESS sections), not folded
+//!   into `errors.denied`, whose meaning rinetd-uv's users already rely on.
 //!
 //! No client address is written: rules are named by their bind side as
 //! configured, backends by address.
@@ -47,6 +51,8 @@ fn counters_json(c: &CounterValues) -> Value {
         "connect_failed_unreachable": c.connect_unreachable,
         "connect_failed_other": c.connect_other,
         "udp_evicted": c.udp_evicted,
+        "limit_reached": c.limit_reached,
+        "udp_proxy_dropped": c.udp_proxy_dropped,
     })
 }
 
@@ -70,6 +76,10 @@ pub fn status_json(s: &Snapshot) -> Value {
                     json!({
                         "name": b.member.clone().unwrap_or_else(|| b.addr.to_string()),
                         "address": b.addr.to_string(),
+                        "host": b.addr.ip().to_string(),
+                        "port": b.addr.port(),
+                        "is_implicit": u8::from(b.expanded_from.is_some()),
+                        "dns_parent_name": b.expanded_from,
                         "healthy": b.healthy,
                         "connections_active": b.active,
                         "connections_total": b.opened,
@@ -138,6 +148,8 @@ pub fn status_json(s: &Snapshot) -> Value {
                 "unavailable": s.pipes_unavailable,
             },
             "udp_datagrams_dropped": s.udp_datagrams_dropped,
+            "udp_proxy_datagrams_dropped": t.udp_proxy_dropped,
+            "connections_refused_by_limits": t.limit_reached,
             "udp_queued_bytes": s.udp_queued_bytes,
             "log_lines_queued": s.log_lines_queued,
             "log_lines_dropped": s.log_lines_dropped,
@@ -254,6 +266,11 @@ pub fn status_text(s: &Snapshot) -> String {
         t.not_allowed,
         t.denied
     );
+    let _ = writeln!(
+        o,
+        "Limit reached: {} (maxconn, maxconn-per-client)",
+        t.limit_reached
+    );
     let _ = writeln!(o, "Reloads failed: {}", s.reloads_failed);
     let _ = writeln!(o);
     let _ = writeln!(o, "BUFFER POOL");
@@ -282,6 +299,11 @@ pub fn status_text(s: &Snapshot) -> String {
     );
     let _ = writeln!(
         o,
+        "UDP datagrams dropped by accept-proxy: {}",
+        t.udp_proxy_dropped
+    );
+    let _ = writeln!(
+        o,
         "Log lines queued: {}, dropped: {}",
         s.log_lines_queued, s.log_lines_dropped
     );
@@ -303,14 +325,16 @@ pub fn status_text(s: &Snapshot) -> String {
         );
         let _ = writeln!(
             o,
-            "    Refused: not-allowed={} denied={}; connect failed: refused={} timeout={} unreachable={} other={}; udp evicted={}",
+            "    Refused: not-allowed={} denied={} limit-reached={}; connect failed: refused={} timeout={} unreachable={} other={}; udp evicted={} proxy-dropped={}",
             c.not_allowed,
             c.denied,
+            c.limit_reached,
             c.connect_refused,
             c.connect_timeout,
             c.connect_unreachable,
             c.connect_other,
-            c.udp_evicted
+            c.udp_evicted,
+            c.udp_proxy_dropped
         );
         if !r.backends.is_empty() {
             let _ = writeln!(o, "    Backends:");

@@ -183,6 +183,20 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         Counter,
         &per_rule(&|c| c.udp_evicted),
     )?;
+    family(
+        enc,
+        "oi_limit_refusals",
+        "TCP connections refused with limit-reached (the global maxconn, the rule's maxconn or maxconn-per-client), by rule.",
+        Counter,
+        &per_rule(&|c| c.limit_reached),
+    )?;
+    family(
+        enc,
+        "oi_udp_proxy_datagrams_dropped",
+        "Datagrams an accept-proxy /udp listener dropped (untrusted source, or no valid PROXY v2 header), by rule.",
+        Counter,
+        &per_rule(&|c| c.udp_proxy_dropped),
+    )?;
     let addrs: Vec<Vec<String>> = rules
         .iter()
         .map(|r| r.backends.iter().map(|b| b.addr.to_string()).collect())

@@ -104,6 +104,14 @@ pub(crate) struct Counters {
     connect_other: AtomicU64,
     /// UDP associations ended to make room under the rule's cap.
     udp_evicted: AtomicU64,
+    /// TCP connections refused with `limit-reached` (the global `maxconn`,
+    /// the rule's `maxconn` or `maxconn-per-client`): a limit set too low
+    /// looks like an outage, so it must be visible next to the ACL refusals.
+    limit_reached: AtomicU64,
+    /// Datagrams an `accept-proxy` `/udp` listener dropped (untrusted source,
+    /// no valid PROXY v2 header): they leave no log line, so this is the
+    /// only trace of a misconfigured proxy.
+    udp_proxy_dropped: AtomicU64,
     /// Highest bytes-from-clients value a snapshot reported (see the module docs).
     seen_from_client: AtomicU64,
     /// Highest bytes-to-clients value a snapshot reported.
@@ -143,6 +151,10 @@ pub struct CounterValues {
     pub connect_other: u64,
     /// UDP associations evicted by the cap.
     pub udp_evicted: u64,
+    /// TCP connections refused by a connection limit (`limit-reached`).
+    pub limit_reached: u64,
+    /// Datagrams dropped by `accept-proxy` on a `/udp` listener.
+    pub udp_proxy_dropped: u64,
 }
 
 impl CounterValues {
@@ -220,6 +232,8 @@ impl Counters {
             connect_unreachable: get(&self.connect_unreachable),
             connect_other: get(&self.connect_other),
             udp_evicted: get(&self.udp_evicted),
+            limit_reached: get(&self.limit_reached),
+            udp_proxy_dropped: get(&self.udp_proxy_dropped),
         }
     }
 
@@ -300,6 +314,9 @@ pub struct BackendValues {
     /// Whether the pool counts it up (passive health: not down after
     /// `health_threshold` failed connects, or its recovery time has passed).
     pub healthy: bool,
+    /// The backend name it was expanded from (`dns-multi-ip-expand`);
+    /// `None` for a backend written in the file.
+    pub expanded_from: Option<String>,
     /// Connections open to it now.
     pub active: u64,
     /// Connections made to it.
@@ -343,15 +360,28 @@ impl RuleStats {
         &self.name
     }
 
-    /// Counts a client refused by the ACLs (`event` is the refusal logged).
+    /// Counts a client refused before it was forwarded: by the ACLs
+    /// (`denied`, `not-allowed`) or by a connection limit (`limit-reached`);
+    /// `event` is the refusal logged.
     pub(crate) fn refused(&self, event: crate::logfile::Event) {
+        use crate::logfile::Event;
         for c in [&self.counters, &*self.process] {
-            if event == crate::logfile::Event::Denied {
-                bump(&c.denied);
-            } else {
-                bump(&c.not_allowed);
-            }
+            bump(match event {
+                Event::Denied => &c.denied,
+                Event::LimitReached => &c.limit_reached,
+                _ => &c.not_allowed,
+            });
         }
+    }
+
+    /// Counts a datagram an `accept-proxy` `/udp` listener dropped; returns
+    /// the process's total so far, for the rate-limited warning.
+    pub(crate) fn udp_proxy_dropped(&self) -> u64 {
+        bump(&self.counters.udp_proxy_dropped);
+        self.process
+            .udp_proxy_dropped
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1)
     }
 
     /// Counts a backend connect that failed.
@@ -488,6 +518,12 @@ impl Stats {
         lock(&self.rules).retain(|r| !Arc::ptr_eq(r, rule));
     }
 
+    /// Datagrams `accept-proxy` `/udp` listeners dropped since start,
+    /// removed listeners included.
+    pub(crate) fn udp_proxy_dropped(&self) -> u64 {
+        get(&self.process.udp_proxy_dropped)
+    }
+
     /// Counts an accept(2) failure.
     pub(crate) fn accept_error(&self) {
         bump(&self.accept_errors);
@@ -533,15 +569,17 @@ impl Stats {
                     .map(|(b, (f, t))| {
                         let f = get(&b.ended_from_client).saturating_add(f);
                         let t = get(&b.ended_to_client).saturating_add(t);
-                        let (member, healthy) =
-                            match pool.as_ref().and_then(|p| p.health_of(b.addr)) {
-                                Some((name, up)) => (Some(name), up),
-                                None => (None, true),
-                            };
+                        let health = pool.as_ref().and_then(|p| p.health_of(b.addr));
+                        let healthy = health.as_ref().is_none_or(|h| h.healthy);
+                        let (member, expanded_from) = match health {
+                            Some(h) => (Some(h.label), h.parent),
+                            None => (None, None),
+                        };
                         BackendValues {
                             addr: b.addr,
                             member,
                             healthy,
+                            expanded_from,
                             active: get(&b.active),
                             opened: get(&b.opened),
                             from_client: b.seen_from_client.fetch_max(f, Ordering::Relaxed).max(f),
@@ -729,6 +767,9 @@ mod tests {
         rule.connect_failed(ConnectFailure::Refused);
         rule.connect_failed(ConnectFailure::Timeout);
         rule.udp_evicted();
+        rule.refused(Event::LimitReached);
+        assert_eq!(rule.udp_proxy_dropped(), 1, "the process's total so far");
+        assert_eq!(rule.udp_proxy_dropped(), 2);
         let s = shared.snapshot();
         for c in [&s.totals, &s.rules[0].counters] {
             assert_eq!((c.denied, c.not_allowed), (1, 2));
@@ -737,7 +778,10 @@ mod tests {
                 (1, 1, 2)
             );
             assert_eq!(c.udp_evicted, 1);
+            assert_eq!((c.limit_reached, c.udp_proxy_dropped), (1, 2));
+            assert_eq!(c.refused(), 3, "ACL refusals only");
         }
+        assert_eq!(shared.udp_proxy_datagrams_dropped(), 2);
         stats.remove_rule(&rule);
         let s = shared.snapshot();
         assert!(s.rules.is_empty());

@@ -86,8 +86,8 @@ fn connected_socket(backend: SocketAddr, src: Option<IpAddr>) -> io::Result<Asyn
 /// The PROXY header for what `origin` sends through a rule with `proxy=`,
 /// built once per association or TCP→UDP connection; `None` without `proxy=`.
 /// Version 2 with the `DGRAM` protocol whatever the rule says: version 1
-/// has no UDP (the parsers refuse `proxy=v1` towards a UDP backend; a route
-/// made in code may still ask for it). The destination is the one a client's
+/// has no UDP (the parsers refuse `proxy=v1` on a rule with a UDP side,
+/// listener or backend; a route made in code may still ask for it). The destination is the one a client's
 /// own header carried, else `local()`: the socket the client reached.
 fn datagram_header(
     route: &Route,

@@ -347,6 +347,7 @@ rules:
             "config:14:5: unknown key 'maxconn_per_clent' in a rule (did you mean 'maxconn_per_client'?)",
             "config:18:12: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp",
             "config:22:12: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose backend is /udp",
+            "config:26:12: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose listener is /udp",
             "config:27:19: trust_proxy must be a single value, not a mapping",
         ]
     );
