@@ -148,7 +148,7 @@ fn forwarder(mode: SpliceMode, buffer_size: usize, backend: SocketAddr) -> Socke
     let mut rule = rule("127.0.0.1:0".parse().expect("literal"), backend);
     let socket = oxidinetd::bind(&rule).expect("bind forwarder");
     let addr = socket.local_addr().expect("forwarder addr");
-    rule.bind = addr;
+    rule.bind = oxidinetd::config::BindAddr::Ip(addr);
     let route = Route::new(rule, Arc::new(AclRules::default()));
     // Two threads, each running its own executor, as oi runs them on two cores.
     let threads = NonZeroUsize::new(2).expect("two");

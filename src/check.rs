@@ -55,6 +55,9 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
     });
     match result {
         Ok(resolved) => {
+            for w in unix_acl_warnings(&resolved) {
+                eprintln!("{}", format_warning(&file, &w));
+            }
             for w in unwritable_files(&resolved) {
                 eprintln!("{file}: warning: {w}");
             }
@@ -70,6 +73,35 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A warning for each unix socket listener that allow/deny lines (its own
+/// or global ones) would restrict: a unix client has no address to match,
+/// so they do not apply to it, as in rinetd-uv.
+fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<config::ConfigError> {
+    let global = &resolved.config.global_acl;
+    resolved
+        .rules
+        .iter()
+        .filter(|r| r.rule.bind.unix().is_some() && !(r.rule.acl.is_empty() && global.is_empty()))
+        .map(|r| {
+            let whose = match (r.rule.acl.is_empty(), global.is_empty()) {
+                (false, false) => "its allow/deny lines and the global ones",
+                (false, true) => "its allow/deny lines",
+                _ => "the global allow/deny lines",
+            };
+            config::ConfigError {
+                file: r.rule.file.clone(),
+                line: r.rule.line,
+                column: 0,
+                message: format!(
+                    "{whose} do not apply to this unix socket listener (a unix client has no address); use the socket file's mode"
+                ),
+                text: Shown(&r.rule.to_string()).to_string(),
+                more: 0,
+            }
+        })
+        .collect()
 }
 
 /// Syntax errors and name errors as one report, in file and line order,
@@ -100,10 +132,16 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
     };
     let mut errors = Vec::new();
     for (i, later) in resolved.rules.iter().enumerate() {
+        // Unix socket listeners never overlap: the same path is a duplicate.
+        let Some(later_ip) = later.bind.ip() else {
+            continue;
+        };
         let earlier = resolved.rules[..i].iter().find(|r| {
-            r.rule.bind.proto == later.rule.bind.proto
-                && r.bind.port() == later.bind.port()
-                && (covers(r.bind, later.bind) || covers(later.bind, r.bind))
+            r.bind.ip().is_some_and(|ip| {
+                r.rule.bind.proto == later.rule.bind.proto
+                    && ip.port() == later_ip.port()
+                    && (covers(ip, later_ip) || covers(later_ip, ip))
+            })
         });
         if let Some(earlier) = earlier {
             errors.push(config::ConfigError {
@@ -114,7 +152,7 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
                     "listener {}/{} overlaps {}/{} of line {}: a wildcard address takes the port on every address, so the second cannot be bound",
                     later.bind, later.rule.bind.proto, earlier.bind, earlier.rule.bind.proto, earlier.rule.line
                 ),
-                text: Shown(&format!("{} {}", later.rule.bind.host_text, later.bind.port()))
+                text: Shown(&format!("{} {}", later.rule.bind.host_text, later_ip.port()))
                     .to_string(),
                 more: 0,
             });
@@ -283,7 +321,8 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         if let Some(name) = &rule.name {
             let _ = write!(out, "{}: ", Shown(name));
         }
-        let _ = write!(out, "{} -> {}", side(&rule.bind, &[r.bind]), backends(r));
+        let bind = side(&rule.bind, r.bind.ip().as_slice());
+        let _ = write!(out, "{bind} -> {}", backends(r));
         let options = rule.options.to_string();
         if !options.is_empty() {
             let _ = write!(out, " {options}");
@@ -293,7 +332,11 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
                 let _ = write!(out, " (src {src})");
             }
         }
-        let _ = write!(out, " {}", acl_summary(global, &rule.acl));
+        if rule.bind.unix().is_some() {
+            out.push_str(" (unix socket clients: allow/deny do not apply)");
+        } else {
+            let _ = write!(out, " {}", acl_summary(global, &rule.acl));
+        }
         if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
             let _ = write!(out, " (included from {chain})");
         }
@@ -489,6 +532,9 @@ fn globals_report(out: &mut String, g: &Globals) {
 
 /// One side: `10.0.0.1:80/tcp`, or `name:service/tcp (addr, addr)` when names were resolved.
 fn side(end: &Endpoint, addrs: &[SocketAddr]) -> String {
+    if end.unix().is_some() {
+        return end.to_string();
+    }
     let list = addrs
         .iter()
         .map(SocketAddr::to_string)

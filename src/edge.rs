@@ -136,6 +136,23 @@ async fn consume(client: &Async<TcpStream>, into: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes the PROXY header of `version` for a unix socket client, which has
+/// no address to carry: version 1 `PROXY UNKNOWN`, version 2 a `LOCAL`
+/// header (the backend uses the connection's own addresses). The client
+/// socket is not asked for anything (it is a unix socket: see `crate::unix`).
+pub(crate) async fn send_header_without_address(
+    backend: &Async<TcpStream>,
+    version: ProxyVersion,
+) -> io::Result<()> {
+    let header = match version {
+        ProxyVersion::V1 => proxy::encode_v1_unknown(),
+        ProxyVersion::V2 => proxy::encode_v2_local(),
+    };
+    let mut backend = backend;
+    backend.write_all(header.as_bytes()).await?;
+    backend.flush().await
+}
+
 /// Why a datagram on an `accept-proxy` `/udp` listener was dropped. Each
 /// variant is a fixed reason or a copy of the decoder's verdict, so refusing
 /// a flood allocates nothing.

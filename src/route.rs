@@ -7,7 +7,9 @@
 
 use crate::acl::{self, Verdict};
 use crate::backends::BackendPool;
-use crate::config::{AclRules, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions};
+use crate::config::{
+    AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, UnixAddr,
+};
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::proxy::ProxyVersion;
 use std::collections::HashMap;
@@ -17,12 +19,16 @@ use std::time::{Duration, SystemTime};
 
 /// Everything a new connection on one listener needs; replaced whole on reload.
 pub struct Route {
-    /// The address the rule binds, for messages.
-    pub(crate) bind: SocketAddr,
+    /// The address the rule binds (or its unix socket), for messages.
+    pub(crate) bind: BindAddr,
     /// The listening side's protocol.
     pub(crate) bind_proto: Proto,
     /// The rule's backends, and how a connection chooses among them.
     pub(crate) pool: Arc<BackendPool>,
+    /// The backend when it is a unix socket: the parsers allow a unix
+    /// backend only as a rule's one backend, so there is nothing to choose
+    /// and the pool (one member, no addresses) is not asked.
+    pub(crate) unix_backend: Option<UnixAddr>,
     /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
     pub(crate) backend_proto: Proto,
     /// The rule's bracketed options (timeout, splice, maxassoc).
@@ -85,9 +91,11 @@ impl Route {
             .collect();
         let maxconn = rule.rule.options.maxconn;
         let maxconn_per_client = rule.rule.options.maxconn_per_client;
+        let unix_backend = rule.rule.connect.unix().cloned();
         let names = Arc::new(RuleNames {
             bind_host: rule.rule.bind.host_text,
-            bind_port: rule.bind.port(),
+            // A unix socket side has no port: 0, as rinetd-uv logs it.
+            bind_port: rule.bind.ip().map_or(0, |a| a.port()),
             connect_host: rule.rule.connect.host_text,
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
@@ -95,6 +103,7 @@ impl Route {
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
             pool,
+            unix_backend,
             backend_proto: rule.rule.connect.proto,
             options: rule.rule.options,
             acl: rule.rule.acl,
@@ -171,10 +180,15 @@ impl Route {
     }
 
     /// A log line about `client` on this rule, stamped now.
-    pub(crate) fn event(&self, client: IpAddr, event: Event, bytes: Bytes) -> LogEvent {
+    pub(crate) fn event(
+        &self,
+        client: impl Into<crate::peer::Client>,
+        event: Event,
+        bytes: Bytes,
+    ) -> LogEvent {
         LogEvent {
             time: SystemTime::now(),
-            client,
+            client: client.into(),
             rule: self.names.clone(),
             from_client: bytes.from_client,
             to_client: bytes.to_client,
@@ -234,8 +248,5 @@ impl Bytes {
 
 /// The client address as rinetd prints and matches it: IPv4-mapped IPv6 shown as IPv4.
 pub(crate) fn client_ip(peer: SocketAddr) -> IpAddr {
-    match peer.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
+    crate::peer::unmapped(peer)
 }

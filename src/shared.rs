@@ -196,7 +196,7 @@ impl Shared {
     pub(crate) fn udp_proxy_datagram_dropped(
         &self,
         rule: &RuleStats,
-        listener: SocketAddr,
+        listener: &dyn std::fmt::Display,
         peer: SocketAddr,
         why: &dyn std::fmt::Display,
     ) {

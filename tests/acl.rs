@@ -42,7 +42,9 @@ fn allowed_not_allowed_and_denied_clients() {
     let cfg = config::parse(&text).expect("valid config");
     let mut resolved = config::resolve(cfg, &Services::parse("")).expect("resolves");
     let mut rule = resolved.rules.remove(0);
-    rule.bind.set_port(0);
+    let mut ip = rule.bind.ip().expect("an IP listener");
+    ip.set_port(0);
+    rule.bind = ip.into();
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("acl.log");

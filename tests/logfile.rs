@@ -149,7 +149,7 @@ fn a_fifo_nobody_reads_loses_lines_counted_and_the_queue_stays_bounded() {
     for _ in 0..100_000 {
         log.log(oxidinetd::LogEvent {
             time: std::time::SystemTime::now(),
-            client: "127.0.0.1".parse().expect("literal"),
+            client: oxidinetd::Client::Ip("127.0.0.1".parse().expect("literal")),
             rule: rule.clone(),
             from_client: 0,
             to_client: 0,

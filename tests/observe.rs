@@ -93,7 +93,9 @@ fn acl_refusals_are_counted_by_reason() {
     let cfg = config::parse(&text).expect("valid config");
     let mut resolved = config::resolve(cfg, &Services::parse("")).expect("resolves");
     let mut rule = resolved.rules.remove(0);
-    rule.bind.set_port(0);
+    let mut ip = rule.bind.ip().expect("an IP listener");
+    ip.set_port(0);
+    rule.bind = ip.into();
     let global = resolved.config.global_acl.clone();
     let srv = start_acl(
         vec![rule],
@@ -168,7 +170,10 @@ fn udp_associations_are_counted_opened_active_and_evicted() {
     let live = srv.shared.stats.connections();
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].kind, ConnKind::Udp);
-    assert_eq!(live[0].client, two.local_addr().expect("addr"));
+    assert_eq!(
+        live[0].client,
+        oxidinetd::Peer::Ip(two.local_addr().expect("addr"))
+    );
     assert_eq!((live[0].from_client, live[0].to_client), (4, 4));
 }
 

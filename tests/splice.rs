@@ -202,7 +202,7 @@ fn pipes_that_cannot_be_sized_are_not_used_and_every_byte_is_copied() {
     let mut r = tcp_rule(backend);
     let s = oxidinetd::bind(&r).expect("bind");
     let addr = s.local_addr().expect("addr");
-    r.bind = addr;
+    r.bind = oxidinetd::config::BindAddr::Ip(addr);
     let route = oxidinetd::Route::new(r, Arc::new(Default::default()));
     let srv = start_sockets(vec![(s, route)], vec![addr], shared);
     let data = pattern(16 * 1024 * 1024 + 12_345, 77);

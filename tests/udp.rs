@@ -287,7 +287,7 @@ fn refused_clients_get_no_association_and_are_logged() {
     let cfg = config::parse(&text).expect("valid config");
     let mut resolved = config::resolve(cfg, &Services::parse("")).expect("resolves");
     let mut r = resolved.rules.remove(0);
-    r.bind.set_port(0);
+    r.bind = config::BindAddr::Ip(SocketAddr::from(([127, 0, 0, 1], 0)));
     let (_dir, path, log) = tab_log();
     let srv = start(vec![r], Settings::default(), log);
     for from in [[127, 0, 0, 2], [127, 0, 0, 1]] {

@@ -203,14 +203,18 @@ impl BackendPool {
                 let endpoint = &b.backend.endpoint;
                 let name = match &endpoint.host {
                     Host::Name(n) => Some(n.clone()),
-                    Host::Ip(_) => None,
+                    // Nothing to look up again: an address, or a unix socket.
+                    Host::Ip(_) | Host::Unix(_) => None,
                 };
                 let port = b.addrs.first().map_or(0, SocketAddr::port);
                 let label = b
                     .backend
                     .name
                     .clone()
-                    .unwrap_or_else(|| format!("{}:{port}", endpoint.host_text));
+                    .unwrap_or_else(|| match endpoint.unix() {
+                        Some(unix) => unix.to_string(),
+                        None => format!("{}:{port}", endpoint.host_text),
+                    });
                 let group = Group {
                     refresh: name.as_ref().and_then(|_| rule.dns_refresh(&b.backend)),
                     expand: name.as_ref().and(expand),

@@ -11,6 +11,7 @@ mod model;
 mod parse;
 mod resolve;
 pub mod services;
+mod unix;
 mod yaml;
 
 pub use bounded::Shown;
@@ -23,8 +24,10 @@ pub use model::{
 };
 pub use parse::{parse, parse_with_includes};
 pub use resolve::{
-    resolve, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults, DEFAULT_DNS_REFRESH,
+    resolve, BindAddr, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults,
+    DEFAULT_DNS_REFRESH,
 };
+pub use unix::{UnixAddr, MAX_UNIX_PATH};
 pub use yaml::parse_yaml;
 
 use std::fmt;
@@ -109,6 +112,8 @@ pub enum Host {
     Ip(IpAddr),
     /// A host name, looked up when the configuration is resolved.
     Name(String),
+    /// A unix stream socket (`unix:/path` or `unix:@name`): nothing to look up.
+    Unix(UnixAddr),
 }
 
 /// A port as written in a rule: a number, or a service name from /etc/services.
@@ -118,6 +123,8 @@ pub enum Port {
     Number(u16),
     /// A service name such as `http`, looked up for the side's protocol.
     Service(String),
+    /// No port: the side is a unix socket ([`Host::Unix`]), written without one.
+    None,
 }
 
 /// One side (bind or connect) of a forwarding rule.

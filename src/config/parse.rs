@@ -26,6 +26,7 @@ pub(crate) use pattern::parse_pattern;
 use super::bounded::{ErrorSink, LineErrors, Shown};
 use super::hint::closest;
 use super::include::{IncludeSource, IncludedFile};
+use super::unix::{self, is_unix};
 use super::{
     AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include, Port,
     Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
@@ -56,6 +57,10 @@ pub(crate) const PROXY_V1_UDP_LISTENER: &str =
 
 /// What a forwarding rule line must look like; the message for malformed rules.
 const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [options]'";
+
+/// The same, for a line with a `unix:` side (which has no port field).
+const UNIX_RULE_SHAPE: &str =
+    "expected 'bindaddr bindport connectaddr connectport [options]', with 'unix:PATH' in place of an address and its port";
 
 /// Keywords other than the one-value globals, for hints.
 const KEYWORDS: [&str; 10] = [
@@ -139,6 +144,8 @@ enum HostKey {
     Ip(IpAddr),
     /// A host name, lower-cased (DNS names are case-insensitive).
     Name(String),
+    /// A unix socket, as written.
+    Unix(super::UnixAddr),
 }
 
 /// Where something was written: a file (`None` for the main one) and a line.
@@ -463,15 +470,15 @@ impl Parser<'_> {
         self.seen_rule = true;
         let start = self.config.rules.len();
         self.last_rules = start..start;
-        let tokens = tokenize(strip_comment(text));
-        // rinetd-uv's `unix:PATH` endpoints have no port field: name them
-        // before the shape check would call the line malformed.
-        if let Some(unix) = tokens.iter().take(4).find(|t| t.starts_with("unix:")) {
-            let message = format!(
-                "unix socket endpoints ('{}') are not supported yet",
-                Shown(unix)
-            );
-            return self.error(line, message, text);
+        let mut tokens = tokenize(strip_comment(text), 4);
+        // rinetd-uv's `unix:PATH` endpoints have no port field: a side is
+        // one field then, and the options start earlier.
+        if tokens.iter().take(4).any(|t| is_unix(t)) {
+            let fixed = side_fields(&tokens, 0) + side_fields(&tokens, side_fields(&tokens, 0));
+            tokens = tokenize(strip_comment(text), fixed);
+            self.rule_fields(line, text, word, &tokens);
+            self.last_rules = start..self.config.rules.len();
+            return;
         }
         if tokens.len() >= 4 && !tokens[1].starts_with('[') && !tokens[3].starts_with('[') {
             match port_ranges(tokens[1], tokens[3]) {
@@ -500,7 +507,17 @@ impl Parser<'_> {
 
     /// A forwarding rule's fields, already split (one port of a range at a time).
     fn rule_fields(&mut self, line: usize, text: &str, word: &str, tokens: &[&str]) {
-        if tokens.len() < 4 || tokens[1].starts_with('[') || tokens[3].starts_with('[') {
+        let bind_n = side_fields(tokens, 0);
+        let sides = bind_n + side_fields(tokens, bind_n);
+        // A port field starting with `[` is the options coming too early
+        // (a host field may: `[::1]`); a `unix:` side has no port field.
+        let port_at = |at: usize| (side_fields(tokens, at) == 2).then_some(at + 1);
+        let short = tokens.len() < sides
+            || [port_at(0), port_at(bind_n)]
+                .into_iter()
+                .flatten()
+                .any(|i| tokens.get(i).is_some_and(|t| t.starts_with('[')));
+        if short {
             let message = match keyword_hint(word) {
                 Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
                     format!(
@@ -511,25 +528,31 @@ impl Parser<'_> {
                 Some(k) if tokens.len() < 4 => {
                     format!("unknown keyword '{}' (did you mean '{k}'?)", Shown(word))
                 }
+                _ if sides != 4 => UNIX_RULE_SHAPE.to_string(),
                 _ => RULE_SHAPE.to_string(),
             };
             return self.error(line, message, text);
         }
         let mut errors = LineErrors::default();
-        let bind = endpoint(tokens[0], tokens[1], &mut errors);
-        let connect = endpoint(tokens[2], tokens[3], &mut errors);
+        let bind = endpoint(&tokens[..bind_n], &mut errors);
+        let connect = endpoint(&tokens[bind_n..sides], &mut errors);
         let mut options = RuleOptions::default();
-        match tokens.get(4) {
+        match tokens.get(sides) {
             None => {}
             Some(t) if !t.starts_with('[') => {
-                errors.push(format!("unexpected '{}' after the connect port", Shown(t)));
+                let after = if sides - bind_n == 1 {
+                    "the unix socket"
+                } else {
+                    "the connect port"
+                };
+                errors.push(format!("unexpected '{}' after {after}", Shown(t)));
             }
             Some(t) => match t.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
                 None => errors.push("missing ']' after options".into()),
                 Some(inner) => options = parse_options(inner, &mut errors),
             },
         }
-        if let Some(t) = tokens.get(5) {
+        if let Some(t) = tokens.get(sides + 1) {
             errors.push(format!(
                 "unexpected '{}' after the options (put all options in one [...] list)",
                 Shown(t)
@@ -546,17 +569,24 @@ impl Parser<'_> {
             self.errors.line(line, text, errors);
             return;
         };
+        let backends = vec![Backend::plain(connect.clone(), line)];
+        let (unix_errors, unix_warnings) = unix::check_rule(&bind, &backends, &options);
+        if !unix_errors.is_empty() {
+            for e in unix_errors {
+                errors.push(e);
+            }
+            self.errors.line(line, text, errors);
+            return;
+        }
         let key_host = match &bind.host {
             Host::Ip(ip) => HostKey::Ip(*ip),
             Host::Name(n) => HostKey::Name(n.to_ascii_lowercase()),
+            Host::Unix(addr) => HostKey::Unix(addr.clone()),
         };
         let key = (key_host, bind.port.clone(), bind.proto);
         if let Some(first) = self.listeners.get(&key) {
             let message = format!(
-                "duplicate listener {} {}/{}, first defined at {}",
-                bind.host_text,
-                bind.port,
-                bind.proto,
+                "duplicate listener {bind}, first defined at {}",
                 self.describe(first)
             );
             return self.error(line, message, text);
@@ -576,12 +606,8 @@ impl Parser<'_> {
                 }
             }
         }
-        if options.mode.is_some() {
-            self.warn(
-                line,
-                "option 'mode' only applies to unix socket listeners; ignored".into(),
-                text,
-            );
+        for warning in unix_warnings {
+            self.warn(line, warning, text);
         }
         let tcp_only = [
             (options.keepalive.is_some(), "keepalive"),
@@ -602,7 +628,7 @@ impl Parser<'_> {
             line,
             name: None,
             bind,
-            backends: vec![Backend::plain(connect.clone(), line)],
+            backends,
             connect,
             balance: Balance::default(),
             options,
@@ -688,8 +714,14 @@ fn port_ranges(bind: &str, connect: &str) -> Result<Option<Vec<(String, String)>
     ))
 }
 
-/// Builds one side of a rule, pushing any problems onto `errors`.
-fn endpoint(host: &str, port: &str, errors: &mut LineErrors) -> Option<Endpoint> {
+/// Builds one side of a rule from its fields (`host port`, or one
+/// `unix:...` field), pushing any problems onto `errors`.
+fn endpoint(fields: &[&str], errors: &mut LineErrors) -> Option<Endpoint> {
+    let (host, port) = match fields {
+        [unix] => return unix::parse_unix(unix).map_err(|e| errors.push(e)).ok(),
+        [host, port] => (*host, *port),
+        _ => return None,
+    };
     let host_parsed = parse_host(host).map_err(|e| errors.push(e)).ok();
     let port_parsed = parse_port(port).map_err(|e| errors.push(e)).ok();
     let (host_value, (port, proto)) = (host_parsed?, port_parsed?);
@@ -701,14 +733,24 @@ fn endpoint(host: &str, port: &str, errors: &mut LineErrors) -> Option<Endpoint>
     })
 }
 
-/// Splits a rule into fields. The first four end at white space (the port
-/// fields also at `[`, since rinetd allows `80[timeout=5]`); from the fifth on,
-/// a field starting with `[` runs to the matching `]` and may contain spaces.
+/// How many fields the rule side starting at `tokens[at]` takes: one for
+/// `unix:...`, else two (host and port).
+fn side_fields(tokens: &[&str], at: usize) -> usize {
+    match tokens.get(at) {
+        Some(t) if is_unix(t) => 1,
+        _ => 2,
+    }
+}
+
+/// Splits a rule into fields. The first `fixed` (the two sides: four, fewer
+/// with `unix:` sides) end at white space (the port fields also at `[`,
+/// since rinetd allows `80[timeout=5]`); after them, a field starting with
+/// `[` runs to the matching `]` and may contain spaces.
 ///
 /// Stops after [`MAX_TOKENS`]: a rule has at most five fields, and the sixth
 /// is only needed to report that there is one too many. A line of a million
 /// words must not become a vector of a million slices.
-fn tokenize(s: &str) -> Vec<&str> {
+fn tokenize(s: &str, fixed: usize) -> Vec<&str> {
     let bytes = s.as_bytes();
     let mut tokens = Vec::new();
     let mut i = 0;
@@ -720,7 +762,7 @@ fn tokenize(s: &str) -> Vec<&str> {
             return tokens;
         }
         let start = i;
-        if bytes[i] == b'[' && tokens.len() >= 4 {
+        if bytes[i] == b'[' && tokens.len() >= fixed {
             i = s[i..].find(']').map_or(bytes.len(), |j| i + j + 1);
         } else {
             let bracketed = bytes[i] == b'[';
@@ -746,6 +788,7 @@ impl fmt::Display for Host {
         match self {
             Host::Ip(ip) => ip.fmt(f),
             Host::Name(name) => f.write_str(name),
+            Host::Unix(addr) => addr.fmt(f),
         }
     }
 }
@@ -756,13 +799,18 @@ impl fmt::Display for Port {
         match self {
             Port::Number(n) => n.fmt(f),
             Port::Service(name) => f.write_str(name),
+            Port::None => Ok(()),
         }
     }
 }
 
 impl fmt::Display for Endpoint {
-    /// `host port/proto`, the host as written: the two fields of a rule.
+    /// `host port/proto`, the host as written: the two fields of a rule;
+    /// a unix socket side is its one field, `unix:/path` or `unix:@name`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(addr) = self.unix() {
+            return addr.fmt(f);
+        }
         write!(f, "{} {}/{}", self.host_text, self.port, self.proto)
     }
 }

@@ -4,8 +4,8 @@ use super::bounded::{ErrorSink, LineErrors};
 use super::services::Services;
 use super::{
     Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, IpFilter, Port, Proto, Rule,
-    DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT, DEFAULT_YAML_MAX_ASSOC,
-    DEFAULT_YAML_UDP_TIMEOUT,
+    UnixAddr, DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
+    DEFAULT_YAML_MAX_ASSOC, DEFAULT_YAML_UDP_TIMEOUT,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -14,14 +14,61 @@ use std::time::Duration;
 /// Where a rule was written: its included file (`None`: the main file) and line.
 type RuleAt = (Option<std::sync::Arc<str>>, usize);
 
+/// Where a rule listens, looked up.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BindAddr {
+    /// An IP address and port (the first the bind host resolves to).
+    Ip(SocketAddr),
+    /// A unix stream socket: its path or abstract name.
+    Unix(UnixAddr),
+}
+
+impl BindAddr {
+    /// The IP address and port, unless the rule listens on a unix socket.
+    pub fn ip(&self) -> Option<SocketAddr> {
+        match self {
+            BindAddr::Ip(a) => Some(*a),
+            BindAddr::Unix(_) => None,
+        }
+    }
+}
+
+impl BindAddr {
+    /// How messages name a listener: `ADDR:PORT/PROTO`, or the unix socket
+    /// alone (always a stream; a `/tcp` after a path would read as part of it).
+    pub fn with_proto(&self, proto: Proto) -> String {
+        match self {
+            BindAddr::Ip(a) => format!("{a}/{proto}"),
+            BindAddr::Unix(u) => u.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for BindAddr {
+    /// `1.2.3.4:80`, `[::1]:80`, `unix:/path` or `unix:@name`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindAddr::Ip(a) => a.fmt(f),
+            BindAddr::Unix(u) => u.fmt(f),
+        }
+    }
+}
+
+impl From<SocketAddr> for BindAddr {
+    fn from(a: SocketAddr) -> Self {
+        BindAddr::Ip(a)
+    }
+}
+
 /// A forwarding rule with every name looked up.
 #[derive(Clone, Debug)]
 pub struct ResolvedRule {
     /// The rule as parsed (its text forms go into the log file).
     pub rule: Rule,
-    /// The address to bind (the first the bind host resolves to).
-    pub bind: SocketAddr,
-    /// The first backend's addresses, tried in order until one answers.
+    /// Where to listen: the first address the bind host resolves to, or a unix socket.
+    pub bind: BindAddr,
+    /// The first backend's addresses, tried in order until one answers;
+    /// empty when the backend is a unix socket (`rule.connect.unix()`).
     pub connect: Vec<SocketAddr>,
     /// Resolved `[src=ADDR]` (or the first backend's `src:`), bound before connecting.
     pub src: Option<IpAddr>,
@@ -36,7 +83,7 @@ pub struct ResolvedRule {
 pub struct ResolvedBackend {
     /// The backend as parsed (weight, name, ...).
     pub backend: Backend,
-    /// Its addresses, in resolver order.
+    /// Its addresses, in resolver order; empty for a unix socket backend.
     pub addrs: Vec<SocketAddr>,
     /// Source address to bind: the backend's `src:`, else the rule's.
     pub src: Option<IpAddr>,
@@ -198,7 +245,7 @@ impl ResolvedRule {
                 options: Default::default(),
                 acl: Default::default(),
             },
-            bind,
+            bind: BindAddr::Ip(bind),
             connect: vec![connect],
             src: None,
             backends: vec![ResolvedBackend {
@@ -231,16 +278,29 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
     let mut errors = ErrorSink::default();
     let mut rules = Vec::with_capacity(config.rules.len());
     // Listener to the file (None: the main one) and line that first defined it.
-    let mut listeners: HashMap<(SocketAddr, Proto), RuleAt> = HashMap::new();
+    let mut listeners: HashMap<(BindAddr, Proto), RuleAt> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
     for rule in &config.rules {
         errors.set_file(rule.file.clone());
         let mut problems = LineErrors::default();
-        let bind = addresses(&rule.bind, services)
-            .map_err(|e| problems.push(e))
-            .ok();
+        let bind = match rule.bind.unix() {
+            Some(u) => Some(BindAddr::Unix(u.clone())),
+            None => addresses(&rule.bind, services)
+                .map_err(|e| problems.push(e))
+                .ok()
+                .and_then(|a| a.first().copied().map(BindAddr::Ip)),
+        };
         let mut backends = Vec::with_capacity(rule.backends.len());
         for backend in &rule.backends {
+            // A unix socket backend has nothing to look up (and no `src`).
+            if backend.endpoint.unix().is_some() {
+                backends.push(ResolvedBackend {
+                    backend: backend.clone(),
+                    addrs: Vec::new(),
+                    src: None,
+                });
+                continue;
+            }
             let addrs = addresses(&backend.endpoint, services)
                 .map_err(|e| problems.push(e))
                 .ok();
@@ -267,8 +327,7 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
         }
         let complete = backends.len() == rule.backends.len();
         if let (Some(bind), true, Some(first)) = (bind, complete, backends.first()) {
-            let bind = bind[0];
-            match listeners.get(&(bind, rule.bind.proto)) {
+            match listeners.get(&(bind.clone(), rule.bind.proto)) {
                 Some((file, line)) => {
                     let at = if *file == rule.file {
                         format!("line {line}")
@@ -282,7 +341,10 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
                     ))
                 }
                 None => {
-                    listeners.insert((bind, rule.bind.proto), (rule.file.clone(), rule.line));
+                    listeners.insert(
+                        (bind.clone(), rule.bind.proto),
+                        (rule.file.clone(), rule.line),
+                    );
                 }
             }
             rules.push(ResolvedRule {
@@ -310,9 +372,11 @@ fn addresses(end: &Endpoint, services: &Services) -> Result<Vec<SocketAddr>, Str
     let port = match &end.port {
         Port::Number(n) => *n,
         Port::Service(name) => services.lookup(name, end.proto)?,
+        Port::None => return Ok(Vec::new()),
     };
     let found: Vec<SocketAddr> = match &end.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+        Host::Unix(_) => Vec::new(),
         Host::Name(name) => (name.as_str(), port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve host '{name}': {e}"))?
@@ -336,6 +400,7 @@ fn source(host: &Host, want_v4: Option<bool>) -> Result<IpAddr, String> {
     let name = match host {
         Host::Ip(ip) => return Ok(*ip),
         Host::Name(name) => name,
+        Host::Unix(u) => return Err(format!("src must be an IP address or host name, not '{u}'")),
     };
     let found: Vec<IpAddr> = (name.as_str(), 0)
         .to_socket_addrs()
@@ -367,7 +432,8 @@ mod tests {
         let s = Services::parse(SERVICES);
         let r = run("127.0.0.1 http [::1] domain/udp [src=127.0.0.2]\n", &s).expect("resolves");
         assert_eq!(r.rules.len(), 1);
-        assert_eq!(r.rules[0].bind, "127.0.0.1:80".parse().expect("literal"));
+        let bind: SocketAddr = "127.0.0.1:80".parse().expect("literal");
+        assert_eq!(r.rules[0].bind, BindAddr::Ip(bind));
         assert_eq!(
             r.rules[0].connect,
             vec!["[::1]:53".parse().expect("literal")]
@@ -381,8 +447,9 @@ mod tests {
         let s = Services::parse(SERVICES);
         let r = run("localhost 8080 localhost www [src=localhost]\n", &s).expect("resolves");
         let rr = &r.rules[0];
-        assert!(rr.bind.ip().is_loopback());
-        assert_eq!(rr.bind.port(), 8080);
+        let bind = rr.bind.ip().expect("an IP listener");
+        assert!(bind.ip().is_loopback());
+        assert_eq!(bind.port(), 8080);
         assert!(!rr.connect.is_empty());
         assert!(rr
             .connect

@@ -27,6 +27,7 @@ use super::parse::{
     bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP,
     PROXY_V1_UDP_LISTENER,
 };
+use super::unix::{check_rule, is_unix, parse_unix};
 use super::{
     AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Pattern,
     Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT,
@@ -136,6 +137,22 @@ impl Mapper {
     /// Records a problem at `node`.
     fn error(&mut self, node: &Spanned, message: String) {
         self.errors.at(node.pos.line, node.pos.column, message, "");
+    }
+
+    /// Records a warning at `node`, or only counts it past [`MAX_WARNINGS`].
+    fn warn(&mut self, node: &Spanned, message: String) {
+        if self.config.warnings.len() < super::MAX_WARNINGS {
+            self.config.warnings.push(super::ConfigError {
+                file: None,
+                line: node.pos.line,
+                column: node.pos.column,
+                message,
+                text: String::new(),
+                more: 0,
+            });
+        } else {
+            self.config.omitted_warnings += 1;
+        }
     }
 
     /// The entries of a mapping, checking every key against `allowed`; an
@@ -509,16 +526,24 @@ impl Mapper {
         }
         let connect = backends[0].endpoint.clone();
         for (bind, line, at) in binds {
+            let (errors, warnings) = check_rule(&bind, &backends, &options);
+            if !errors.is_empty() {
+                for e in errors {
+                    self.error(at, e);
+                }
+                continue;
+            }
+            for w in warnings {
+                self.warn(at, w);
+            }
             let host = match &bind.host {
                 Host::Ip(ip) => ip.to_string(),
                 Host::Name(n) => n.to_ascii_lowercase(),
+                Host::Unix(addr) => addr.to_string(),
             };
             let key = (host, bind.port.clone(), bind.proto);
             if let Some(first) = self.listeners.get(&key) {
-                let m = format!(
-                    "duplicate listener {} {}/{}, first defined at line {first}",
-                    bind.host_text, bind.port, bind.proto
-                );
+                let m = format!("duplicate listener {bind}, first defined at line {first}");
                 self.error(at, m);
                 continue;
             }
@@ -670,11 +695,8 @@ impl Mapper {
 
 /// `host:port[/proto]`, `[v6]:port[/proto]`: one side of a YAML rule.
 fn endpoint(text: &str) -> Result<Endpoint, String> {
-    if text.starts_with("unix:") {
-        return Err(format!(
-            "unix socket endpoints ('{}') are not supported yet",
-            Shown(text)
-        ));
+    if is_unix(text) {
+        return parse_unix(text);
     }
     let split = if text.starts_with('[') {
         text.find("]:").map(|i| (&text[..=i], &text[i + 2..]))

@@ -188,7 +188,7 @@ async fn connection(
         }
     }
     match route.backend_proto {
-        Proto::Tcp => crate::tcp::forward(client, origin, route, shared, stats).await,
+        Proto::Tcp => crate::tcp::forward(client, Some(origin), route, shared, stats).await,
         Proto::Udp => crate::udp::tcp_to_udp(client, origin, route, shared, stats).await,
     }
 }

@@ -2,7 +2,7 @@
 //! fails cleanly on a port in use, and tests can bind port 0 and read the
 //! address back.
 
-use crate::config::{Proto, ResolvedConfig, ResolvedRule};
+use crate::config::{BindAddr, Proto, ResolvedConfig, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
@@ -12,14 +12,37 @@ pub enum BoundSocket {
     Tcp(TcpListener),
     /// A bound UDP socket.
     Udp(UdpSocket),
+    /// A listening unix stream socket, with its file (removed when it closes).
+    Unix(UnixSocket),
+}
+
+/// A listening unix socket as `serve` takes it: opaque outside the crate.
+pub struct UnixSocket {
+    /// The listener, and the file it made.
+    pub(crate) bound: crate::unix::UnixBound,
+    /// Where it listens: the listener's identity across reloads.
+    pub(crate) addr: crate::config::UnixAddr,
 }
 
 impl BoundSocket {
-    /// The address the socket is bound to (with the real port when bound to 0).
+    /// The address the socket is bound to (with the real port when bound
+    /// to 0); an error for a unix socket, which has no IP address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             BoundSocket::Tcp(l) => l.local_addr(),
             BoundSocket::Udp(s) => s.local_addr(),
+            BoundSocket::Unix(u) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{} has no IP address", u.addr),
+            )),
+        }
+    }
+
+    /// Where the socket listens: the IP address (port as bound) or the unix socket.
+    pub fn bind_addr(&self) -> io::Result<BindAddr> {
+        match self {
+            BoundSocket::Unix(u) => Ok(BindAddr::Unix(u.addr.clone())),
+            _ => self.local_addr().map(BindAddr::Ip),
         }
     }
 }
@@ -43,7 +66,17 @@ impl BoundSocket {
 /// probes, so a second oi fails at start-up as it did before.
 pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
     use socket2::{Domain, Socket, Type};
-    let addr = rule.bind;
+    let addr = match &rule.bind {
+        BindAddr::Ip(addr) => *addr,
+        BindAddr::Unix(unix) => {
+            let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
+            let bound = crate::unix::bind(unix, rule.rule.options.mode, backlog)?;
+            return Ok(BoundSocket::Unix(UnixSocket {
+                bound,
+                addr: unix.clone(),
+            }));
+        }
+    };
     let domain = Domain::for_address(addr);
     match rule.rule.bind.proto {
         Proto::Tcp => {
@@ -94,8 +127,9 @@ pub(crate) fn bind_error(file: &str, rule: &ResolvedRule, e: &io::Error) -> Stri
     // A rule from an included file names that file.
     let file = rule.rule.file.as_deref().unwrap_or(file);
     format!(
-        "{file}:{}: cannot bind {}/{}: {e}",
-        rule.rule.line, rule.bind, rule.rule.bind.proto
+        "{file}:{}: cannot bind {}: {e}",
+        rule.rule.line,
+        rule.bind.with_proto(rule.rule.bind.proto)
     )
 }
 

@@ -20,10 +20,11 @@
 
 mod accept;
 mod bind;
+mod unix;
 
-pub use bind::{bind, bind_all, BoundSocket};
+pub use bind::{bind, bind_all, BoundSocket, UnixSocket};
 
-use crate::config::{Proto, ResolvedConfig};
+use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
@@ -93,8 +94,9 @@ pub fn serve(
     })
 }
 
-/// Identifies a listener across reloads: same address, port and protocol means same socket.
-type ListenerKey = (SocketAddr, Proto);
+/// Identifies a listener across reloads: same address, port and protocol
+/// (or same unix socket path or name) means same socket.
+type ListenerKey = (BindAddr, Proto);
 
 /// One serving listener.
 struct Running {
@@ -169,16 +171,23 @@ impl Listeners {
             log::Level::Debug
         };
         for (socket, route) in sockets {
-            let addr = socket.local_addr()?;
+            let addr = socket.bind_addr()?;
             let proto = route.bind_proto;
+            let to = match &route.unix_backend {
+                Some(unix) => unix.to_string(),
+                None => fmt_addrs(&route.backend_addrs(), route.backend_proto),
+            };
             log::log!(
                 level,
-                "forwarding {addr}/{proto} -> {} ({}:{})",
-                fmt_addrs(&route.backend_addrs(), route.backend_proto),
+                "forwarding {} -> {to} ({}:{})",
+                addr.with_proto(proto),
                 route.names.connect_host,
                 route.names.connect_port
             );
-            let name = rule_name(&route.names.bind_host, addr.port(), proto);
+            let name = match &addr {
+                BindAddr::Ip(a) => rule_name(&route.names.bind_host, a.port(), proto),
+                BindAddr::Unix(u) => u.to_string(),
+            };
             let stats = self
                 .shared
                 .stats
@@ -250,6 +259,22 @@ impl Listeners {
                 }
                 Ok(tasks)
             }
+            BoundSocket::Unix(socket) => {
+                // One accept loop: a unix socket has no SO_REUSEPORT group;
+                // connections are placed on threads as TCP ones are.
+                let own = self.serving.len() % self.threads.len();
+                let accept = unix::UnixAcceptLoop {
+                    threads: self.threads.clone(),
+                    own,
+                    listener: Async::new(socket.bound.listener)?,
+                    file: socket.bound.file,
+                    route,
+                    shared: self.shared.clone(),
+                    stats: stats.clone(),
+                    limits,
+                };
+                Ok(vec![self.threads.executor(own).spawn(accept.run())])
+            }
             BoundSocket::Udp(s) => {
                 let s = Async::new(s)?;
                 let looped =
@@ -267,7 +292,7 @@ impl Listeners {
         let mut errors = Vec::new();
         let mut fresh = Vec::new();
         for (r, route) in cfg.rules.iter().zip(Route::all(cfg)) {
-            let key = (r.bind, r.rule.bind.proto);
+            let key = (r.bind.clone(), r.rule.bind.proto);
             match self.serving.remove(&key) {
                 Some(running) => {
                     warn_over_limit(&running, &route);
@@ -289,7 +314,7 @@ impl Listeners {
         for (key, running) in removed {
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
-            log::info!("stopped listening on {}/{}", key.0, key.1);
+            log::info!("stopped listening on {}", key.0.with_proto(key.1));
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));
@@ -337,10 +362,9 @@ fn warn_over_limit(running: &Running, route: &Route) {
     let open = running.limits.open();
     if let Some(max) = route.maxconn.filter(|&max| open > max) {
         log::info!(
-            "{}/{}: {open} connections open, above the new maxconn {max}; \
+            "{}: {open} connections open, above the new maxconn {max}; \
              they stay open, new ones are refused until fewer than {max} remain",
-            route.bind,
-            route.bind_proto
+            route.bind.with_proto(route.bind_proto)
         );
     }
 }
@@ -493,7 +517,7 @@ mod tests {
         let mut r = ResolvedRule::between(bind_at, Proto::Tcp, backend_addr, Proto::Tcp);
         let s = bind(&r).expect("bind listener");
         let addr = s.local_addr().expect("listener addr");
-        r.bind = addr;
+        r.bind = BindAddr::Ip(addr);
         let limited = |r: &ResolvedRule| {
             Route::new(r.clone(), Arc::new(AclRules::default())).with_limits(Some(1), None)
         };
@@ -507,7 +531,7 @@ mod tests {
                     while let Ok(Step::Reload(cfg, done)) = next.recv().await {
                         let errors = listeners.apply(&cfg, "test.conf").await;
                         assert!(errors.is_empty(), "{errors:?}");
-                        let running = &listeners.serving[&(addr, Proto::Tcp)];
+                        let running = &listeners.serving[&(BindAddr::Ip(addr), Proto::Tcp)];
                         running.route.store(Arc::new(limited(&r)));
                         let counts = (running.limits.open(), running.limits.refused());
                         let _ = done.send(counts).await;

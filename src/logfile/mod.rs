@@ -22,7 +22,6 @@
 use crate::bounds::Every;
 use chrono::{DateTime, Local};
 use std::io::ErrorKind;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -118,8 +117,9 @@ pub struct RuleNames {
 pub struct LogEvent {
     /// When it happened (taken by the sender, not the writer).
     pub time: SystemTime,
-    /// The client's address (IPv4-mapped addresses already unmapped).
-    pub client: IpAddr,
+    /// The client's address (IPv4-mapped addresses already unmapped), or a
+    /// unix socket client, printed `unix-client`.
+    pub client: crate::peer::Client,
     /// Which rule.
     pub rule: Arc<RuleNames>,
     /// Bytes received from the client.

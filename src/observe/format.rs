@@ -3,9 +3,9 @@
 //! `STATS:` summary, and the live connection list.
 //!
 //! rinetd-uv's fields and what oi puts in them:
-//! - `connections.active_*`/`total_*`: TCP connections (past the ACL check)
-//!   and UDP associations; `active_unix`/`total_unix` are always 0 (oi has
-//!   no unix-socket rules yet).
+//! - `connections.active_*`/`total_*`: TCP connections (past the ACL check),
+//!   UDP associations, and unix socket clients; a connection counts under
+//!   its client side (a TCP client forwarded to a unix backend is TCP).
 //! - `traffic.bytes_in`/`bytes_out`: rinetd-uv counts bytes read from and
 //!   written to *both* sockets of a connection, so for a forwarder both are
 //!   the sum of the two directions. oi reports the same sum in both, and the
@@ -40,6 +40,8 @@ fn counters_json(c: &CounterValues) -> Value {
         "connections_active_udp": c.active_udp,
         "connections_total_tcp": c.opened_tcp,
         "connections_total_udp": c.opened_udp,
+        "connections_active_unix": c.active_unix,
+        "connections_total_unix": c.opened_unix,
         "bytes_from_clients": c.from_client,
         "bytes_to_clients": c.to_client,
         "acl_not_allowed": c.not_allowed,
@@ -112,11 +114,11 @@ pub fn status_json(s: &Snapshot) -> Value {
             "active": t.active(),
             "active_tcp": t.active_tcp,
             "active_udp": t.active_udp,
-            "active_unix": 0,
+            "active_unix": t.active_unix,
             "total": t.opened(),
             "total_tcp": t.opened_tcp,
             "total_udp": t.opened_udp,
-            "total_unix": 0,
+            "total_unix": t.opened_unix,
         },
         "traffic": {
             "bytes_in": both_ways(t),
@@ -189,7 +191,7 @@ fn human_uptime(d: Duration) -> String {
 pub fn stats_line(s: &Snapshot) -> String {
     let t = &s.totals;
     format!(
-        "STATS: uptime={}s conns={}/{} tcp={}/{} udp={}/{} unix=0/0 traffic={}/{} errors={}/{}/{}",
+        "STATS: uptime={}s conns={}/{} tcp={}/{} udp={}/{} unix={}/{} traffic={}/{} errors={}/{}/{}",
         s.uptime.as_secs(),
         t.active(),
         t.opened(),
@@ -197,6 +199,8 @@ pub fn stats_line(s: &Snapshot) -> String {
         t.opened_tcp,
         t.active_udp,
         t.opened_udp,
+        t.active_unix,
+        t.opened_unix,
         human_bytes(both_ways(t)),
         human_bytes(both_ways(t)),
         s.accept_errors,
@@ -223,17 +227,19 @@ pub fn status_text(s: &Snapshot) -> String {
     let _ = writeln!(o, "CONNECTIONS");
     let _ = writeln!(
         o,
-        "Active: {} (TCP: {}, UDP: {}, Unix: 0)",
+        "Active: {} (TCP: {}, UDP: {}, Unix: {})",
         t.active(),
         t.active_tcp,
-        t.active_udp
+        t.active_udp,
+        t.active_unix
     );
     let _ = writeln!(
         o,
-        "Total: {} (TCP: {}, UDP: {}, Unix: 0)",
+        "Total: {} (TCP: {}, UDP: {}, Unix: {})",
         t.opened(),
         t.opened_tcp,
-        t.opened_udp
+        t.opened_udp,
+        t.opened_unix
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "TRAFFIC");

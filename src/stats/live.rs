@@ -9,6 +9,7 @@
 //! snapshot locks one shard at a time only to copy its pointers out.
 
 use super::{lock, BackendStats, RuleStats};
+use crate::peer::Peer;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -28,20 +29,18 @@ pub enum ConnKind {
     TcpToUdp,
     /// A UDP client's association (to a UDP or TCP backend).
     Udp,
+    /// A unix socket client forwarded to a TCP or unix socket backend.
+    Unix,
 }
 
 impl ConnKind {
-    /// Whether it counts as UDP (an association of a `/udp` listener).
-    pub(crate) fn is_udp(self) -> bool {
-        self == ConnKind::Udp
-    }
-
     /// The name `oi connections` prints.
     pub fn as_str(self) -> &'static str {
         match self {
             ConnKind::Tcp => "tcp",
             ConnKind::TcpToUdp => "tcp>udp",
             ConnKind::Udp => "udp",
+            ConnKind::Unix => "unix",
         }
     }
 }
@@ -102,8 +101,8 @@ pub(crate) struct Conn {
     pub(super) rule: Arc<RuleStats>,
     /// What it is.
     kind: ConnKind,
-    /// The client's address (never written to the status file or metrics).
-    client: SocketAddr,
+    /// The client's address, or a unix client (never written to the status file or metrics).
+    client: Peer,
     /// The backend address that answered, once known.
     backend: OnceLock<SocketAddr>,
     /// That backend's counters, if the rule lists the address.
@@ -154,10 +153,10 @@ impl Conn {
 pub struct ConnInfo {
     /// The rule's name.
     pub rule: String,
-    /// TCP, TCP→UDP or a UDP association.
+    /// TCP, TCP→UDP, a UDP association, or a unix socket client.
     pub kind: ConnKind,
-    /// The client.
-    pub client: SocketAddr,
+    /// The client: its address, or a unix socket client (printed `unix-client`).
+    pub client: Peer,
     /// The backend address, once connected.
     pub backend: Option<SocketAddr>,
     /// How long it has been open.
@@ -205,7 +204,7 @@ impl Live {
         &self,
         rule: Arc<RuleStats>,
         kind: ConnKind,
-        client: SocketAddr,
+        client: Peer,
     ) -> Registered {
         let shard = SHARD.with(|s| *s);
         let mut s = lock(&self.shards[shard]);
@@ -221,7 +220,7 @@ impl Live {
             started: Instant::now(),
             from_client: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
-            state: AtomicU8::new(if kind == ConnKind::Tcp {
+            state: AtomicU8::new(if matches!(kind, ConnKind::Tcp | ConnKind::Unix) {
                 ConnState::Connecting.to_u8()
             } else {
                 ConnState::Open.to_u8()

@@ -80,6 +80,10 @@ pub(crate) struct Counters {
     active_udp: AtomicU64,
     /// TCP connections admitted since start.
     opened_tcp: AtomicU64,
+    /// Unix socket clients connected now (rinetd-uv's `active_unix`).
+    active_unix: AtomicU64,
+    /// Unix socket clients admitted since start (`total_unix`).
+    opened_unix: AtomicU64,
     /// UDP associations opened since start.
     opened_udp: AtomicU64,
     /// Bytes from clients, of connections that have ended (live ones are in [`Live`]).
@@ -125,6 +129,10 @@ pub struct CounterValues {
     pub opened_tcp: u64,
     /// UDP associations opened.
     pub opened_udp: u64,
+    /// Unix socket clients connected now (forwarded to a TCP or unix backend).
+    pub active_unix: u64,
+    /// Unix socket clients admitted.
+    pub opened_unix: u64,
     /// Bytes received from clients and sent on to backends (live connections included).
     pub from_client: u64,
     /// Bytes received from backends and sent to clients (live connections included).
@@ -152,12 +160,16 @@ pub struct CounterValues {
 impl CounterValues {
     /// Connections and associations open now.
     pub fn active(&self) -> u64 {
-        self.active_tcp.saturating_add(self.active_udp)
+        self.active_tcp
+            .saturating_add(self.active_udp)
+            .saturating_add(self.active_unix)
     }
 
     /// Connections and associations opened.
     pub fn opened(&self) -> u64 {
-        self.opened_tcp.saturating_add(self.opened_udp)
+        self.opened_tcp
+            .saturating_add(self.opened_udp)
+            .saturating_add(self.opened_unix)
     }
 
     /// Backend connects that failed, whatever the reason.
@@ -209,6 +221,8 @@ impl Counters {
             active_udp: get(&self.active_udp),
             opened_tcp: get(&self.opened_tcp),
             opened_udp: get(&self.opened_udp),
+            active_unix: get(&self.active_unix),
+            opened_unix: get(&self.opened_unix),
             from_client: from,
             to_client: to,
             not_allowed: get(&self.not_allowed),
@@ -224,12 +238,18 @@ impl Counters {
     }
 
     fn opened(&self, kind: ConnKind) {
-        if kind.is_udp() {
-            bump(&self.opened_udp);
-            bump(&self.active_udp);
-        } else {
-            bump(&self.opened_tcp);
-            bump(&self.active_tcp);
+        let (opened, active) = self.of(kind);
+        bump(opened);
+        bump(active);
+    }
+
+    /// The (opened, active) pair `kind` counts in: a connection counts
+    /// under its client side (TCP, UDP or unix), as rinetd-uv's status does.
+    fn of(&self, kind: ConnKind) -> (&AtomicU64, &AtomicU64) {
+        match kind {
+            ConnKind::Udp => (&self.opened_udp, &self.active_udp),
+            ConnKind::Unix => (&self.opened_unix, &self.active_unix),
+            ConnKind::Tcp | ConnKind::TcpToUdp => (&self.opened_tcp, &self.active_tcp),
         }
     }
 
@@ -237,11 +257,7 @@ impl Counters {
         self.ended_from_client
             .fetch_add(from_client, Ordering::Relaxed);
         self.ended_to_client.fetch_add(to_client, Ordering::Relaxed);
-        if kind.is_udp() {
-            drop_one(&self.active_udp);
-        } else {
-            drop_one(&self.active_tcp);
-        }
+        drop_one(self.of(kind).1);
     }
 
     fn connect_failed(&self, why: ConnectFailure) {
@@ -382,10 +398,14 @@ impl RuleStats {
 
     /// Registers a connection (or association) of this rule from `client`;
     /// it is counted and listed until the returned guard drops.
-    pub(crate) fn register(self: &Arc<Self>, kind: ConnKind, client: SocketAddr) -> Registered {
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        kind: ConnKind,
+        client: impl Into<crate::peer::Peer>,
+    ) -> Registered {
         self.counters.opened(kind);
         self.process.opened(kind);
-        self.live.register(self.clone(), kind, client)
+        self.live.register(self.clone(), kind, client.into())
     }
 
     /// The counters of backend `addr`, if the rule lists it.

@@ -18,40 +18,63 @@ pub(crate) mod splice;
 use crate::connect::{self, ConnectError};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
-use crate::route::{client_ip, Bytes, Route};
+use crate::peer::Peer;
+use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use async_io::Async;
 use pump::{Pools, Pump, PumpOutcome, Side};
 use std::future::Future;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Forwards one admitted client to the rule's backend, from the `opened`
 /// log line to the `done-*` one. `origin` is who the client is (the peer, or
-/// what a PROXY header said) and what a PROXY header sent on says.
+/// what a PROXY header said) and what a PROXY header sent on says; `None`
+/// for a client of a unix socket listener, which has no address.
 pub(crate) async fn forward(
     client: Async<TcpStream>,
-    origin: Origin,
+    origin: Option<Origin>,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let peer: SocketAddr = origin.client;
-    let ip = client_ip(peer);
+    let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
+    let ip = peer.client();
+    // Counted as unix when the client came through a unix socket listener.
+    let kind = match peer {
+        Peer::Ip(_) => ConnKind::Tcp,
+        Peer::Unix => ConnKind::Unix,
+    };
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
-    let live = stats.register(ConnKind::Tcp, peer);
+    let live = stats.register(kind, peer);
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
-    let connected =
-        connect::through_pool(&route.pool, ip, timeout, route.keepalive(), counted).await;
+    // A unix socket backend is its rule's only backend (the parsers say
+    // so): nothing to choose, and no address for the pool's counters.
+    let connected = match &route.unix_backend {
+        Some(unix) => match crate::unix::connect(unix, timeout).await {
+            Ok(stream) => Ok((stream, None, None)),
+            Err(e) => {
+                counted(&e);
+                Err(ConnectError::Connect(e))
+            }
+        },
+        None => {
+            // A unix client has no address: iphash and affinity see them all as one.
+            let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+            connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
+                .await
+                .map(|c| (c.stream, Some(c.addr), Some(c.lease)))
+        }
+    };
     // `_lease` counts the connection on its backend (least connections) until it ends.
     let (backend, backend_addr, _lease) = match connected {
-        Ok(c) => (c.stream, c.addr, c.lease),
+        Ok(c) => c,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match &e {
@@ -66,11 +89,19 @@ pub(crate) async fn forward(
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }
     };
-    live.connected(backend_addr);
+    match backend_addr {
+        Some(addr) => live.connected(addr),
+        // A unix backend has no per-address counters.
+        None => live.set_state(ConnState::Open),
+    }
     // The PROXY header goes out before the pump starts, so it precedes every
     // client byte whether the pump then splices or copies.
     if let Some(version) = route.send_proxy {
-        if let Err(e) = edge::send_header(&client, &backend, version, origin).await {
+        let sent = match origin {
+            Some(origin) => edge::send_header(&client, &backend, version, origin).await,
+            None => edge::send_header_without_address(&backend, version).await,
+        };
+        if let Err(e) = sent {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
             return shared
                 .log
@@ -109,9 +140,13 @@ pub(crate) async fn forward(
             Some(e) => format!("{}, {e}", ev.as_str()),
             None => ev.as_str().to_string(),
         };
+        let reached = match (backend_addr, &route.unix_backend) {
+            (Some(addr), _) => format!("{addr}/tcp"),
+            (None, Some(unix)) => unix.to_string(),
+            (None, None) => String::new(),
+        };
         log::debug!(
-            "{peer} -> {}/tcp ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
-            backend_addr,
+            "{peer} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             route.names.bind_host,
             route.names.bind_port,
             route.names.connect_host,

@@ -171,7 +171,7 @@ impl Listener {
             Ok(found) => Some(found),
             Err(why) => {
                 self.shared
-                    .udp_proxy_datagram_dropped(&self.stats, route.bind, peer, &why);
+                    .udp_proxy_datagram_dropped(&self.stats, &route.bind, peer, &why);
                 None
             }
         }

@@ -117,7 +117,7 @@ pub fn start_edited(
         let s = oxidinetd::bind(&r).expect("bind test listener");
         let addr = s.local_addr().expect("local addr");
         // As if the configuration had named the port the kernel picked.
-        r.bind = addr;
+        r.bind = oxidinetd::config::BindAddr::Ip(addr);
         r.rule.bind.port = Port::Number(addr.port());
         addrs.push(addr);
         let route = edit(sockets.len(), Route::new(r, global.clone()));

@@ -168,7 +168,8 @@ fn rinetd_uv_rule_options() {
         c.rules[0].to_string(),
         "0.0.0.0 8080/tcp 10.0.0.1 80/tcp [keepalive=off, connect-timeout=5, dns-refresh=60]"
     );
-    // mode is stored, with a warning until unix listeners exist.
+    // mode is stored, with a warning: it applies to unix listeners only
+    // (unix endpoints are tested in config/unix.rs).
     let c = ok("0.0.0.0 8080 10.0.0.1 80 [mode=0660]\n");
     assert_eq!(c.rules[0].options.mode, Some(0o660));
     assert_eq!(
@@ -179,14 +180,6 @@ fn rinetd_uv_rule_options() {
     assert_eq!(
         c.warnings[0].message,
         "option 'keepalive' only applies to TCP backends; ignored on this UDP backend"
-    );
-    assert_eq!(
-        one_error("unix:/run/app.sock 10.0.0.1 80 [mode=0660]"),
-        "config:1: unix socket endpoints ('unix:/run/app.sock') are not supported yet: 'unix:/run/app.sock 10.0.0.1 80 [mode=0660]'"
-    );
-    assert_eq!(
-        one_error("0.0.0.0 2375 unix:/var/run/docker.sock"),
-        "config:1: unix socket endpoints ('unix:/var/run/docker.sock') are not supported yet: '0.0.0.0 2375 unix:/var/run/docker.sock'"
     );
 }
 

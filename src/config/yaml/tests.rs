@@ -189,7 +189,7 @@ rules:
     timeout: 0
     mode: '0999'
   - name: a
-    bind: [unix:/run/x.sock, '[::1]:70000']
+    bind: [unix:run/x.sock, '[::1]:70000']
     connect: {dest: 10.0.0.1:80, weight: 101}
 ";
     assert_eq!(
@@ -204,8 +204,8 @@ rules:
             "config:9:14: timeout must be between 1 and 31536000 seconds, not '0'",
             "config:10:11: mode must be an octal file mode from 0 to 7777, not '0999'",
             "config:11:11: duplicate rule name 'a', first used at line 6",
-            "config:12:12: invalid bind address: unix socket endpoints ('unix:/run/x.sock') are not supported yet",
-            "config:12:30: invalid bind address: port out of range (1-65535) '70000'",
+            "config:12:12: invalid bind address: unix socket path must be absolute ('unix:/path') or abstract ('unix:@name'), not 'unix:run/x.sock'",
+            "config:12:29: invalid bind address: port out of range (1-65535) '70000'",
             "config:13:42: weight must be between 1 and 100, not '101'",
         ]
     );
