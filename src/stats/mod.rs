@@ -208,9 +208,16 @@ fn drop_one(a: &AtomicU64) {
 impl Counters {
     /// Values, with bytes of ended connections plus `live` bytes, reported
     /// no lower than any earlier snapshot.
-    fn values(&self, live_from: u64, live_to: u64) -> CounterValues {
-        let from = get(&self.ended_from_client).saturating_add(live_from);
-        let to = get(&self.ended_to_client).saturating_add(live_to);
+    /// Bytes of connections that have ended: (from clients, to clients).
+    fn ended_bytes(&self) -> (u64, u64) {
+        (get(&self.ended_from_client), get(&self.ended_to_client))
+    }
+
+    /// The values, given the ended bytes read before the live list was
+    /// copied (see [`Stats::snapshot`]) and the listed connections' bytes.
+    fn values(&self, ended: (u64, u64), live_from: u64, live_to: u64) -> CounterValues {
+        let from = ended.0.saturating_add(live_from);
+        let to = ended.1.saturating_add(live_to);
         let from = self
             .seen_from_client
             .fetch_max(from, Ordering::Relaxed)
@@ -542,16 +549,33 @@ impl Stats {
     /// Counters, rules and pools as of now. Takes the rule list's lock and,
     /// one at a time, each live-list shard's lock (only to copy pointers out).
     pub fn snapshot(&self, pools: Pools<'_>) -> Snapshot {
-        let conns = self.live.list();
+        // Ended totals are read before the live list is copied. A
+        // connection that ends in between is then in neither (a dip, which
+        // the reported maximum hides) and never in both: read the other way
+        // round, a connection listed and then ended was counted twice, and
+        // the maximum kept the double count for good.
         let rules: Vec<Arc<RuleStats>> = lock(&self.rules).clone();
+        let process_ended = self.process.ended_bytes();
+        let ended: Vec<_> = rules
+            .iter()
+            .map(|r| {
+                let backends = r.backends.load_full();
+                let per_backend: Vec<(u64, u64)> = backends
+                    .iter()
+                    .map(|b| (get(&b.ended_from_client), get(&b.ended_to_client)))
+                    .collect();
+                (r.counters.ended_bytes(), backends, per_backend)
+            })
+            .collect();
+        let conns = self.live.list();
         let (mut all_from, mut all_to) = (0u64, 0u64);
         let rule_values = rules
             .iter()
-            .map(|r| {
+            .zip(ended)
+            .map(|(r, (rule_ended, backends, backends_ended))| {
                 let (mut from, mut to) = (0u64, 0u64);
-                let backends = r.backends.load();
                 let pool = r.pool.load();
-                let mut per_backend = vec![(0u64, 0u64); backends.len()];
+                let mut per_backend = backends_ended;
                 for c in conns.iter().filter(|c| Arc::ptr_eq(&c.rule, r)) {
                     let (f, t) = c.bytes();
                     from = from.saturating_add(f);
@@ -567,8 +591,6 @@ impl Stats {
                     .iter()
                     .zip(per_backend)
                     .map(|(b, (f, t))| {
-                        let f = get(&b.ended_from_client).saturating_add(f);
-                        let t = get(&b.ended_to_client).saturating_add(t);
                         let health = pool.as_ref().and_then(|p| p.health_of(b.addr));
                         let healthy = health.as_ref().is_none_or(|h| h.healthy);
                         let (member, expanded_from) = match health {
@@ -593,7 +615,7 @@ impl Stats {
                         .as_ref()
                         .map_or_else(|| "roundrobin".to_string(), |p| p.algorithm().to_string()),
                     proto: r.proto,
-                    counters: r.counters.values(from, to),
+                    counters: r.counters.values(rule_ended, from, to),
                     backends,
                 }
             })
@@ -611,7 +633,7 @@ impl Stats {
             reloads_ok: get(&self.reloads_ok),
             reloads_failed: get(&self.reloads_failed),
             accept_errors: get(&self.accept_errors),
-            totals: self.process.values(all_from, all_to),
+            totals: self.process.values(process_ended, all_from, all_to),
             rules: rule_values,
             descriptors: open_descriptors(),
             buffer_size: pools.buffers.buffer_size(),
