@@ -116,14 +116,14 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
     family(
         enc,
         "oi_connections_active",
-        "TCP connections and UDP associations open now, by rule.",
+        "Connections (TCP and unix socket clients) and UDP associations open now, by rule.",
         Gauge,
         &per_rule(&|c| c.active()),
     )?;
     family(
         enc,
         "oi_connections",
-        "TCP connections admitted and UDP associations opened, by rule.",
+        "Connections admitted (TCP and unix socket clients) and UDP associations opened, by rule.",
         Counter,
         &per_rule(&|c| c.opened()),
     )?;
