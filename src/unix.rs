@@ -127,6 +127,22 @@ pub(crate) fn bind(addr: &UnixAddr, mode: Option<u32>, backlog: i32) -> io::Resu
     })
 }
 
+/// Sets the permissions of the socket file of a listener a reload keeps
+/// (abstract sockets have none). Only a socket is touched: if something
+/// replaced the file meanwhile, it is left alone and the error says so.
+pub(crate) fn set_mode(addr: &UnixAddr, mode: u32) -> io::Result<()> {
+    let UnixAddr::Path(path) = addr else {
+        return Ok(());
+    };
+    if !std::fs::symlink_metadata(path)?.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path is no longer a socket (left alone)",
+        ));
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 /// Removes a stale socket file at `path`, or says why the path cannot be used.
 fn clear_stale(path: &Path, sockaddr: &SocketAddrUnix) -> io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {

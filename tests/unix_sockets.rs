@@ -277,13 +277,14 @@ fn socket_file_life_stale_file_mode_reload_and_exit() {
     assert_eq!(mode(&dropped), 0o604);
     let inode = std::fs::metadata(&kept).expect("meta").ino();
 
-    // A reload without the second rule removes its file; the first keeps its socket.
+    // A reload without the second rule removes its file; the first keeps
+    // its socket and takes its new mode.
     write_atomic(
         &conf,
         &both
             .lines()
             .next()
-            .map(|l| format!("{l}\n"))
+            .map(|l| format!("{}\n", l.replace("0640", "0660")))
             .unwrap_or_default(),
     );
     oi.reload();
@@ -297,6 +298,7 @@ fn socket_file_life_stale_file_mode_reload_and_exit() {
         "same socket"
     );
     assert!(unix_ping(&kept), "the kept listener still serves");
+    assert_eq!(mode(&kept), 0o660, "a new mode applies to the kept socket");
 
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");

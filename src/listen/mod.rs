@@ -296,6 +296,15 @@ impl Listeners {
             match self.serving.remove(&key) {
                 Some(running) => {
                     warn_over_limit(&running, &route);
+                    // A kept unix socket keeps its file: a new `mode` is
+                    // applied to it, as a fresh bind would.
+                    if let (BindAddr::Unix(addr), Some(mode)) = (&key.0, route.options.mode) {
+                        if running.route.load().options.mode != Some(mode) {
+                            if let Err(e) = crate::unix::set_mode(addr, mode) {
+                                errors.push(format!("cannot change the mode of {addr}: {e}"));
+                            }
+                        }
+                    }
                     // Backends the new file keeps keep their health and load.
                     route.pool.keep_state_of(&running.route.load().pool);
                     running.stats.set_backends(&route.backend_addrs());
