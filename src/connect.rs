@@ -30,8 +30,9 @@ impl std::fmt::Display for ConnectError {
 pub(crate) struct Connected {
     /// The stream to the backend.
     pub(crate) stream: Async<TcpStream>,
-    /// The address that answered (no getpeername needed to learn it).
-    pub(crate) addr: SocketAddr,
+    /// The address that answered (no getpeername needed to learn it);
+    /// `None` for a unix socket backend.
+    pub(crate) addr: Option<SocketAddr>,
     /// The member, counted as in use until the connection drops this.
     pub(crate) lease: Lease,
 }
@@ -40,7 +41,8 @@ pub(crate) struct Connected {
 /// chooses, then, if that fails, each other eligible member in turn, so one
 /// dead backend never costs a client its connection. Every failed member is
 /// reported to the pool (its health) and to `failed` (the counters). Each
-/// address gets `timeout`; `keepalive` sets SO_KEEPALIVE.
+/// address gets `timeout`; `keepalive` sets SO_KEEPALIVE (TCP only). A
+/// `unix:` member is connected as a unix stream socket.
 pub(crate) async fn through_pool(
     pool: &BackendPool,
     client: IpAddr,
@@ -51,8 +53,16 @@ pub(crate) async fn through_pool(
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
     for lease in pool.attempts(client) {
         let member = lease.member();
-        let addrs = member.addrs();
-        match connect(&addrs, member.src(), timeout, keepalive).await {
+        let attempt = match member.unix() {
+            Some(unix) => crate::unix::connect(unix, timeout)
+                .await
+                .map(|stream| (stream, None))
+                .map_err(ConnectError::Connect),
+            None => connect(&member.addrs(), member.src(), timeout, keepalive)
+                .await
+                .map(|(stream, addr)| (stream, Some(addr))),
+        };
+        match attempt {
             Ok((stream, addr)) => {
                 pool.succeeded(member);
                 return Ok(Connected {

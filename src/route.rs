@@ -25,9 +25,9 @@ pub struct Route {
     pub(crate) bind_proto: Proto,
     /// The rule's backends, and how a connection chooses among them.
     pub(crate) pool: Arc<BackendPool>,
-    /// The backend when it is a unix socket: the parsers allow a unix
-    /// backend only as a rule's one backend, so there is nothing to choose
-    /// and the pool (one member, no addresses) is not asked.
+    /// The first backend's unix socket when every backend is one: such a
+    /// rule's connections count as unix, and messages name the socket. The
+    /// pool connects to unix members like any other.
     pub(crate) unix_backend: Option<UnixAddr>,
     /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
     pub(crate) backend_proto: Proto,
@@ -91,7 +91,12 @@ impl Route {
             .collect();
         let maxconn = rule.rule.options.maxconn;
         let maxconn_per_client = rule.rule.options.maxconn_per_client;
-        let unix_backend = rule.rule.connect.unix().cloned();
+        let all_unix = rule
+            .rule
+            .backends
+            .iter()
+            .all(|b| b.endpoint.unix().is_some());
+        let unix_backend = rule.rule.connect.unix().filter(|_| all_unix).cloned();
         let names = Arc::new(RuleNames {
             bind_host: rule.rule.bind.host_text,
             // A unix socket side has no port: 0, as rinetd-uv logs it.

@@ -298,7 +298,7 @@ fn the_text_status_file_and_the_stats_line_read_like_rinetd_uv() {
             && t.contains("Bytes in: 10B")
     });
     for want in [
-        "oi Status Report",
+        "rinetd-uv Status Report (oi)",
         "CONNECTIONS",
         "Active: 0 (TCP: 0, UDP: 0, Unix: 0)",
         "Total: 1 (TCP: 1, UDP: 0, Unix: 0)",

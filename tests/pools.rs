@@ -280,3 +280,30 @@ fn udp_associations_are_spread_over_the_pool_and_stay_on_their_backend() {
     );
     oi.stop();
 }
+
+#[test]
+fn a_pool_mixes_tcp_and_unix_socket_backends_and_fails_over_between_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("b.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&path).expect("bind unix backend");
+    std::thread::spawn(move || {
+        for s in unix.incoming() {
+            let Ok(mut s) = s else { return };
+            let _ = std::io::Write::write_all(&mut s, &[2]);
+        }
+    });
+    let gone = dir.path().join("gone.sock");
+    let backends = [
+        item(id_backend(1, None, None), 1),
+        format!("{{dest: 'unix:{}'}}", path.display()),
+        // Nothing listens here: every client sent to it fails over.
+        format!("{{dest: 'unix:{}'}}", gone.display()),
+    ];
+    let port = free_port();
+    let oi = start(&dir, port, &backends, "health_threshold: 100");
+    // Round robin sends 100 to each; the 100 sent to the dead socket fail
+    // over to the next member in order, which wraps round to the first.
+    let counts = spread(port, 300);
+    assert_eq!((counts[&1], counts[&2]), (200, 100), "{counts:?}");
+    oi.stop();
+}

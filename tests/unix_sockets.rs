@@ -200,17 +200,22 @@ fn tcp_listener_to_unix_backends_over_copy_and_splice_with_half_close() {
     abstract_backend(&name);
     let (copy, splice, abs) = (free_port(), free_port(), free_port());
     let conf = dir.path().join("oi.conf");
+    let status = dir.path().join("status.json");
     let b = back.display();
     write_atomic(
         &conf,
         &format!(
-            "127.0.0.1 {copy} unix:{b} [splice=off]\n127.0.0.1 {splice} unix:{b} [splice=on]\n127.0.0.1 {abs} unix:@{name}\n"
+            "statusfile {}\nstatusinterval 1\n127.0.0.1 {copy} unix:{b} [splice=off]\n127.0.0.1 {splice} unix:{b} [splice=on]\n127.0.0.1 {abs} unix:@{name}\n",
+            status.display()
         ),
     );
     let oi = OiProcess::start(dir.path(), &conf, &[]);
     transfer_checked(connect(local(copy)), 3, "tcp -> unix, copy");
     transfer_checked(connect(local(splice)), 4, "tcp -> unix, splice");
     transfer_checked(connect(local(abs)), 5, "tcp -> abstract unix");
+    // Counted by the backend's side, as rinetd-uv counts them.
+    let text = wait_for_file(&status, |t| t.contains("\"total_unix\":3"));
+    assert!(text.contains("\"total_tcp\":0"), "{text}");
     let (status, err) = oi.stop();
     assert!(status.success(), "{err}");
 }

@@ -23,7 +23,7 @@ pub(crate) use dns::Refresher;
 #[cfg(test)]
 pub(crate) use dns::{Lookup, OnChange};
 
-use crate::config::{Algorithm, Balance, Host, IpFilter, ResolvedRule};
+use crate::config::{Algorithm, Balance, Host, IpFilter, ResolvedRule, UnixAddr};
 use affinity::Affinity;
 use arc_swap::ArcSwap;
 use std::net::{IpAddr, SocketAddr};
@@ -74,6 +74,8 @@ pub(crate) struct Group {
     src: Option<IpAddr>,
     /// Its name in messages: `name:` or `host:port`.
     label: String,
+    /// The unix socket it connects to, for a `unix:` backend (no addresses then).
+    unix: Option<UnixAddr>,
     /// Its members now.
     members: Mutex<Vec<Arc<Member>>>,
 }
@@ -92,6 +94,8 @@ pub(crate) struct Member {
     weight: u32,
     /// Source address to bind before connecting.
     src: Option<IpAddr>,
+    /// The unix socket to connect to instead of `addrs` (a `unix:` backend).
+    unix: Option<UnixAddr>,
     /// Health and load; kept by a reload that keeps the member.
     state: Arc<MemberState>,
     /// Smooth weighted round robin's running weight (under `rotation`).
@@ -140,6 +144,11 @@ impl Member {
     /// The source address to bind, if any.
     pub(crate) fn src(&self) -> Option<IpAddr> {
         self.src
+    }
+
+    /// The unix socket it connects to, for a `unix:` backend.
+    pub(crate) fn unix(&self) -> Option<&UnixAddr> {
+        self.unix.as_ref()
     }
 
     /// Whether it may be chosen now (up, or its recovery time has passed).
@@ -223,6 +232,7 @@ impl BackendPool {
                     weight: b.backend.weight.max(1),
                     src: b.src,
                     label,
+                    unix: endpoint.unix().cloned(),
                     members: Mutex::new(Vec::new()),
                 };
                 let members = group.members_for(i, &b.addrs, &[]);
@@ -265,6 +275,7 @@ impl BackendPool {
                         addrs: ArcSwap::new(m.addrs.load_full()),
                         weight: m.weight,
                         src: m.src,
+                        unix: m.unix.clone(),
                         state: o.state.clone(),
                         current: AtomicI64::new(0),
                         group: m.group,
@@ -440,6 +451,7 @@ impl Group {
                 addrs: ArcSwap::from_pointee(addrs),
                 weight: self.weight,
                 src: self.src,
+                unix: self.unix.clone(),
                 state: Arc::new(MemberState::default()),
                 current: AtomicI64::new(0),
                 group: index,

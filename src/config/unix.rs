@@ -107,12 +107,6 @@ pub(crate) fn check_rule(
                 Shown(&addr.to_string())
             ));
         }
-        if backends.len() > 1 {
-            errors.push(format!(
-                "a unix socket backend ('{}') must be the rule's only backend",
-                Shown(&addr.to_string())
-            ));
-        }
         if options.src.is_some() || backends.iter().any(|b| b.src.is_some()) {
             warnings.push(
                 "option 'src' only applies to IP backends; ignored for a unix socket backend"
@@ -355,7 +349,6 @@ rules:
             yaml_errors(text),
             [
                 "config:3:11: a unix socket listener forwards streams only; '10.0.0.1 53/udp' is UDP",
-                "config:6:11: a unix socket backend ('unix:/run/b.sock') must be the rule's only backend",
                 "config:9:11: invalid bind address: empty unix socket path in 'unix:' (expected 'unix:/path' or 'unix:@name')",
                 "config:10:21: invalid dest address: empty abstract socket name in 'unix:@'",
             ]

@@ -217,8 +217,10 @@ pub fn status_text(s: &Snapshot) -> String {
     let updated = chrono::DateTime::<chrono::Utc>::from(s.taken_at)
         .format("%Y-%m-%d %H:%M:%S")
         .to_string();
-    // Writing to a String cannot fail.
-    let _ = writeln!(o, "oi Status Report");
+    // Writing to a String cannot fail. rinetd-uv's heading, so scripts that
+    // look for it (its own test suite does) read oi's file too; "(oi)" says
+    // which program wrote it.
+    let _ = writeln!(o, "rinetd-uv Status Report (oi)");
     let _ = writeln!(o, "Updated: {updated}");
     let _ = writeln!(o, "Version: {}", env!("CARGO_PKG_VERSION"));
     let _ = writeln!(o, "Uptime: {}", human_uptime(s.uptime));

@@ -43,10 +43,12 @@ pub(crate) async fn forward(
 ) {
     let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
     let ip = peer.client();
-    // Counted as unix when the client came through a unix socket listener.
-    let kind = match peer {
-        Peer::Ip(_) => ConnKind::Tcp,
-        Peer::Unix => ConnKind::Unix,
+    // Counted as unix when either side is a unix socket: rinetd-uv counts a
+    // TCP client forwarded to a unix backend as unix (its status file's
+    // `total_unix`), and a unix listener's clients are unix too.
+    let kind = match (peer, &route.unix_backend) {
+        (Peer::Ip(_), None) => ConnKind::Tcp,
+        _ => ConnKind::Unix,
     };
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
@@ -54,26 +56,13 @@ pub(crate) async fn forward(
     shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
-    // A unix socket backend is its rule's only backend (the parsers say
-    // so): nothing to choose, and no address for the pool's counters.
-    let connected = match &route.unix_backend {
-        Some(unix) => match crate::unix::connect(unix, timeout).await {
-            Ok(stream) => Ok((stream, None, None)),
-            Err(e) => {
-                counted(&e);
-                Err(ConnectError::Connect(e))
-            }
-        },
-        None => {
-            // A unix client has no address: iphash and affinity see them all as one.
-            let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-            connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
-                .await
-                .map(|c| (c.stream, Some(c.addr), Some(c.lease)))
-        }
-    };
-    // `_lease` counts the connection on its backend (least connections) until it ends.
-    let (backend, backend_addr, _lease) = match connected {
+    // A unix client has no address: iphash and affinity see them all as one.
+    let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    let connected = connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
+        .await
+        .map(|c| (c.stream, c.addr, c.lease));
+    // `lease` counts the connection on its backend (least connections) until it ends.
+    let (backend, backend_addr, lease) = match connected {
         Ok(c) => c,
         Err(e) => {
             log::debug!("{peer} -> {}: {e}", route.names.connect_host);
@@ -140,10 +129,9 @@ pub(crate) async fn forward(
             Some(e) => format!("{}, {e}", ev.as_str()),
             None => ev.as_str().to_string(),
         };
-        let reached = match (backend_addr, &route.unix_backend) {
-            (Some(addr), _) => format!("{addr}/tcp"),
-            (None, Some(unix)) => unix.to_string(),
-            (None, None) => String::new(),
+        let reached = match backend_addr {
+            Some(addr) => format!("{addr}/tcp"),
+            None => lease.member().label().to_string(),
         };
         log::debug!(
             "{peer} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",

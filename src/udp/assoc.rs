@@ -385,7 +385,10 @@ async fn tcp_upstream(
                 })?;
         // `_lease` counts the association on its backend while the stream lives.
         let (stream, backend_addr, _lease) = (connected.stream, connected.addr, connected.lease);
-        reply.activity.conn.connected(backend_addr);
+        // UDP rules have IP backends only (the parsers refuse unix ones).
+        if let Some(addr) = backend_addr {
+            reply.activity.conn.connected(addr);
+        }
         // Before the first queued datagram: the stream starts with it.
         if let Some(h) = &proxy {
             (&stream).write_all(h.as_bytes()).await?;
