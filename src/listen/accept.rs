@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// First pause after an accept error (EMFILE and the like).
-const MIN_BACKOFF: Duration = Duration::from_millis(5);
+pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(5);
 /// Longest pause between accept attempts while they keep failing.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// One accept loop's view of its listener.
 pub(super) struct AcceptLoop {

@@ -4,6 +4,7 @@
 //! unix client has no address to match, count or trust (the parsers and
 //! `--check` say so); the socket file's mode is the access control.
 
+use super::accept::{MAX_BACKOFF, MIN_BACKOFF};
 use crate::config::Proto;
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
@@ -19,12 +20,6 @@ use std::io;
 use std::net::TcpStream;
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// First pause after an accept error (EMFILE and the like).
-const MIN_BACKOFF: Duration = Duration::from_millis(5);
-/// Longest pause between accept attempts while they keep failing.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The one accept loop of a unix socket listener.
 pub(super) struct UnixAcceptLoop {
