@@ -114,8 +114,9 @@ fn accept_nonblocking(listener: &TcpListener) -> io::Result<(Async<TcpStream>, S
     Ok((Async::new_nonblocking(TcpStream::from(fd))?, peer))
 }
 
-/// Accept errors that concern one aborted connection, not the listener.
-fn is_benign_accept_error(e: &io::Error) -> bool {
+/// Accept errors that concern one aborted connection, not the listener
+/// (the unix accept loop's too).
+pub(super) fn is_benign_accept_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionAborted

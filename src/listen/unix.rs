@@ -4,7 +4,7 @@
 //! unix client has no address to match, count or trust (the parsers and
 //! `--check` say so); the socket file's mode is the access control.
 
-use super::accept::{MAX_BACKOFF, MIN_BACKOFF};
+use super::accept::{is_benign_accept_error, MAX_BACKOFF, MIN_BACKOFF};
 use crate::config::Proto;
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
@@ -84,7 +84,7 @@ impl UnixAcceptLoop {
                     );
                     self.threads.executor(at).spawn(task).detach();
                 }
-                Err(e) if is_benign(&e) => {}
+                Err(e) if is_benign_accept_error(&e) => {}
                 Err(e) => {
                     self.shared.stats.accept_error();
                     if !std::mem::replace(&mut failing, true) {
@@ -99,16 +99,6 @@ impl UnixAcceptLoop {
             }
         }
     }
-}
-
-/// Accept errors that concern one aborted connection, not the listener.
-fn is_benign(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::ConnectionReset
-    )
 }
 
 /// Serves one unix client: forwarded as a TCP client is, from `unix-client`.
