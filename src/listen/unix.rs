@@ -16,7 +16,6 @@ use crate::stats::RuleStats;
 use crate::unix::SocketFile;
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
-use std::io;
 use std::net::TcpStream;
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
