@@ -489,3 +489,38 @@ fn check_says_acls_do_not_apply_to_unix_listeners() {
     );
     assert!(!sock.exists(), "--check binds nothing");
 }
+
+#[test]
+fn a_unix_listener_counts_its_limit_refusals() {
+    let dir = short_dir();
+    let backend = tcp_backend();
+    let (sock, status) = (dir.path().join("l.sock"), dir.path().join("status.json"));
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!(
+            "statusfile {}\nstatusinterval 1\nunix:{} 127.0.0.1 {backend} [maxconn=1]\n",
+            status.display(),
+            sock.display()
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    // The first client holds the one place; the second is refused.
+    let mut first = unix_client(&sock);
+    first.write_all(b"x").expect("write");
+    wait_for_file(&status, |t| t.contains("\"active_unix\":1"));
+    let mut second = unix_client(&sock);
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        second.read(&mut buf).expect("closed, not reset"),
+        0,
+        "refused"
+    );
+    let text = wait_for_file(&status, |t| t.contains("\"limit_reached\":1"));
+    assert!(
+        text.contains("\"connections_refused_by_limits\":1"),
+        "{text}"
+    );
+    drop(first);
+    oi.stop();
+}

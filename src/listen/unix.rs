@@ -67,6 +67,7 @@ impl UnixAcceptLoop {
                                 which.as_str(),
                                 route.bind
                             );
+                            self.stats.refused(Event::LimitReached);
                             let line = route.event(Client::Unix, Event::LimitReached, Bytes::NONE);
                             self.shared.log.log(line);
                             continue;
