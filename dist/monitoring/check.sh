@@ -25,19 +25,21 @@ trap cleanup EXIT
 # A free loopback port: bind port 0 with python and read it back. The gap
 # before oi binds it is harmless here (nothing else in this script binds).
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-echo_port=$(port); fwd_port=$(port); metrics_port=$(port); prom_port=$(port)
-python3 - "$echo_port" <<'PY' &
-import socket, sys, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16)
+fwd_port=$(port); metrics_port=$(port); prom_port=$(port)
+# The echo backend binds port 0 and prints the port once it listens.
+exec 3< <(exec python3 -c '
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
 def serve(c):
     with c:
         while (d := c.recv(65536)):
             c.sendall(d)
 while True:
     c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-PY
+')
 pids+=($!)
+read -r -t 20 echo_port <&3
 cat > "$work/oi.conf" <<CONF
 127.0.0.1 $fwd_port 127.0.0.1 $echo_port
 CONF
