@@ -380,3 +380,134 @@ async fn answer(mut stream: Async<TcpStream>, registry: &Registry) -> std::io::R
     let _ = limits::bounded(stream.close()).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Proto;
+    use crate::stats::{BackendValues, CounterValues, RuleValues};
+    use std::time::{Duration, SystemTime};
+
+    /// Counters that differ from each other, so a field written under the
+    /// wrong name shows in the golden files.
+    fn counters(base: u64) -> CounterValues {
+        CounterValues {
+            active_tcp: base + 1,
+            active_udp: base + 2,
+            opened_tcp: base + 3,
+            opened_udp: base + 4,
+            active_unix: base + 5,
+            opened_unix: base + 6,
+            from_client: base + 7_000,
+            to_client: base + 8_000_000,
+            not_allowed: base + 9,
+            denied: base + 10,
+            connect_refused: base + 11,
+            connect_timeout: base + 12,
+            connect_unreachable: base + 13,
+            connect_other: base + 14,
+            udp_evicted: base + 15,
+            limit_reached: base + 16,
+            udp_proxy_dropped: base + 17,
+        }
+    }
+
+    /// A snapshot with every field set, two rules, one with backends.
+    fn snapshot() -> Snapshot {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
+        let backend = |addr: &str, member: Option<&str>, healthy, n: u64| BackendValues {
+            addr: addr.parse().expect("literal"),
+            member: member.map(String::from),
+            healthy,
+            expanded_from: member.map(|_| "db.example".to_string()),
+            active: n,
+            opened: n + 1,
+            from_client: n + 2,
+            to_client: n + 3,
+        };
+        Snapshot {
+            taken_at: at,
+            started_at: at - Duration::from_secs(90_061),
+            uptime: Duration::from_secs(90_061),
+            last_reload: at - Duration::from_secs(60),
+            reloads_ok: 3,
+            reloads_failed: 1,
+            accept_errors: 2,
+            totals: counters(100),
+            rules: vec![
+                RuleValues {
+                    name: "0.0.0.0:80/tcp".into(),
+                    algorithm: "leastconn".into(),
+                    proto: Proto::Tcp,
+                    counters: counters(200),
+                    backends: vec![
+                        backend("10.0.0.1:8080", Some("db[0]"), true, 20),
+                        backend("[::1]:8081", None, false, 30),
+                    ],
+                },
+                RuleValues {
+                    name: "127.0.0.1:53/udp".into(),
+                    algorithm: "roundrobin".into(),
+                    proto: Proto::Udp,
+                    counters: counters(300),
+                    backends: Vec::new(),
+                },
+            ],
+            descriptors: Some(42),
+            buffer_size: 65536,
+            buffers_pooled: 5,
+            datagram_buffers_pooled: 6,
+            pipes_live: 7,
+            pipes_in_use: 3,
+            pipes_pooled: 4,
+            pipes_unavailable: 8,
+            udp_datagrams_dropped: 9,
+            udp_queued_bytes: 10,
+            log_lines_queued: 11,
+            log_lines_dropped: 12,
+        }
+    }
+
+    /// Encodes a fixed snapshot as `/metrics` does.
+    #[derive(Debug)]
+    struct Fixed(Snapshot);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            encode_snapshot(&self.0, &mut enc)
+        }
+    }
+
+    /// Compares `text` with the golden file `name`; `OI_BLESS=1` rewrites it.
+    fn golden(name: &str, text: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/observe/golden")
+            .join(name);
+        if std::env::var_os("OI_BLESS").is_some() {
+            std::fs::write(&path, text).expect("write golden file");
+        }
+        let want = std::fs::read_to_string(&path).expect("read golden file");
+        assert!(
+            want == text,
+            "{name} changed; if on purpose, rerun with OI_BLESS=1 and review the diff:\n{text}"
+        );
+    }
+
+    /// The status file (both forms), the STATS line and `/metrics` of one
+    /// snapshot are what they were when the golden files were written:
+    /// scripts and dashboards read these byte for byte.
+    #[test]
+    fn every_output_of_a_snapshot_is_unchanged() {
+        let s = snapshot();
+        let json =
+            serde_json::to_string_pretty(&super::super::format::status_json(&s)).expect("json");
+        golden("status.json", &(json + "\n"));
+        golden("status.txt", &super::super::format::status_text(&s));
+        golden("stats.line", &(super::super::format::stats_line(&s) + "\n"));
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Fixed(s)));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &r).expect("encode");
+        golden("metrics.txt", &body);
+    }
+}
