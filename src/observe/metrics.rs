@@ -11,7 +11,7 @@
 
 use super::limits::{self, Gate};
 use crate::shared::Shared;
-use crate::stats::Snapshot;
+use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
 use futures_lite::AsyncWriteExt;
 use prometheus_client::collector::Collector;
@@ -83,12 +83,6 @@ impl Collector for Scrape {
 fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     let rules = &s.rules;
-    let per_rule = |f: &dyn Fn(&crate::stats::CounterValues) -> u64| -> Vec<(Labels<'_>, u64)> {
-        rules
-            .iter()
-            .map(|r| (vec![("rule", r.name.as_str())], f(&r.counters)))
-            .collect()
-    };
     single(
         enc,
         "oi_uptime_seconds",
@@ -113,90 +107,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         Counter,
         s.accept_errors,
     )?;
-    family(
-        enc,
-        "oi_connections_active",
-        "Connections (TCP and unix socket clients) and UDP associations open now, by rule.",
-        Gauge,
-        &per_rule(&|c| c.active()),
-    )?;
-    family(
-        enc,
-        "oi_connections",
-        "Connections admitted (TCP and unix socket clients) and UDP associations opened, by rule.",
-        Counter,
-        &per_rule(&|c| c.opened()),
-    )?;
-    let mut bytes = Vec::new();
-    let mut refusals = Vec::new();
-    let mut failures = Vec::new();
-    for r in rules {
-        let c = &r.counters;
-        let rule = r.name.as_str();
-        bytes.push((
-            vec![("rule", rule), ("direction", "from_client")],
-            c.from_client,
-        ));
-        bytes.push((
-            vec![("rule", rule), ("direction", "to_client")],
-            c.to_client,
-        ));
-        refusals.push((
-            vec![("rule", rule), ("reason", "not_allowed")],
-            c.not_allowed,
-        ));
-        refusals.push((vec![("rule", rule), ("reason", "denied")], c.denied));
-        for (reason, v) in [
-            ("refused", c.connect_refused),
-            ("timeout", c.connect_timeout),
-            ("unreachable", c.connect_unreachable),
-            ("other", c.connect_other),
-        ] {
-            failures.push((vec![("rule", rule), ("reason", reason)], v));
-        }
-    }
-    family(
-        enc,
-        "oi_bytes",
-        "Bytes forwarded, by rule and direction (live connections included).",
-        Counter,
-        &bytes,
-    )?;
-    family(
-        enc,
-        "oi_acl_refusals",
-        "Clients refused by allow/deny, by rule and reason.",
-        Counter,
-        &refusals,
-    )?;
-    family(
-        enc,
-        "oi_connect_failures",
-        "Backend connects that failed, by rule and reason.",
-        Counter,
-        &failures,
-    )?;
-    family(
-        enc,
-        "oi_udp_evictions",
-        "UDP associations ended to stay under the rule's cap.",
-        Counter,
-        &per_rule(&|c| c.udp_evicted),
-    )?;
-    family(
-        enc,
-        "oi_limit_refusals",
-        "TCP connections refused with limit-reached (the global maxconn, the rule's maxconn or maxconn-per-client), by rule.",
-        Counter,
-        &per_rule(&|c| c.limit_reached),
-    )?;
-    family(
-        enc,
-        "oi_udp_proxy_datagrams_dropped",
-        "Datagrams an accept-proxy /udp listener dropped (untrusted source, or no valid PROXY v2 header), by rule.",
-        Counter,
-        &per_rule(&|c| c.udp_proxy_dropped),
-    )?;
+    counter_families(rules, enc)?;
     let addrs: Vec<Vec<String>> = rules
         .iter()
         .map(|r| r.backends.iter().map(|b| b.addr.to_string()).collect())
@@ -314,6 +225,52 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
     Ok(())
 }
 
+/// The families of the counter list ([`COUNTERS`]), in the order the list
+/// first names them, with a sample per rule (and per label): counters of a
+/// family without a label are summed into the rule's one sample.
+fn counter_families(
+    rules: &[RuleValues],
+    enc: &mut DescriptorEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let mut families: Vec<Family> = Vec::new();
+    for f in COUNTERS.iter().filter_map(|c| c.metric.map(|m| m.family)) {
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    for f in families {
+        let members: Vec<(&CounterDef, Option<(&str, &str)>)> = COUNTERS
+            .iter()
+            .filter_map(|c| Some((c, c.metric.filter(|m| m.family == f)?.label)))
+            .collect();
+        let mut samples = Vec::new();
+        for r in rules {
+            let rule = ("rule", r.name.as_str());
+            let value = |c: &CounterDef| (c.get)(&r.counters);
+            let unlabelled: Vec<u64> = members
+                .iter()
+                .filter(|(_, l)| l.is_none())
+                .map(|(c, _)| value(c))
+                .collect();
+            if !unlabelled.is_empty() {
+                let sum = unlabelled.iter().fold(0u64, |a, b| a.saturating_add(*b));
+                samples.push((vec![rule], sum));
+            }
+            for (c, label) in &members {
+                if let Some(label) = label {
+                    samples.push((vec![rule, *label], value(c)));
+                }
+            }
+        }
+        let kind = match f.kind {
+            MetricKind::Counter => MetricType::Counter,
+            MetricKind::Gauge => MetricType::Gauge,
+        };
+        family(enc, f.name, f.help, kind, &samples)?;
+    }
+    Ok(())
+}
+
 /// The metrics endpoint's registry, with its snapshot collector.
 pub(super) fn registry(shared: Arc<Shared>) -> Registry {
     let mut r = Registry::default();
@@ -385,7 +342,7 @@ async fn answer(mut stream: Async<TcpStream>, registry: &Registry) -> std::io::R
 mod tests {
     use super::*;
     use crate::config::Proto;
-    use crate::stats::{BackendValues, CounterValues, RuleValues};
+    use crate::stats::{BackendValues, CounterValues};
     use std::time::{Duration, SystemTime};
 
     /// Counters that differ from each other, so a field written under the
