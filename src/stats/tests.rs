@@ -4,10 +4,39 @@ use super::*;
 use crate::config::Proto;
 use crate::logfile::Event;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-fn shared() -> Arc<crate::Shared> {
-    crate::Shared::new(Default::default(), crate::LogHandle::disabled())
+/// The process's counters, and a snapshot of them with empty pools: the
+/// counters alone, without `crate::Shared` (which holds a [`Stats`]; naming
+/// it here would make `shared` and `stats` import each other).
+struct Fixture {
+    /// The counters under test.
+    stats: Stats,
+    /// Copy and datagram buffers (empty).
+    buffers: crate::BufferPool,
+    /// Splice pipes (none).
+    pipes: crate::PipePool,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            stats: Stats::default(),
+            buffers: crate::BufferPool::new(1024, 0),
+            pipes: crate::PipePool::new(crate::MIN_PIPE_SIZE, 0),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.stats.snapshot(Pools {
+            buffers: &self.buffers,
+            datagrams: &self.buffers,
+            pipes: &self.pipes,
+            udp_dropped: 0,
+            udp_queued: 0,
+            log_queued: 0,
+            log_dropped: 0,
+        })
+    }
 }
 
 fn addr(s: &str) -> SocketAddr {
@@ -16,7 +45,7 @@ fn addr(s: &str) -> SocketAddr {
 
 #[test]
 fn connections_count_while_open_and_bytes_add_up_after() {
-    let shared = shared();
+    let shared = Fixture::new();
     let stats = &shared.stats;
     let b = addr("127.0.0.1:2");
     let rule = stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
@@ -45,7 +74,7 @@ fn connections_count_while_open_and_bytes_add_up_after() {
 
 #[test]
 fn refusals_failures_and_evictions_are_counted_per_rule_and_in_total() {
-    let shared = shared();
+    let shared = Fixture::new();
     let stats = &shared.stats;
     let rule = stats.add_rule("a:1/udp".into(), Proto::Udp, &[]);
     rule.refused(Event::Denied);
@@ -68,7 +97,7 @@ fn refusals_failures_and_evictions_are_counted_per_rule_and_in_total() {
         assert_eq!((c.limit_reached, c.udp_proxy_dropped), (1, 2));
         assert_eq!(c.refused(), 3, "ACL refusals only");
     }
-    assert_eq!(shared.udp_proxy_datagrams_dropped(), 2);
+    assert_eq!(stats.udp_proxy_dropped(), 2);
     stats.remove_rule(&rule);
     let s = shared.snapshot();
     assert!(s.rules.is_empty());
