@@ -160,6 +160,20 @@ macro_rules! counter_list {
             }
         }
 
+        impl CounterValues {
+            /// Values with the `i`th counter of the list set to `value(i)`:
+            /// fixtures whose counters all differ, however many the list has.
+            #[cfg(test)]
+            pub(crate) fn from_fn(value: impl Fn(u64) -> u64) -> CounterValues {
+                let mut i = 0;
+                let mut next = || {
+                    i += 1;
+                    value(i - 1)
+                };
+                CounterValues { $( $field: next(), )* }
+            }
+        }
+
         /// The counter list, in order: what the outputs iterate.
         pub static COUNTERS: &[CounterDef] = &[$(
             CounterDef {
