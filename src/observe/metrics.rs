@@ -455,4 +455,54 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut body, &r).expect("encode");
         golden("metrics.txt", &body);
     }
+
+    /// Whatever the list holds, each counter reaches every output it names:
+    /// a counter added to the list needs no edit here or in `format.rs`.
+    #[test]
+    fn every_counter_of_the_list_reaches_its_outputs() {
+        let s = snapshot();
+        let json = super::super::format::status_json(&s);
+        let text = super::super::format::status_text(&s);
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Fixed(s.clone())));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &r).expect("encode");
+        let rule = &s.rules[0];
+        for c in crate::stats::COUNTERS {
+            let value = (c.get)(&rule.counters);
+            assert_eq!(json["rules"][0]["oi"][c.json], value, "{}", c.field);
+            assert_eq!(
+                json["oi"]["totals"][c.json],
+                (c.get)(&s.totals),
+                "{}",
+                c.field
+            );
+            if let Some((_, label)) = c.text {
+                assert!(
+                    text.contains(&format!(" {label}={value}")),
+                    "{}: {text}",
+                    c.field
+                );
+            }
+            if let Some(m) = c.metric {
+                let suffix = if m.family.kind == MetricKind::Counter {
+                    "_total"
+                } else {
+                    ""
+                };
+                let sample = match m.label {
+                    Some((k, v)) => format!(
+                        "{}{suffix}{{rule=\"{}\",{k}=\"{v}\"}} {value}\n",
+                        m.family.name, rule.name
+                    ),
+                    None => format!("{}{suffix}{{rule=\"{}\"}} ", m.family.name, rule.name),
+                };
+                assert!(
+                    body.contains(&sample),
+                    "{}: no {sample:?} in\n{body}",
+                    c.field
+                );
+            }
+        }
+    }
 }
