@@ -1,13 +1,19 @@
 //! Counters: per rule, per backend address, per live connection, and for the
 //! whole process; and the [`Snapshot`] every way of watching oi reads.
 //!
+//! - `counters.rs`: the counter list ([`COUNTERS`]): each counter named once,
+//!   with its JSON key, Prometheus family and text-status place.
+//! - `rules.rs`: a rule's counters ([`RuleStats`]) and its backends'.
+//! - `snapshot.rs`: the process's ([`Stats`]) and the [`Snapshot`].
+//! - `live.rs`: the live list of open connections and associations.
+//!
 //! # Cost on the forwarding path
 //!
 //! Nothing here is written per read or write. A connection touches its rule's
 //! and the process's counters once when it opens and once when it ends, and
-//! registers itself in the live list ([`Live`]) under one shard lock at each
+//! registers itself in the live list (`Live`) under one shard lock at each
 //! end. While it runs, the TCP pump stores its running byte totals into the
-//! connection's own [`Traffic`] once per poll (a plain relaxed store to a
+//! connection's own byte counters (`Registered::publish`) once per poll (a plain relaxed store to a
 //! cache line only that connection's thread writes); a snapshot reads them.
 //! So a long transfer's bytes are visible while it runs, and the counters of
 //! a rule cost nothing per byte.
