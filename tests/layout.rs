@@ -413,12 +413,19 @@ fn graph(files: &[(PathBuf, String)]) -> Edges {
 fn cycles(edges: &Edges) -> Vec<Vec<String>> {
     /// Tarjan's bookkeeping.
     struct State<'a> {
+        /// The graph.
         edges: &'a Edges,
+        /// The order each module was first visited in.
         index: BTreeMap<&'a str, usize>,
+        /// The lowest index reachable from each module through the stack.
         low: BTreeMap<&'a str, usize>,
+        /// Modules visited whose component is not yet complete.
         stack: Vec<&'a str>,
+        /// The members of `stack`, for lookup.
         on_stack: BTreeSet<&'a str>,
+        /// The next visit's index.
         next: usize,
+        /// Components of more than one module found so far.
         found: Vec<Vec<String>>,
     }
     fn visit<'a>(s: &mut State<'a>, v: &'a str) {
