@@ -1,5 +1,10 @@
 //! The command line, and the one step that turns it into validated options.
 //!
+//! Options that mean the same for every command (`-c`, `--socket`) are
+//! `global`: accepted before or after a subcommand (`oi status -c FILE` as
+//! well as `oi -c FILE status`) and listed in each subcommand's `--help`.
+//! The server's own flags stay before any subcommand, which rejects them.
+//!
 //! Every value is checked while clap parses it, so a bad one exits with
 //! status 2 and a message naming the flag (`invalid value '-5' for
 //! '--connect-timeout <DURATION>': ...`). [`RunOptions::from_cli`] then only
@@ -33,12 +38,14 @@ pub const MAX_THREADS: usize = 1024;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "oi", version, disable_version_flag = true)]
 pub struct Cli {
-    /// Configuration file to read.
+    /// Configuration file to read (`oi status` and `oi connections` find the
+    /// control socket in its `controlsocket` line).
     #[arg(
         short = 'c',
         long = "conf-file",
         value_name = "FILE",
-        default_value = "/etc/rinetd.conf"
+        default_value = "/etc/rinetd.conf",
+        global = true
     )]
     pub conf_file: PathBuf,
 
@@ -586,6 +593,45 @@ mod tests {
             }
         );
         assert!(error(&["top", "--interval=0"]).contains("--interval"));
+    }
+
+    #[test]
+    fn options_for_every_command_are_accepted_after_the_subcommand_too() {
+        for args in [
+            &["status", "-c", "/etc/x.conf"][..],
+            &["-c", "/etc/x.conf", "status"],
+            &["status", "--conf-file=/etc/x.conf", "--json"],
+            &["connections", "--socket", "/s", "-c", "/etc/x.conf"],
+        ] {
+            let o = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert_eq!(o.conf_file, PathBuf::from("/etc/x.conf"), "{args:?}");
+            assert!(o.client.is_some(), "{args:?}");
+        }
+        let o = parse(&["connections", "--socket", "/s", "-c", "/x"]).expect("valid");
+        assert_eq!(o.client.expect("q").socket, Some(PathBuf::from("/s")));
+        // The server's own flags do not apply to a question: refused after it.
+        let e = Cli::try_parse_from(["oi", "status", "--threads", "2"]).expect_err("server flag");
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument, "{e}");
+    }
+
+    #[test]
+    fn each_subcommand_help_lists_the_options_for_every_command() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        cli.build();
+        for sub in ["status", "connections"] {
+            let help = cli
+                .find_subcommand_mut(sub)
+                .expect("subcommand")
+                .render_long_help()
+                .to_string();
+            for flag in ["-c, --conf-file <FILE>", "--socket <PATH>"] {
+                assert!(
+                    help.contains(flag),
+                    "`oi {sub} --help` lacks {flag}:\n{help}"
+                );
+            }
+        }
     }
 
     #[test]

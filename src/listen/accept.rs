@@ -1,104 +1,38 @@
-//! The TCP accept loop, and what happens to a connection before it is
-//! forwarded: placement on a thread, the ACL check, and the choice between
-//! TCP→TCP ([`crate::tcp`]) and TCP→UDP ([`crate::udp`]).
+//! The TCP listener kind of the accept driver ([`super::driver`]), and what
+//! happens to a TCP client once admitted and placed: the PROXY header
+//! (`accept-proxy`), the ACL check, the per-client limit, and the choice
+//! between TCP→TCP ([`crate::tcp`]) and TCP→UDP ([`crate::udp`]).
 
+use super::driver::{Acceptor, Admitted};
 use crate::config::Proto;
 use crate::edge::{self, Origin};
-use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
-use crate::route::{client_ip, Bytes, Route};
-use crate::runtime::{Placed, Threads};
-use crate::shared::Shared;
-use crate::stats::RuleStats;
-use arc_swap::ArcSwap;
-use async_io::{Async, Timer};
+use crate::peer::Client;
+use crate::route::{client_ip, Bytes};
+use async_io::Async;
+use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
-/// First pause after an accept error (EMFILE and the like).
-pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(5);
-/// Longest pause between accept attempts while they keep failing.
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
-/// One accept loop's view of its listener.
-pub(super) struct AcceptLoop {
-    /// The executor threads: where a new connection runs.
-    pub(super) threads: Arc<Threads>,
-    /// The thread this loop runs on (connections stay here unless it is too busy).
-    pub(super) own: usize,
-    /// This loop's descriptor of the listening socket (a duplicate on all but one loop).
+/// A TCP listener (one descriptor of its `SO_REUSEPORT` group) as the
+/// accept driver sees it.
+pub(super) struct TcpAcceptor {
+    /// This loop's descriptor of the listening socket.
     pub(super) listener: Async<TcpListener>,
-    /// The rule's current route; reload swaps it.
-    pub(super) route: Arc<ArcSwap<Route>>,
-    /// Settings, pools and the log.
-    pub(super) shared: Arc<Shared>,
-    /// Shared by the listener's loops and set while accepting fails, so a
-    /// descriptor shortage is reported once per burst, not once per loop.
-    pub(super) failing: Arc<AtomicBool>,
-    /// The rule's counters (the listener's: they survive reloads that keep it).
-    pub(super) stats: Arc<RuleStats>,
-    /// The rule's connection counts; owned by the listener, so a reload that
-    /// keeps the listener keeps them.
-    pub(super) limits: Arc<RuleLimits>,
 }
 
-impl AcceptLoop {
-    /// Accepts connections forever and runs each on this loop's thread unless
-    /// that thread is too busy (see [`Threads::pick`]); errors back off and
-    /// never end the loop.
-    pub(super) async fn run(self) {
-        let mut backoff = MIN_BACKOFF;
-        loop {
-            match self.listener.read_with(accept_nonblocking).await {
-                Ok((stream, peer)) => {
-                    backoff = MIN_BACKOFF;
-                    if self.failing.load(Ordering::Relaxed)
-                        && self.failing.swap(false, Ordering::Relaxed)
-                    {
-                        log::warn!("accepting connections again");
-                    }
-                    let route = self.route.load_full();
-                    // Global and rule limits before a task exists: a flood
-                    // over the limit costs an accept and a close each.
-                    let held = match self.shared.limits.admit(&self.limits, route.maxconn) {
-                        Ok(held) => held,
-                        Err(which) => {
-                            log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
-                            self.stats.refused(Event::LimitReached);
-                            let ip = client_ip(peer);
-                            let line = route.event(ip, Event::LimitReached, Bytes::NONE);
-                            self.shared.log.log(line);
-                            continue;
-                        }
-                    };
-                    let at = self.threads.pick(self.own);
-                    let placed = self.threads.place(at);
-                    let shared = self.shared.clone();
-                    let stats = self.stats.clone();
-                    let limits = self.limits.clone();
-                    let guards = (placed, held);
-                    let task = connection(stream, peer, route, shared, stats, guards, limits);
-                    self.threads.executor(at).spawn(task).detach();
-                }
-                // The client gave up between SYN and accept: nothing to report.
-                Err(e) if is_benign_accept_error(&e) => {}
-                Err(e) => {
-                    self.shared.stats.accept_error();
-                    if !self.failing.swap(true, Ordering::Relaxed) {
-                        log::error!("accept failed, backing off: {e}");
-                        let route = self.route.load();
-                        let unknown = IpAddr::from([0, 0, 0, 0]);
-                        let line = route.event(unknown, Event::AcceptFailed, Bytes::NONE);
-                        self.shared.log.log(line);
-                    }
-                    Timer::after(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
+impl Acceptor for TcpAcceptor {
+    type Peer = SocketAddr;
+
+    /// As rinetd names the client of a failed accept.
+    const NOBODY: Client = Client::Ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+
+    fn accept(&self) -> impl Future<Output = io::Result<(Async<TcpStream>, SocketAddr)>> + Send {
+        self.listener.read_with(accept_nonblocking)
+    }
+
+    fn serve(client: Admitted<SocketAddr>) -> impl Future<Output = ()> + Send + 'static {
+        connection(client)
     }
 }
 
@@ -114,28 +48,18 @@ fn accept_nonblocking(listener: &TcpListener) -> io::Result<(Async<TcpStream>, S
     Ok((Async::new_nonblocking(TcpStream::from(fd))?, peer))
 }
 
-/// Accept errors that concern one aborted connection, not the listener
-/// (the unix accept loop's too).
-pub(super) fn is_benign_accept_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::ConnectionReset
-    )
-}
-
 /// Serves one accepted connection: PROXY header (`accept-proxy`), ACL
 /// check, per-client limit, then TCP→TCP or TCP→UDP.
-async fn connection(
-    client: Async<TcpStream>,
-    peer: SocketAddr,
-    route: Arc<Route>,
-    shared: Arc<Shared>,
-    stats: Arc<RuleStats>,
-    guards: (Placed, Held),
-    limits: Arc<RuleLimits>,
-) {
+async fn connection(admitted: Admitted<SocketAddr>) {
+    let Admitted {
+        stream: client,
+        peer,
+        route,
+        shared,
+        stats,
+        limits,
+        guards,
+    } = admitted;
     // Counts the connection (for its thread, `--drain`, the limits and
     // tests) until every socket is closed: rebinding the client here makes
     // it drop before the guards, as locals drop in reverse order and before

@@ -20,6 +20,7 @@
 
 mod accept;
 mod bind;
+mod driver;
 mod unix;
 
 pub use bind::{bind, bind_all, BoundSocket, UnixSocket};
@@ -30,10 +31,10 @@ use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
-use accept::AcceptLoop;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
 use async_io::Async;
+use driver::AcceptLoop;
 use smol::Task;
 use std::collections::HashMap;
 use std::future::Future;
@@ -246,9 +247,11 @@ impl Listeners {
                 let mut tasks = Vec::with_capacity(fds.len());
                 for (own, fd) in executors.into_iter().zip(fds) {
                     let accept = AcceptLoop {
+                        acceptor: accept::TcpAcceptor {
+                            listener: Async::new(fd)?,
+                        },
                         threads: self.threads.clone(),
                         own,
-                        listener: Async::new(fd)?,
                         route: route.clone(),
                         shared: self.shared.clone(),
                         failing: failing.clone(),
@@ -263,13 +266,16 @@ impl Listeners {
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
                 let own = self.serving.len() % self.threads.len();
-                let accept = unix::UnixAcceptLoop {
+                let accept = AcceptLoop {
+                    acceptor: unix::UnixAcceptor {
+                        listener: Async::new(socket.bound.listener)?,
+                        file: socket.bound.file,
+                    },
                     threads: self.threads.clone(),
                     own,
-                    listener: Async::new(socket.bound.listener)?,
-                    file: socket.bound.file,
                     route,
                     shared: self.shared.clone(),
+                    failing: Arc::new(AtomicBool::new(false)),
                     stats: stats.clone(),
                     limits,
                 };

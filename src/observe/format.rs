@@ -20,7 +20,7 @@
 //! No client address is written: rules are named by their bind side as
 //! configured, backends by address.
 
-use crate::stats::{ConnInfo, CounterValues, Snapshot};
+use crate::stats::{ConnInfo, CounterValues, Snapshot, TextSection, COUNTERS};
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
@@ -32,28 +32,33 @@ fn utc(t: SystemTime) -> String {
         .to_string()
 }
 
-/// Counters as JSON, with every key oi has (the `oi` section of a rule and
-/// of the totals).
+/// Counters as JSON, with every key of the counter list ([`COUNTERS`]):
+/// the `oi` section of a rule and of the totals.
 fn counters_json(c: &CounterValues) -> Value {
-    json!({
-        "connections_active_tcp": c.active_tcp,
-        "connections_active_udp": c.active_udp,
-        "connections_total_tcp": c.opened_tcp,
-        "connections_total_udp": c.opened_udp,
-        "connections_active_unix": c.active_unix,
-        "connections_total_unix": c.opened_unix,
-        "bytes_from_clients": c.from_client,
-        "bytes_to_clients": c.to_client,
-        "acl_not_allowed": c.not_allowed,
-        "acl_denied": c.denied,
-        "connect_failed_refused": c.connect_refused,
-        "connect_failed_timeout": c.connect_timeout,
-        "connect_failed_unreachable": c.connect_unreachable,
-        "connect_failed_other": c.connect_other,
-        "udp_evicted": c.udp_evicted,
-        "limit_reached": c.limit_reached,
-        "udp_proxy_dropped": c.udp_proxy_dropped,
-    })
+    let map = COUNTERS
+        .iter()
+        .map(|d| (d.json.to_string(), Value::from((d.get)(c))))
+        .collect();
+    Value::Object(map)
+}
+
+/// The text status's per-rule counter line, from the counter list:
+/// `Refused: not-allowed=0 denied=0 ...; connect failed: ...; udp ...`.
+fn counters_text(c: &CounterValues) -> String {
+    let sections: Vec<String> = TextSection::ALL
+        .iter()
+        .filter_map(|&section| {
+            let items: Vec<String> = COUNTERS
+                .iter()
+                .filter_map(|d| match d.text {
+                    Some((s, label)) if s == section => Some(format!("{label}={}", (d.get)(c))),
+                    _ => None,
+                })
+                .collect();
+            (!items.is_empty()).then(|| format!("{} {}", section.heading(), items.join(" ")))
+        })
+        .collect();
+    sections.join("; ")
 }
 
 /// Both directions together: what rinetd-uv's `bytes_in` and `bytes_out` hold.
@@ -325,19 +330,7 @@ pub fn status_text(s: &Snapshot) -> String {
             human_bytes(c.from_client),
             human_bytes(c.to_client)
         );
-        let _ = writeln!(
-            o,
-            "    Refused: not-allowed={} denied={} limit-reached={}; connect failed: refused={} timeout={} unreachable={} other={}; udp evicted={} proxy-dropped={}",
-            c.not_allowed,
-            c.denied,
-            c.limit_reached,
-            c.connect_refused,
-            c.connect_timeout,
-            c.connect_unreachable,
-            c.connect_other,
-            c.udp_evicted,
-            c.udp_proxy_dropped
-        );
+        let _ = writeln!(o, "    {}", counters_text(c));
         if !r.backends.is_empty() {
             let _ = writeln!(o, "    Backends:");
             for b in &r.backends {

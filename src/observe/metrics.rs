@@ -12,7 +12,7 @@
 
 use super::limits::{self, Gate};
 use crate::shared::Shared;
-use crate::stats::Snapshot;
+use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
 use futures_lite::AsyncWriteExt;
 use prometheus_client::collector::Collector;
@@ -84,12 +84,6 @@ impl Collector for Scrape {
 fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     let rules = &s.rules;
-    let per_rule = |f: &dyn Fn(&crate::stats::CounterValues) -> u64| -> Vec<(Labels<'_>, u64)> {
-        rules
-            .iter()
-            .map(|r| (vec![("rule", r.name.as_str())], f(&r.counters)))
-            .collect()
-    };
     single(
         enc,
         "oi_uptime_seconds",
@@ -114,90 +108,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         Counter,
         s.accept_errors,
     )?;
-    family(
-        enc,
-        "oi_connections_active",
-        "Connections (TCP and unix socket clients) and UDP associations open now, by rule.",
-        Gauge,
-        &per_rule(&|c| c.active()),
-    )?;
-    family(
-        enc,
-        "oi_connections",
-        "Connections admitted (TCP and unix socket clients) and UDP associations opened, by rule.",
-        Counter,
-        &per_rule(&|c| c.opened()),
-    )?;
-    let mut bytes = Vec::new();
-    let mut refusals = Vec::new();
-    let mut failures = Vec::new();
-    for r in rules {
-        let c = &r.counters;
-        let rule = r.name.as_str();
-        bytes.push((
-            vec![("rule", rule), ("direction", "from_client")],
-            c.from_client,
-        ));
-        bytes.push((
-            vec![("rule", rule), ("direction", "to_client")],
-            c.to_client,
-        ));
-        refusals.push((
-            vec![("rule", rule), ("reason", "not_allowed")],
-            c.not_allowed,
-        ));
-        refusals.push((vec![("rule", rule), ("reason", "denied")], c.denied));
-        for (reason, v) in [
-            ("refused", c.connect_refused),
-            ("timeout", c.connect_timeout),
-            ("unreachable", c.connect_unreachable),
-            ("other", c.connect_other),
-        ] {
-            failures.push((vec![("rule", rule), ("reason", reason)], v));
-        }
-    }
-    family(
-        enc,
-        "oi_bytes",
-        "Bytes forwarded, by rule and direction (live connections included).",
-        Counter,
-        &bytes,
-    )?;
-    family(
-        enc,
-        "oi_acl_refusals",
-        "Clients refused by allow/deny, by rule and reason.",
-        Counter,
-        &refusals,
-    )?;
-    family(
-        enc,
-        "oi_connect_failures",
-        "Backend connects that failed, by rule and reason.",
-        Counter,
-        &failures,
-    )?;
-    family(
-        enc,
-        "oi_udp_evictions",
-        "UDP associations ended to stay under the rule's cap.",
-        Counter,
-        &per_rule(&|c| c.udp_evicted),
-    )?;
-    family(
-        enc,
-        "oi_limit_refusals",
-        "TCP connections refused with limit-reached (the global maxconn, the rule's maxconn or maxconn-per-client), by rule.",
-        Counter,
-        &per_rule(&|c| c.limit_reached),
-    )?;
-    family(
-        enc,
-        "oi_udp_proxy_datagrams_dropped",
-        "Datagrams an accept-proxy /udp listener dropped (untrusted source, or no valid PROXY v2 header), by rule.",
-        Counter,
-        &per_rule(&|c| c.udp_proxy_dropped),
-    )?;
+    counter_families(rules, enc)?;
     let addrs: Vec<Vec<String>> = rules
         .iter()
         .map(|r| r.backends.iter().map(|b| b.addr.to_string()).collect())
@@ -315,6 +226,52 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
     Ok(())
 }
 
+/// The families of the counter list ([`COUNTERS`]), in the order the list
+/// first names them, with a sample per rule (and per label): counters of a
+/// family without a label are summed into the rule's one sample.
+fn counter_families(
+    rules: &[RuleValues],
+    enc: &mut DescriptorEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let mut families: Vec<Family> = Vec::new();
+    for f in COUNTERS.iter().filter_map(|c| c.metric.map(|m| m.family)) {
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    for f in families {
+        let members: Vec<(&CounterDef, Option<(&str, &str)>)> = COUNTERS
+            .iter()
+            .filter_map(|c| Some((c, c.metric.filter(|m| m.family == f)?.label)))
+            .collect();
+        let mut samples = Vec::new();
+        for r in rules {
+            let rule = ("rule", r.name.as_str());
+            let value = |c: &CounterDef| (c.get)(&r.counters);
+            let unlabelled: Vec<u64> = members
+                .iter()
+                .filter(|(_, l)| l.is_none())
+                .map(|(c, _)| value(c))
+                .collect();
+            if !unlabelled.is_empty() {
+                let sum = unlabelled.iter().fold(0u64, |a, b| a.saturating_add(*b));
+                samples.push((vec![rule], sum));
+            }
+            for (c, label) in &members {
+                if let Some(label) = label {
+                    samples.push((vec![rule, *label], value(c)));
+                }
+            }
+        }
+        let kind = match f.kind {
+            MetricKind::Counter => MetricType::Counter,
+            MetricKind::Gauge => MetricType::Gauge,
+        };
+        family(enc, f.name, f.help, kind, &samples)?;
+    }
+    Ok(())
+}
+
 /// The metrics endpoint's registry, with its snapshot collector.
 pub(super) fn registry(shared: Arc<Shared>) -> Registry {
     let mut r = Registry::default();
@@ -400,4 +357,173 @@ async fn answer(
     // One request per connection: shut down our side and let it close.
     let _ = limits::bounded(stream.close()).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Proto;
+    use crate::stats::{BackendValues, CounterValues};
+    use std::time::{Duration, SystemTime};
+
+    /// Counters that differ from each other, so a field written under the
+    /// wrong name shows in the golden files.
+    fn counters(base: u64) -> CounterValues {
+        CounterValues::from_fn(|i| {
+            base + match i {
+                6 => 7_000,
+                7 => 8_000_000,
+                i => i + 1,
+            }
+        })
+    }
+
+    /// A snapshot with every field set, two rules, one with backends.
+    fn snapshot() -> Snapshot {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
+        let backend = |addr: &str, member: Option<&str>, healthy, n: u64| BackendValues {
+            addr: addr.parse().expect("literal"),
+            member: member.map(String::from),
+            healthy,
+            expanded_from: member.map(|_| "db.example".to_string()),
+            active: n,
+            opened: n + 1,
+            from_client: n + 2,
+            to_client: n + 3,
+        };
+        Snapshot {
+            taken_at: at,
+            started_at: at - Duration::from_secs(90_061),
+            uptime: Duration::from_secs(90_061),
+            last_reload: at - Duration::from_secs(60),
+            reloads_ok: 3,
+            reloads_failed: 1,
+            accept_errors: 2,
+            totals: counters(100),
+            rules: vec![
+                RuleValues {
+                    name: "0.0.0.0:80/tcp".into(),
+                    algorithm: "leastconn".into(),
+                    proto: Proto::Tcp,
+                    counters: counters(200),
+                    backends: vec![
+                        backend("10.0.0.1:8080", Some("db[0]"), true, 20),
+                        backend("[::1]:8081", None, false, 30),
+                    ],
+                },
+                RuleValues {
+                    name: "127.0.0.1:53/udp".into(),
+                    algorithm: "roundrobin".into(),
+                    proto: Proto::Udp,
+                    counters: counters(300),
+                    backends: Vec::new(),
+                },
+            ],
+            descriptors: Some(42),
+            buffer_size: 65536,
+            buffers_pooled: 5,
+            datagram_buffers_pooled: 6,
+            pipes_live: 7,
+            pipes_in_use: 3,
+            pipes_pooled: 4,
+            pipes_unavailable: 8,
+            udp_datagrams_dropped: 9,
+            udp_queued_bytes: 10,
+            log_lines_queued: 11,
+            log_lines_dropped: 12,
+        }
+    }
+
+    /// Encodes a fixed snapshot as `/metrics` does.
+    #[derive(Debug)]
+    struct Fixed(Snapshot);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            encode_snapshot(&self.0, &mut enc)
+        }
+    }
+
+    /// Compares `text` with the golden file `name`; `OI_BLESS=1` rewrites it.
+    fn golden(name: &str, text: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/observe/golden")
+            .join(name);
+        if std::env::var_os("OI_BLESS").is_some() {
+            std::fs::write(&path, text).expect("write golden file");
+        }
+        let want = std::fs::read_to_string(&path).expect("read golden file");
+        assert!(
+            want == text,
+            "{name} changed; if on purpose, rerun with OI_BLESS=1 and review the diff:\n{text}"
+        );
+    }
+
+    /// The status file (both forms), the STATS line and `/metrics` of one
+    /// snapshot are what they were when the golden files were written:
+    /// scripts and dashboards read these byte for byte.
+    #[test]
+    fn every_output_of_a_snapshot_is_unchanged() {
+        let s = snapshot();
+        let json =
+            serde_json::to_string_pretty(&super::super::format::status_json(&s)).expect("json");
+        golden("status.json", &(json + "\n"));
+        golden("status.txt", &super::super::format::status_text(&s));
+        golden("stats.line", &(super::super::format::stats_line(&s) + "\n"));
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Fixed(s)));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &r).expect("encode");
+        golden("metrics.txt", &body);
+    }
+
+    /// Whatever the list holds, each counter reaches every output it names:
+    /// a counter added to the list needs no edit here or in `format.rs`.
+    #[test]
+    fn every_counter_of_the_list_reaches_its_outputs() {
+        let s = snapshot();
+        let json = super::super::format::status_json(&s);
+        let text = super::super::format::status_text(&s);
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Fixed(s.clone())));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &r).expect("encode");
+        let rule = &s.rules[0];
+        for c in crate::stats::COUNTERS {
+            let value = (c.get)(&rule.counters);
+            assert_eq!(json["rules"][0]["oi"][c.json], value, "{}", c.field);
+            assert_eq!(
+                json["oi"]["totals"][c.json],
+                (c.get)(&s.totals),
+                "{}",
+                c.field
+            );
+            if let Some((_, label)) = c.text {
+                assert!(
+                    text.contains(&format!(" {label}={value}")),
+                    "{}: {text}",
+                    c.field
+                );
+            }
+            if let Some(m) = c.metric {
+                let suffix = if m.family.kind == MetricKind::Counter {
+                    "_total"
+                } else {
+                    ""
+                };
+                let sample = match m.label {
+                    Some((k, v)) => format!(
+                        "{}{suffix}{{rule=\"{}\",{k}=\"{v}\"}} {value}\n",
+                        m.family.name, rule.name
+                    ),
+                    None => format!("{}{suffix}{{rule=\"{}\"}} ", m.family.name, rule.name),
+                };
+                assert!(
+                    body.contains(&sample),
+                    "{}: no {sample:?} in\n{body}",
+                    c.field
+                );
+            }
+        }
+    }
 }

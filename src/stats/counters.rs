@@ -1,0 +1,463 @@
+//! The counter list: every counter a rule and the process both keep, named
+//! once with its doc, its JSON status key, its Prometheus family and label,
+//! and its place in the text status's per-rule line. From that one list come
+//! the atomic counters ([`CounterCells`]), their snapshot ([`CounterValues`])
+//! and the table ([`COUNTERS`]) that `observe::metrics` and
+//! `observe::format` write out. Adding a counter is one row here and a
+//! [`super::RuleStats::count`] where the event happens.
+
+use super::ConnKind;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A Prometheus metric family: counters naming the same family are written
+/// under one `# HELP`/`# TYPE`, in the order the list first names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Family {
+    /// The family name (`_total` is added to counters' samples).
+    pub name: &'static str,
+    /// Its `# HELP` text.
+    pub help: &'static str,
+    /// Counter (only grows) or gauge (goes up and down).
+    pub kind: MetricKind,
+}
+
+/// A metric family's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only grows.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+/// Where a counter goes in `/metrics`: its family, and the label that tells
+/// it from the family's other counters. Counters of one family without a
+/// label are summed into one sample per rule.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    /// The family.
+    pub family: Family,
+    /// `(name, value)` of the label that tells this counter apart, if any.
+    pub label: Option<(&'static str, &'static str)>,
+}
+
+/// Sections of the text status's per-rule `Refused: ...` line, in print order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextSection {
+    /// `Refused: not-allowed=.. denied=.. limit-reached=..`
+    Refused,
+    /// `connect failed: refused=.. ...`
+    ConnectFailed,
+    /// `udp evicted=.. proxy-dropped=..`
+    Udp,
+}
+
+impl TextSection {
+    /// Every section, in the order the line prints them.
+    pub const ALL: [TextSection; 3] = [
+        TextSection::Refused,
+        TextSection::ConnectFailed,
+        TextSection::Udp,
+    ];
+
+    /// The words that open the section.
+    pub fn heading(self) -> &'static str {
+        match self {
+            TextSection::Refused => "Refused:",
+            TextSection::ConnectFailed => "connect failed:",
+            TextSection::Udp => "udp",
+        }
+    }
+}
+
+/// One row of the counter list, as the outputs read it.
+#[derive(Clone, Copy, Debug)]
+pub struct CounterDef {
+    /// The field name in [`CounterValues`].
+    pub field: &'static str,
+    /// Its key in the status JSON's `oi` objects (per rule and `totals`).
+    pub json: &'static str,
+    /// Its place in `/metrics`, if it has one.
+    pub metric: Option<Metric>,
+    /// Its section and `label=` in the text status's per-rule line, if shown there.
+    pub text: Option<(TextSection, &'static str)>,
+    /// Reads it from a snapshot.
+    pub get: fn(&CounterValues) -> u64,
+}
+
+/// A counter in `family` with no label (summed with the family's other unlabelled ones).
+const fn in_family(family: Family) -> Option<Metric> {
+    Some(Metric {
+        family,
+        label: None,
+    })
+}
+
+/// A counter in `family`, told apart by the label `name="value"`.
+const fn labelled(family: Family, name: &'static str, value: &'static str) -> Option<Metric> {
+    Some(Metric {
+        family,
+        label: Some((name, value)),
+    })
+}
+
+/// A counter shown in the text status's per-rule line as `label=n`.
+const fn text(section: TextSection, label: &'static str) -> Option<(TextSection, &'static str)> {
+    Some((section, label))
+}
+
+const ACTIVE: Family = Family {
+    name: "oi_connections_active",
+    help: "Connections (TCP and unix socket clients) and UDP associations open now, by rule.",
+    kind: MetricKind::Gauge,
+};
+const OPENED: Family = Family {
+    name: "oi_connections",
+    help:
+        "Connections admitted (TCP and unix socket clients) and UDP associations opened, by rule.",
+    kind: MetricKind::Counter,
+};
+const BYTES: Family = Family {
+    name: "oi_bytes",
+    help: "Bytes forwarded, by rule and direction (live connections included).",
+    kind: MetricKind::Counter,
+};
+const ACL: Family = Family {
+    name: "oi_acl_refusals",
+    help: "Clients refused by allow/deny, by rule and reason.",
+    kind: MetricKind::Counter,
+};
+const CONNECT: Family = Family {
+    name: "oi_connect_failures",
+    help: "Backend connects that failed, by rule and reason.",
+    kind: MetricKind::Counter,
+};
+
+/// Generates [`CounterCells`], [`CounterValues`] and [`COUNTERS`] from the list below.
+macro_rules! counter_list {
+    ($(
+        $(#[doc = $doc:literal])+
+        $field:ident { json: $json:literal, metric: $metric:expr, text: $text:expr $(,)? }
+    )*) => {
+        /// The atomic counters of the list, one per row. Touched once per
+        /// connection open or close, never per byte moved.
+        #[derive(Default)]
+        pub(crate) struct CounterCells {
+            $( $(#[doc = $doc])+ pub(crate) $field: AtomicU64, )*
+        }
+
+        /// A snapshot of the counters of the list.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct CounterValues {
+            $( $(#[doc = $doc])+ pub $field: u64, )*
+        }
+
+        impl CounterCells {
+            /// Every counter as it is now (relaxed loads: each counter is
+            /// independent, and a snapshot is a sample).
+            pub(super) fn load(&self) -> CounterValues {
+                CounterValues { $( $field: self.$field.load(Ordering::Relaxed), )* }
+            }
+        }
+
+        impl CounterValues {
+            /// Values with the `i`th counter of the list set to `value(i)`:
+            /// fixtures whose counters all differ, however many the list has.
+            #[cfg(test)]
+            pub(crate) fn from_fn(value: impl Fn(u64) -> u64) -> CounterValues {
+                let mut i = 0;
+                let mut next = || {
+                    i += 1;
+                    value(i - 1)
+                };
+                CounterValues { $( $field: next(), )* }
+            }
+        }
+
+        /// The counter list, in order: what the outputs iterate.
+        pub static COUNTERS: &[CounterDef] = &[$(
+            CounterDef {
+                field: stringify!($field),
+                json: $json,
+                metric: $metric,
+                text: $text,
+                get: |v| v.$field,
+            },
+        )*];
+    };
+}
+
+counter_list! {
+    /// TCP connections open now (accepted on a TCP listener, past the ACL).
+    active_tcp { json: "connections_active_tcp", metric: in_family(ACTIVE), text: None }
+    /// UDP associations open now.
+    active_udp { json: "connections_active_udp", metric: in_family(ACTIVE), text: None }
+    /// TCP connections admitted since start (or since the rule appeared).
+    opened_tcp { json: "connections_total_tcp", metric: in_family(OPENED), text: None }
+    /// UDP associations opened since start.
+    opened_udp { json: "connections_total_udp", metric: in_family(OPENED), text: None }
+    /// Unix socket clients connected now (rinetd-uv's `active_unix`).
+    active_unix { json: "connections_active_unix", metric: in_family(ACTIVE), text: None }
+    /// Unix socket clients admitted since start (`total_unix`).
+    opened_unix { json: "connections_total_unix", metric: in_family(OPENED), text: None }
+    /// Bytes received from clients and sent on to backends, live connections
+    /// included. The cell holds the highest value a snapshot reported (see
+    /// the module docs of [`super`]).
+    from_client {
+        json: "bytes_from_clients",
+        metric: labelled(BYTES, "direction", "from_client"),
+        text: None,
+    }
+    /// Bytes received from backends and sent to clients, live connections
+    /// included; the cell, like `from_client`'s, holds the highest reported.
+    to_client {
+        json: "bytes_to_clients",
+        metric: labelled(BYTES, "direction", "to_client"),
+        text: None,
+    }
+    /// Clients refused because no `allow` pattern matched.
+    not_allowed {
+        json: "acl_not_allowed",
+        metric: labelled(ACL, "reason", "not_allowed"),
+        text: text(TextSection::Refused, "not-allowed"),
+    }
+    /// Clients refused by a `deny` pattern.
+    denied {
+        json: "acl_denied",
+        metric: labelled(ACL, "reason", "denied"),
+        text: text(TextSection::Refused, "denied"),
+    }
+    /// Backend connects refused (ECONNREFUSED: nothing listens there).
+    connect_refused {
+        json: "connect_failed_refused",
+        metric: labelled(CONNECT, "reason", "refused"),
+        text: text(TextSection::ConnectFailed, "refused"),
+    }
+    /// Backend connects timed out (`--connect-timeout`).
+    connect_timeout {
+        json: "connect_failed_timeout",
+        metric: labelled(CONNECT, "reason", "timeout"),
+        text: text(TextSection::ConnectFailed, "timeout"),
+    }
+    /// Backend unreachable (host or network).
+    connect_unreachable {
+        json: "connect_failed_unreachable",
+        metric: labelled(CONNECT, "reason", "unreachable"),
+        text: text(TextSection::ConnectFailed, "unreachable"),
+    }
+    /// Backend connects failed otherwise (or the outgoing socket could not be made).
+    connect_other {
+        json: "connect_failed_other",
+        metric: labelled(CONNECT, "reason", "other"),
+        text: text(TextSection::ConnectFailed, "other"),
+    }
+    /// UDP associations ended to make room under the rule's cap.
+    udp_evicted {
+        json: "udp_evicted",
+        metric: in_family(Family {
+            name: "oi_udp_evictions",
+            help: "UDP associations ended to stay under the rule's cap.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Udp, "evicted"),
+    }
+    /// TCP connections refused with `limit-reached` (the global `maxconn`,
+    /// the rule's `maxconn` or `maxconn-per-client`): a limit set too low
+    /// looks like an outage, so it must be visible next to the ACL refusals.
+    limit_reached {
+        json: "limit_reached",
+        metric: in_family(Family {
+            name: "oi_limit_refusals",
+            help: "TCP connections refused with limit-reached (the global maxconn, the rule's maxconn or maxconn-per-client), by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Refused, "limit-reached"),
+    }
+    /// Datagrams an `accept-proxy` `/udp` listener dropped (untrusted source,
+    /// no valid PROXY v2 header): they leave no log line, so this is the
+    /// only trace of a misconfigured proxy.
+    udp_proxy_dropped {
+        json: "udp_proxy_dropped",
+        metric: in_family(Family {
+            name: "oi_udp_proxy_datagrams_dropped",
+            help: "Datagrams an accept-proxy /udp listener dropped (untrusted source, or no valid PROXY v2 header), by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Udp, "proxy-dropped"),
+    }
+}
+
+impl CounterValues {
+    /// Connections and associations open now.
+    pub fn active(&self) -> u64 {
+        self.active_tcp
+            .saturating_add(self.active_udp)
+            .saturating_add(self.active_unix)
+    }
+
+    /// Connections and associations opened.
+    pub fn opened(&self) -> u64 {
+        self.opened_tcp
+            .saturating_add(self.opened_udp)
+            .saturating_add(self.opened_unix)
+    }
+
+    /// Backend connects that failed, whatever the reason.
+    pub fn connect_failed(&self) -> u64 {
+        [
+            self.connect_refused,
+            self.connect_timeout,
+            self.connect_unreachable,
+            self.connect_other,
+        ]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// ACL refusals, both kinds.
+    pub fn refused(&self) -> u64 {
+        self.not_allowed.saturating_add(self.denied)
+    }
+}
+
+/// Why a backend connection failed, as the counters split it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// ECONNREFUSED: nothing listens there.
+    Refused,
+    /// The connect timeout (`--connect-timeout`) passed.
+    Timeout,
+    /// EHOSTUNREACH / ENETUNREACH.
+    Unreachable,
+    /// Anything else, including a local socket that could not be made.
+    Other,
+}
+
+impl ConnectFailure {
+    /// Classifies an error from a connect.
+    pub(crate) fn of(e: &std::io::Error) -> Self {
+        use rustix::io::Errno;
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
+            std::io::ErrorKind::TimedOut => ConnectFailure::Timeout,
+            _ if e.raw_os_error() == Some(Errno::HOSTUNREACH.raw_os_error())
+                || e.raw_os_error() == Some(Errno::NETUNREACH.raw_os_error()) =>
+            {
+                ConnectFailure::Unreachable
+            }
+            _ => ConnectFailure::Other,
+        }
+    }
+
+    /// The counter it bumps.
+    pub(super) fn cell(self, c: &CounterCells) -> &AtomicU64 {
+        match self {
+            ConnectFailure::Refused => &c.connect_refused,
+            ConnectFailure::Timeout => &c.connect_timeout,
+            ConnectFailure::Unreachable => &c.connect_unreachable,
+            ConnectFailure::Other => &c.connect_other,
+        }
+    }
+}
+
+/// Relaxed load: every counter is independent, and a snapshot is a sample.
+pub(super) fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// Adds one.
+pub(super) fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Subtracts one, never below zero (a counter, not a reason to wrap).
+pub(super) fn drop_one(a: &AtomicU64) {
+    let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+}
+
+/// Counters a rule and the process both keep (the process's are the sum of
+/// every rule's, removed ones included): the list's cells, and the bytes of
+/// ended connections that the byte counters are made of.
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// The counter list's cells.
+    pub(super) cells: CounterCells,
+    /// Bytes from clients, of connections that have ended (live ones are in [`super::Live`]).
+    ended_from_client: AtomicU64,
+    /// Bytes to clients, of connections that have ended.
+    ended_to_client: AtomicU64,
+}
+
+impl Counters {
+    /// Bytes of connections that have ended: (from clients, to clients).
+    pub(super) fn ended_bytes(&self) -> (u64, u64) {
+        (get(&self.ended_from_client), get(&self.ended_to_client))
+    }
+
+    /// The values, given the ended bytes read before the live list was
+    /// copied (see [`super::Stats::snapshot`]) and the listed connections'
+    /// bytes; byte counts are reported no lower than any earlier snapshot.
+    pub(super) fn values(&self, ended: (u64, u64), live_from: u64, live_to: u64) -> CounterValues {
+        let from = ended.0.saturating_add(live_from);
+        let to = ended.1.saturating_add(live_to);
+        let c = &self.cells;
+        let mut v = c.load();
+        v.from_client = c.from_client.fetch_max(from, Ordering::Relaxed).max(from);
+        v.to_client = c.to_client.fetch_max(to, Ordering::Relaxed).max(to);
+        v
+    }
+
+    /// Counts a connection of `kind` opened.
+    pub(super) fn opened(&self, kind: ConnKind) {
+        let (opened, active) = self.of(kind);
+        bump(opened);
+        bump(active);
+    }
+
+    /// The (opened, active) pair `kind` counts in: a connection counts
+    /// under its client side (TCP, UDP or unix), as rinetd-uv's status does.
+    fn of(&self, kind: ConnKind) -> (&AtomicU64, &AtomicU64) {
+        let c = &self.cells;
+        match kind {
+            ConnKind::Udp => (&c.opened_udp, &c.active_udp),
+            ConnKind::Unix => (&c.opened_unix, &c.active_unix),
+            ConnKind::Tcp | ConnKind::TcpToUdp => (&c.opened_tcp, &c.active_tcp),
+        }
+    }
+
+    /// Counts a connection of `kind` ended, with its bytes.
+    pub(super) fn ended(&self, kind: ConnKind, from_client: u64, to_client: u64) {
+        self.ended_from_client
+            .fetch_add(from_client, Ordering::Relaxed);
+        self.ended_to_client.fetch_add(to_client, Ordering::Relaxed);
+        drop_one(self.of(kind).1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_its_own_field_and_json_key() {
+        let mut keys: Vec<&str> = COUNTERS.iter().map(|c| c.json).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), COUNTERS.len(), "JSON keys are unique");
+        let mut fields: Vec<&str> = COUNTERS.iter().map(|c| c.field).collect();
+        fields.sort_unstable();
+        fields.dedup();
+        assert_eq!(fields.len(), COUNTERS.len(), "fields are unique");
+    }
+
+    #[test]
+    fn a_family_keeps_one_help_and_type() {
+        for a in COUNTERS.iter().filter_map(|c| c.metric) {
+            for b in COUNTERS.iter().filter_map(|c| c.metric) {
+                if a.family.name == b.family.name {
+                    assert_eq!(a.family, b.family, "{}", a.family.name);
+                }
+            }
+        }
+    }
+}

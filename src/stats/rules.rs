@@ -1,0 +1,191 @@
+//! One rule's counters ([`RuleStats`]) and its backends' ([`BackendStats`]),
+//! and their snapshots.
+
+use super::counters::{bump, CounterCells, CounterValues, Counters};
+use super::{ConnKind, ConnectFailure, Live, Registered};
+use crate::backends::BackendPool;
+use crate::config::Proto;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters of one backend address of a rule (a rule lists several when its
+/// name resolves to several; later, when it balances across several).
+pub(crate) struct BackendStats {
+    /// The address, as the status file and metrics name the backend.
+    pub(super) addr: SocketAddr,
+    /// Connections to it open now.
+    pub(super) active: AtomicU64,
+    /// Connections made to it.
+    pub(super) opened: AtomicU64,
+    /// Bytes sent to it, of ended connections.
+    pub(super) ended_from_client: AtomicU64,
+    /// Bytes received from it, of ended connections.
+    pub(super) ended_to_client: AtomicU64,
+    /// Highest from-client value reported (see the module docs).
+    pub(super) seen_from_client: AtomicU64,
+    /// Highest to-client value reported.
+    pub(super) seen_to_client: AtomicU64,
+}
+
+impl BackendStats {
+    pub(super) fn new(addr: SocketAddr) -> Arc<Self> {
+        Arc::new(BackendStats {
+            addr,
+            active: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            ended_from_client: AtomicU64::new(0),
+            ended_to_client: AtomicU64::new(0),
+            seen_from_client: AtomicU64::new(0),
+            seen_to_client: AtomicU64::new(0),
+        })
+    }
+}
+
+/// A snapshot of one backend's counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendValues {
+    /// The backend's address.
+    pub addr: SocketAddr,
+    /// The pool member it belongs to (`name:`, or `host:port` as written,
+    /// `[i]` when a name was expanded); `None` when no pool lists it.
+    pub member: Option<String>,
+    /// Whether the pool counts it up (passive health: not down after
+    /// `health_threshold` failed connects, or its recovery time has passed).
+    pub healthy: bool,
+    /// The backend name it was expanded from (`dns-multi-ip-expand`);
+    /// `None` for a backend written in the file.
+    pub expanded_from: Option<String>,
+    /// Connections open to it now.
+    pub active: u64,
+    /// Connections made to it.
+    pub opened: u64,
+    /// Bytes sent to it.
+    pub from_client: u64,
+    /// Bytes received from it.
+    pub to_client: u64,
+}
+
+/// One rule's counters: shared by its listener (across reloads that keep it)
+/// and by every connection it accepted.
+pub struct RuleStats {
+    /// How the rule is named in every output: `bindhost:port/proto`, as configured.
+    pub(super) name: Arc<str>,
+    /// The listening side's protocol.
+    pub(super) proto: Proto,
+    /// The rule's own counters.
+    pub(super) counters: Counters,
+    /// The process's counters, which every rule adds to as well.
+    pub(super) process: Arc<Counters>,
+    /// Backend addresses and their counters; replaced (keeping the counters
+    /// of addresses still listed) when a reload changes them. Read once per
+    /// connection, lock-free.
+    pub(super) backends: arc_swap::ArcSwap<Vec<Arc<BackendStats>>>,
+    /// The process's live list, which the rule's connections join and leave.
+    pub(super) live: Arc<Live>,
+    /// The rule's backend pool, for health and names in snapshots; set by
+    /// the listener at start and on each reload.
+    pub(super) pool: arc_swap::ArcSwapOption<BackendPool>,
+}
+
+impl RuleStats {
+    /// Sets the pool whose health snapshots report.
+    pub(crate) fn set_pool(&self, pool: Arc<BackendPool>) {
+        self.pool.store(Some(pool));
+    }
+
+    /// The rule's name in outputs.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Counts a client refused before it was forwarded: by the ACLs
+    /// (`denied`, `not-allowed`) or by a connection limit (`limit-reached`);
+    /// `event` is the refusal logged.
+    pub(crate) fn refused(&self, event: crate::logfile::Event) {
+        use crate::logfile::Event;
+        self.count(|c| match event {
+            Event::Denied => &c.denied,
+            Event::LimitReached => &c.limit_reached,
+            _ => &c.not_allowed,
+        });
+    }
+
+    /// Adds one to a counter of the list (see [`super::counters`]) in the
+    /// rule's counters and the process's; returns the process's new total.
+    pub(crate) fn count(&self, which: impl Fn(&CounterCells) -> &AtomicU64) -> u64 {
+        bump(which(&self.counters.cells));
+        which(&self.process.cells)
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1)
+    }
+
+    /// Counts a datagram an `accept-proxy` `/udp` listener dropped; returns
+    /// the process's total so far, for the rate-limited warning.
+    pub(crate) fn udp_proxy_dropped(&self) -> u64 {
+        self.count(|c| &c.udp_proxy_dropped)
+    }
+
+    /// Counts a backend connect that failed.
+    pub(crate) fn connect_failed(&self, why: ConnectFailure) {
+        self.count(|c| why.cell(c));
+    }
+
+    /// Counts a UDP association evicted to stay under the cap.
+    pub(crate) fn udp_evicted(&self) {
+        self.count(|c| &c.udp_evicted);
+    }
+
+    /// Registers a connection (or association) of this rule from `client`;
+    /// it is counted and listed until the returned guard drops.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        kind: ConnKind,
+        client: impl Into<crate::peer::Peer>,
+    ) -> Registered {
+        self.counters.opened(kind);
+        self.process.opened(kind);
+        self.live.register(self.clone(), kind, client.into())
+    }
+
+    /// The counters of backend `addr`, if the rule lists it.
+    pub(super) fn backend(&self, addr: SocketAddr) -> Option<Arc<BackendStats>> {
+        self.backends
+            .load()
+            .iter()
+            .find(|b| b.addr == addr)
+            .cloned()
+    }
+
+    /// Sets the backend addresses after a reload, keeping the counters of
+    /// those still listed.
+    pub(crate) fn set_backends(&self, addrs: &[SocketAddr]) {
+        let old = self.backends.load();
+        let new: Vec<Arc<BackendStats>> = addrs
+            .iter()
+            .map(|a| {
+                old.iter()
+                    .find(|b| b.addr == *a)
+                    .cloned()
+                    .unwrap_or_else(|| BackendStats::new(*a))
+            })
+            .collect();
+        self.backends.store(Arc::new(new));
+    }
+}
+
+/// A snapshot of one rule.
+#[derive(Clone, Debug)]
+pub struct RuleValues {
+    /// `bindhost:port/proto`, as configured.
+    pub name: String,
+    /// How the rule chooses among its backends (`roundrobin` unless its
+    /// `load_balancing:` says otherwise).
+    pub algorithm: String,
+    /// The listening protocol.
+    pub proto: Proto,
+    /// The rule's counters.
+    pub counters: CounterValues,
+    /// Its backends' counters.
+    pub backends: Vec<BackendValues>,
+}

@@ -1,0 +1,127 @@
+//! Counting, end to end: open, bytes, refusals, failures, removal.
+
+use super::*;
+use crate::config::Proto;
+use crate::logfile::Event;
+use std::net::SocketAddr;
+
+/// The process's counters, and a snapshot of them with empty pools: the
+/// counters alone, without `crate::Shared` (which holds a [`Stats`]; naming
+/// it here would make `shared` and `stats` import each other).
+struct Fixture {
+    /// The counters under test.
+    stats: Stats,
+    /// Copy and datagram buffers (empty).
+    buffers: crate::BufferPool,
+    /// Splice pipes (none).
+    pipes: crate::PipePool,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            stats: Stats::default(),
+            buffers: crate::BufferPool::new(1024, 0),
+            pipes: crate::PipePool::new(crate::MIN_PIPE_SIZE, 0),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.stats.snapshot(Pools {
+            buffers: &self.buffers,
+            datagrams: &self.buffers,
+            pipes: &self.pipes,
+            udp_dropped: 0,
+            udp_queued: 0,
+            log_queued: 0,
+            log_dropped: 0,
+        })
+    }
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("literal")
+}
+
+#[test]
+fn connections_count_while_open_and_bytes_add_up_after() {
+    let shared = Fixture::new();
+    let stats = &shared.stats;
+    let b = addr("127.0.0.1:2");
+    let rule = stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
+    let conn = rule.register(ConnKind::Tcp, addr("127.0.0.1:9"));
+    conn.connected(b);
+    conn.publish(10, 20, ConnState::Open);
+    let s = shared.snapshot();
+    assert_eq!(s.totals.active_tcp, 1);
+    assert_eq!((s.totals.from_client, s.totals.to_client), (10, 20));
+    assert_eq!(s.rules[0].backends[0].active, 1);
+    assert_eq!(s.rules[0].backends[0].from_client, 10);
+    assert_eq!(stats.connections().len(), 1);
+    conn.publish(15, 20, ConnState::ClientClosed);
+    drop(conn);
+    let s = shared.snapshot();
+    assert_eq!(s.totals.active_tcp, 0);
+    assert_eq!(s.totals.opened_tcp, 1);
+    assert_eq!(
+        (s.rules[0].counters.from_client, s.totals.to_client),
+        (15, 20)
+    );
+    assert_eq!(s.rules[0].backends[0].active, 0);
+    assert_eq!(s.rules[0].backends[0].to_client, 20);
+    assert!(stats.connections().is_empty());
+}
+
+#[test]
+fn refusals_failures_and_evictions_are_counted_per_rule_and_in_total() {
+    let shared = Fixture::new();
+    let stats = &shared.stats;
+    let rule = stats.add_rule("a:1/udp".into(), Proto::Udp, &[]);
+    rule.refused(Event::Denied);
+    rule.refused(Event::NotAllowed);
+    rule.refused(Event::NotAllowed);
+    rule.connect_failed(ConnectFailure::Refused);
+    rule.connect_failed(ConnectFailure::Timeout);
+    rule.udp_evicted();
+    rule.refused(Event::LimitReached);
+    assert_eq!(rule.udp_proxy_dropped(), 1, "the process's total so far");
+    assert_eq!(rule.udp_proxy_dropped(), 2);
+    let s = shared.snapshot();
+    for c in [&s.totals, &s.rules[0].counters] {
+        assert_eq!((c.denied, c.not_allowed), (1, 2));
+        assert_eq!(
+            (c.connect_refused, c.connect_timeout, c.connect_failed()),
+            (1, 1, 2)
+        );
+        assert_eq!(c.udp_evicted, 1);
+        assert_eq!((c.limit_reached, c.udp_proxy_dropped), (1, 2));
+        assert_eq!(c.refused(), 3, "ACL refusals only");
+    }
+    assert_eq!(stats.udp_proxy_dropped(), 2);
+    stats.remove_rule(&rule);
+    let s = shared.snapshot();
+    assert!(s.rules.is_empty());
+    assert_eq!(
+        s.totals.denied, 1,
+        "process totals keep a removed rule's counts"
+    );
+}
+
+#[test]
+fn connect_errors_are_classified() {
+    use std::io::{Error, ErrorKind};
+    assert_eq!(
+        ConnectFailure::of(&ErrorKind::ConnectionRefused.into()),
+        ConnectFailure::Refused
+    );
+    assert_eq!(
+        ConnectFailure::of(&ErrorKind::TimedOut.into()),
+        ConnectFailure::Timeout
+    );
+    let unreach = Error::from_raw_os_error(rustix::io::Errno::HOSTUNREACH.raw_os_error());
+    assert_eq!(ConnectFailure::of(&unreach), ConnectFailure::Unreachable);
+    assert_eq!(
+        ConnectFailure::of(&ErrorKind::Other.into()),
+        ConnectFailure::Other
+    );
+}
