@@ -111,7 +111,10 @@ fn status_page_renders_the_running_rules_in_a_browser() {
     assert!(dom.contains(&rule), "the rule is not on the page:\n{dom}");
     assert!(dom.contains(&be), "the backend is not on the page:\n{dom}");
     assert!(dom.contains("<td class=\"up\">up</td>"), "{dom}");
-    assert!(dom.contains("<div id=\"error\"></div>"), "the page shows an error:\n{dom}");
+    assert!(
+        dom.contains("<div id=\"error\"></div>"),
+        "the page shows an error:\n{dom}"
+    );
     assert!(
         dom.contains("total <b>3</b>"),
         "three connections counted:\n{dom}"

@@ -168,6 +168,15 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
             fds,
         )?;
     }
+    if let Some(limit) = s.descriptor_limit {
+        single(
+            enc,
+            "oi_descriptors_limit",
+            "The soft open-file limit (RLIMIT_NOFILE) oi_open_descriptors may reach.",
+            Gauge,
+            limit,
+        )?;
+    }
     family(
         enc,
         "oi_buffers_pooled",
@@ -420,6 +429,7 @@ mod tests {
                 },
             ],
             descriptors: Some(42),
+            descriptor_limit: Some(1024),
             buffer_size: 65536,
             buffers_pooled: 5,
             datagram_buffers_pooled: 6,

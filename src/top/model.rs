@@ -71,6 +71,8 @@ pub struct Sample {
     pub at: f64,
     /// Descriptors oi holds.
     pub descriptors: Option<u64>,
+    /// The soft open-file limit they count against.
+    pub descriptor_limit: Option<u64>,
     /// Per rule, in oi's order.
     pub rules: Vec<RuleSample>,
     /// Live connections.
@@ -122,6 +124,7 @@ impl Sample {
         Ok(Sample {
             at,
             descriptors: oi.get("descriptors").and_then(Value::as_u64),
+            descriptor_limit: oi.get("descriptors_limit").and_then(Value::as_u64),
             rules,
             conns,
         })
@@ -315,8 +318,8 @@ pub struct View {
     pub in_per_s: f64,
     /// Bytes per second to clients over the rules shown.
     pub out_per_s: f64,
-    /// Descriptors oi holds.
-    pub descriptors: Option<u64>,
+    /// Descriptors oi holds, and of how many: `23/1024`.
+    pub descriptors: String,
     /// The rules table, sorted.
     pub rules: Vec<RuleRow>,
     /// The backends table, in rule order.
@@ -382,7 +385,11 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, opts: &ViewOptions) -> View {
         new_per_s: rules.iter().map(|r| r.new_per_s).sum(),
         in_per_s: rules.iter().map(|r| r.in_per_s).sum(),
         out_per_s: rules.iter().map(|r| r.out_per_s).sum(),
-        descriptors: cur.descriptors,
+        descriptors: match (cur.descriptors, cur.descriptor_limit) {
+            (Some(n), Some(l)) => format!("{n}/{l}"),
+            (Some(n), None) => n.to_string(),
+            (None, _) => "-".to_string(),
+        },
         rules,
         backends,
         conns,
@@ -463,7 +470,7 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
         v.new_per_s,
         human_rate(v.in_per_s),
         human_rate(v.out_per_s),
-        v.descriptors.map_or("-".into(), |d| d.to_string()),
+        v.descriptors,
         opts.sort.label(),
         opts.filter
             .as_deref()
@@ -532,7 +539,7 @@ mod tests {
 
     fn status(total: u64, from: u64, refused: u64) -> String {
         serde_json::json!({
-            "oi": {"descriptors": 40},
+            "oi": {"descriptors": 40, "descriptors_limit": 1024},
             "rules": [
                 {"name": "0.0.0.0:80/tcp", "connections_active": 3, "connections_total": total,
                  "oi": {"bytes_from_clients": from, "bytes_to_clients": 2 * from,
@@ -573,7 +580,7 @@ mod tests {
         assert_eq!(v.rules[0].refused, 5);
         assert_eq!(v.rules[0].errors, 2);
         assert_eq!(v.active, 12);
-        assert_eq!(v.descriptors, Some(40));
+        assert_eq!(v.descriptors, "40/1024");
         // Backends: health, load share, rate.
         assert!(v.backends[0].up && !v.backends[1].up);
         assert!((v.backends[0].load - 2.0 / 3.0).abs() < 1e-9);
@@ -630,6 +637,7 @@ mod tests {
         let s = Sample::parse(r#"{"rules":[{"name":"r"}]}"#, "[]", 0.0).unwrap();
         assert_eq!(s.rules[0].active, 0);
         assert_eq!(s.descriptors, None);
+        assert_eq!(view(None, &s, &ViewOptions::default()).descriptors, "-");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
                     v.new_per_s,
                     human_rate(v.in_per_s),
                     human_rate(v.out_per_s),
-                    v.descriptors.map_or("-".into(), |d| d.to_string())
+                    v.descriptors
                 )),
             },
         ]),
