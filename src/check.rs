@@ -214,11 +214,20 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
         }
         if r.bind.proto == Proto::Udp {
-            for (set, name) in [
-                (r.options.maxconn.is_some(), "maxconn"),
-                (r.options.maxconn_per_client.is_some(), "maxconn-per-client"),
-            ] {
-                if set {
+            // The connection limits: TCP-listener settings of the table
+            // (`maxconn-per-client` is also an IP-client one).
+            let limits = config::settings::SETTINGS.iter().filter(|s| {
+                s.on_rule()
+                    && matches!(s.value, config::settings::Value::Number(..))
+                    && matches!(
+                        s.applies,
+                        config::settings::Applies::TcpListener
+                            | config::settings::Applies::IpClient
+                    )
+            });
+            for setting in limits {
+                let name = setting.name();
+                if config::settings::is_set(setting, &r.options) {
                     warn(format!(
                         "option '{name}' limits TCP connections; ignored on a /udp listener \
                          (its associations are capped by maxassoc)"
