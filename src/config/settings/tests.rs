@@ -62,7 +62,7 @@ fn fallbacks_have_the_options_type() {
     // `fill` copies only between slots of one kind: a fallback stored
     // differently would silently never apply.
     for s in SETTINGS.iter() {
-        let (Some(at), Some(global)) = (s.rule, s.fallback) else {
+        let (Some(_), Some(global)) = (s.rule, s.fallback) else {
             continue;
         };
         let mut o = RuleOptions::default();
