@@ -98,7 +98,7 @@ fn every_rule_option_parses_in_both_formats_and_prints_back() {
             "{line} printed {shown}"
         );
         if let (Some(key), true) = (s.yaml, s.yaml_on_rule()) {
-            let bind = bind.replace(' ', ":").replace("/udp", "/udp");
+            let bind = bind.replace(' ', ":");
             let value = if value == "on" { "true" } else { &value };
             let yaml = format!(
                 "rules:\n  - name: a\n    bind: \"{bind}\"\n    connect: \"127.0.0.1:81\"\n    {key}: \"{value}\"\n"
