@@ -66,9 +66,9 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
     pub buffer_size: Option<u32>,
 
-    /// How long to wait for a backend to accept a connection (more than 0, at most 365 days).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
-    pub connect_timeout: Duration,
+    /// How long to wait for a backend to accept a connection (more than 0, at most 365 days; default 10s, or the configuration's `connect-timeout`). Given, it wins over every rule's.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub connect_timeout: Option<Duration>,
 
     /// How long a half-closed connection may stay idle before it is closed (more than 0, at most 365 days).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
@@ -78,15 +78,14 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub drain: Duration,
 
-    /// Zero-copy splice(2) forwarding: auto (splice; measured faster), on or off.
+    /// Zero-copy splice(2) forwarding: auto (splice; measured faster), on or off (default auto, or the rule's `splice=`). Given, it wins over every rule's.
     #[arg(
         long,
         value_name = "MODE",
-        default_value = "auto",
         value_parser = PossibleValuesParser::new(SpliceMode::NAMES)
             .try_map(|s: String| s.parse::<SpliceMode>())
     )]
-    pub splice: SpliceMode,
+    pub splice: Option<SpliceMode>,
 
     /// Write a status file (rinetd-uv's `statusfile`), replaced whole every --status-interval.
     #[arg(long, value_name = "PATH")]
@@ -182,6 +181,9 @@ pub struct RunOptions {
     pub observe_given: ObserveGiven,
     /// Whether `--buffer-size` was given (it wins over the configuration's `buffersize`).
     pub buffer_size_given: bool,
+    /// The flags that override rule options (`--connect-timeout`, `--splice`),
+    /// as options: the top layer of `config::settings::resolve`.
+    pub command_line: crate::config::RuleOptions,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
 }
@@ -265,9 +267,16 @@ impl RunOptions {
                 buffer_size: cli
                     .buffer_size
                     .map_or(Settings::default().buffer_size, |b| b as usize),
-                connect_timeout: cli.connect_timeout,
+                connect_timeout: cli
+                    .connect_timeout
+                    .unwrap_or(Settings::default().connect_timeout),
                 half_close_idle: cli.half_close_timeout,
+                splice: cli.splice.unwrap_or_default(),
+            },
+            command_line: crate::config::RuleOptions {
+                connect_timeout: cli.connect_timeout,
                 splice: cli.splice,
+                ..Default::default()
             },
             drain: cli.drain,
             observe: {

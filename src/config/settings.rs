@@ -17,7 +17,7 @@ pub use table::{RuleOptions, SETTINGS};
 
 use super::bounded::Shown;
 use super::parse::{bounded, octal_mode, parse_host, seconds};
-use super::{Config, Endpoint, Format, Host, IpFilter, Proto, ProxyHeader, SpliceMode};
+use super::{Config, Endpoint, Format, Globals, Host, IpFilter, Proto, ProxyHeader, SpliceMode};
 use super::{StatusFormat, UnixAddr};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub struct Setting {
     pub global: Option<fn(&mut Config) -> Slot<'_>>,
     /// For a rule option, the global that supplies its value when the rule
     /// does not (the global `connect-timeout` for `[connect-timeout=N]`).
-    pub fallback: Option<fn(&mut Config) -> Slot<'_>>,
+    pub fallback: Option<fn(&mut Globals) -> Slot<'_>>,
 }
 
 /// The kind of value a setting takes; ranges are inclusive.
@@ -514,13 +514,19 @@ fn fill(to: Slot<'_>, from: Slot<'_>) {
 
 /// A rule's options with every layer applied, in the one order oi uses for
 /// every setting: `cli` (the command line's flags), then the rule's own
-/// options, then the globals of `config`, then the built-in default for
-/// `format`. Options that stay `None` are off (or, for
-/// [`Default::Engine`] settings, left to [`crate::shared::Settings`]).
-pub fn resolve(cli: &RuleOptions, rule: &RuleOptions, config: &Config) -> RuleOptions {
+/// options, then `globals` (the file's global lines), then the built-in
+/// default for `format`. Options that stay `None` are off (or, for
+/// [`Default::Engine`] settings, left to [`crate::shared::Settings`], the
+/// engine's defaults, which the command line fills).
+pub fn resolve(
+    cli: &RuleOptions,
+    rule: &RuleOptions,
+    globals: &Globals,
+    format: Format,
+) -> RuleOptions {
     let mut out = cli.clone();
     let mut rule = rule.clone();
-    let mut globals = config.clone();
+    let mut globals = globals.clone();
     for s in SETTINGS.iter() {
         let Some(at) = s.rule else { continue };
         fill(at(&mut out), at(&mut rule));
@@ -529,7 +535,7 @@ pub fn resolve(cli: &RuleOptions, rule: &RuleOptions, config: &Config) -> RuleOp
         }
         let default = match s.default {
             Default::Is(v) => v,
-            Default::ByFormat { conf, yaml } => match config.format {
+            Default::ByFormat { conf, yaml } => match format {
                 Format::Conf => conf,
                 Format::Yaml => yaml,
             },

@@ -132,7 +132,7 @@ pub static SETTINGS: &[Setting] = &[
               max-udp-connections is its default. Whatever it says, all UDP \
               listeners together hold at most half the open-file limit.",
         rule: Some(|o| Slot::Count(&mut o.max_assoc)),
-        fallback: Some(|c| Slot::Count(&mut c.globals.max_udp_connections)),
+        fallback: Some(|g| Slot::Count(&mut g.max_udp_connections)),
         ..BASE
     },
     Setting {
@@ -161,7 +161,7 @@ pub static SETTINGS: &[Setting] = &[
               (rinetd-uv).",
         rule: Some(|o| Slot::Time(&mut o.connect_timeout)),
         global: Some(|c| Slot::Time(&mut c.globals.connect_timeout)),
-        fallback: Some(|c| Slot::Time(&mut c.globals.connect_timeout)),
+        fallback: Some(|g| Slot::Time(&mut g.connect_timeout)),
         ..BASE
     },
     Setting {
@@ -178,7 +178,7 @@ pub static SETTINGS: &[Setting] = &[
               global one (rinetd-uv).",
         rule: Some(|o| Slot::Time(&mut o.dns_refresh)),
         global: Some(|c| Slot::Time(&mut c.globals.dns_refresh)),
-        fallback: Some(|c| Slot::Time(&mut c.globals.dns_refresh)),
+        fallback: Some(|g| Slot::Time(&mut g.dns_refresh)),
         ..BASE
     },
     Setting {

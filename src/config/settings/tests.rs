@@ -66,10 +66,10 @@ fn fallbacks_have_the_options_type() {
             continue;
         };
         let mut o = RuleOptions::default();
-        let mut c = Config::default();
+        let mut g = Globals::default();
         let value = sample(s);
-        store(s, global(&mut c), Syntax::Conf, s.name(), &value).expect("sample parses");
-        let resolved = resolve(&RuleOptions::default(), &o, &c);
+        store(s, global(&mut g), Syntax::Conf, s.name(), &value).expect("sample parses");
+        let resolved = resolve(&RuleOptions::default(), &o, &g, Format::Conf);
         o = resolved;
         assert!(
             !written(&o).is_empty() && written(&o).iter().any(|w| w.starts_with(s.name())),
@@ -148,16 +148,18 @@ fn the_command_line_wins_then_the_rule_then_the_global_then_the_default() {
         ..RuleOptions::default()
     };
     let secs = |o: RuleOptions| o.connect_timeout.map(|t| t.as_secs());
-    assert_eq!(secs(resolve(&cli, rule, &c)), Some(3));
-    assert_eq!(secs(resolve(&none, rule, &c)), Some(5));
-    assert_eq!(secs(resolve(&none, &none, &c)), Some(7));
-    assert_eq!(secs(resolve(&none, &none, &Config::default())), None);
+    let (g, conf) = (&c.globals, Format::Conf);
+    assert_eq!(secs(resolve(&cli, rule, g, conf)), Some(3));
+    assert_eq!(secs(resolve(&none, rule, g, conf)), Some(5));
+    assert_eq!(secs(resolve(&none, &none, g, conf)), Some(7));
+    let blank = Globals::default();
+    assert_eq!(secs(resolve(&none, &none, &blank, conf)), None);
     // A built-in default applies last, by format.
-    let timeout = |c: &Config| resolve(&none, &none, c).timeout.map(|t| t.as_secs());
-    assert_eq!(timeout(&Config::default()), Some(72));
-    let yaml = Config {
-        format: Format::Yaml,
-        ..Config::default()
+    let timeout = |f| {
+        resolve(&none, &none, &blank, f)
+            .timeout
+            .map(|t| t.as_secs())
     };
-    assert_eq!(timeout(&yaml), Some(10));
+    assert_eq!(timeout(Format::Conf), Some(72));
+    assert_eq!(timeout(Format::Yaml), Some(10));
 }
