@@ -10,6 +10,5 @@ cd "$(dirname "$0")/.."
 out=target/gen-docs
 rm -rf "$out"
 cargo run --quiet --locked --example gen-docs -- "$out"
-cp dist/oi.conf.5 "$out/oi.conf.5"
 gzip -9n "$out/oi.8" "$out/oi.conf.5"
 cargo deb --locked "$@"

@@ -11,6 +11,7 @@
 //! line wins over the rule's option, which wins over the global line (or
 //! YAML `global:` key), which wins over the built-in default.
 
+pub mod reference;
 mod table;
 
 pub use table::{RuleOptions, SETTINGS};

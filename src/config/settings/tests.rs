@@ -163,3 +163,34 @@ fn the_command_line_wins_then_the_rule_then_the_global_then_the_default() {
     assert_eq!(timeout(Format::Conf), Some(72));
     assert_eq!(timeout(Format::Yaml), Some(10));
 }
+
+#[test]
+fn every_setting_is_in_both_reference_pages() {
+    let (man, md) = (reference::man_page(), reference::markdown());
+    for s in SETTINGS.iter() {
+        for name in [s.conf, s.yaml].into_iter().flatten() {
+            assert!(md.contains(name), "docs/reference.md lacks {name}");
+            assert!(
+                man.contains(&name.replace('-', "\\-")),
+                "oi.conf(5) lacks {name}"
+            );
+        }
+        assert!(
+            md.contains(s.doc),
+            "docs/reference.md lacks the doc of {}",
+            s.name()
+        );
+    }
+    assert!(!man.contains("\n@"), "a template line was not replaced");
+}
+
+#[test]
+fn the_committed_reference_is_up_to_date() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == reference::markdown(),
+        "docs/reference.md differs from the option table: run \
+         `cargo run --example gen-docs -- --reference docs/reference.md`"
+    );
+}
