@@ -49,6 +49,9 @@ pub struct Setting {
     pub place: Place,
     /// One paragraph for the reference pages.
     pub doc: &'static str,
+    /// For a global setting, what `--check` says oi does with it (printed
+    /// as `NAME VALUE: this`); `None` when `--check` prints it otherwise.
+    pub check: Option<&'static str>,
     /// Its storage in a rule's options, for settings written on a rule.
     pub rule: Option<fn(&mut RuleOptions) -> Slot<'_>>,
     /// Its storage in the configuration, for settings written as a global.
@@ -471,6 +474,31 @@ fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
     }
+}
+
+/// Every global setting `config` sets that `--check` reports, as
+/// `(NAME VALUE, what oi does with it)` in table order: `buffersize 4096`,
+/// `connect-timeout 7s`, `pool-trim-delay 500ms`, `status enabled on`.
+pub fn globals_set(config: &Config) -> Vec<(String, &'static str)> {
+    let mut copy = config.clone();
+    SETTINGS
+        .iter()
+        .filter_map(|s| {
+            let does = s.check?;
+            let value = match (s.global?)(&mut copy) {
+                Slot::Time(t) => t.map(|t| match s.value {
+                    Value::Millis(..) => format!("{}ms", t.as_millis()),
+                    _ => format!("{}s", t.as_secs()),
+                }),
+                Slot::Path(p) => p.as_ref().map(|p| Shown(&p.to_string_lossy()).to_string()),
+                slot => shown(slot, s.value),
+            }?;
+            let name = s
+                .conf
+                .map_or_else(|| s.name().replace('.', " "), str::to_string);
+            Some((format!("{name} {value}"), does))
+        })
+        .collect()
 }
 
 /// The options `o` sets, as `name=value` in table order (what `--check`

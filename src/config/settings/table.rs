@@ -57,6 +57,7 @@ const BASE: Setting = Setting {
     default: Default::Unset("unset"),
     place: Place::Rule,
     doc: "",
+    check: None,
     rule: None,
     global: None,
     fallback: None,
@@ -71,6 +72,23 @@ const MAX_CONN: u64 = MAX_ASSOC_LIMIT as u64;
 // field to `Setting` never means editing every entry.
 #[allow(clippy::needless_update)]
 pub static SETTINGS: &[Setting] = &[
+    // `buffersize` first: `--check` lists global settings in table order,
+    // and has always begun with it (the rule options' order is their own).
+    Setting {
+        conf: Some("buffersize"),
+        yaml: Some("buffer_size"),
+        yaml_place: Place::Global,
+        flag: Some("--buffer-size"),
+        value: Value::Number(1024, 1024 * 1024),
+        default: Default::Engine("65536"),
+        place: Place::Global,
+        doc: "Size in bytes of each copy buffer (and the pipe size splice asks \
+              for). Read at start only: the buffer pools are sized once, so a \
+              reload does not change it.",
+        global: Some(|c| Slot::Count(&mut c.globals.buffer_size)),
+        check: Some("the copy-buffer size, read at start (--buffer-size wins)"),
+        ..BASE
+    },
     // ---- rule options ----
     Setting {
         conf: Some("timeout"),
@@ -162,6 +180,7 @@ pub static SETTINGS: &[Setting] = &[
         rule: Some(|o| Slot::Time(&mut o.connect_timeout)),
         global: Some(|c| Slot::Time(&mut c.globals.connect_timeout)),
         fallback: Some(|g| Slot::Time(&mut g.connect_timeout)),
+        check: Some("default for rules without their own connect-timeout (0 = the kernel's)"),
         ..BASE
     },
     Setting {
@@ -179,6 +198,7 @@ pub static SETTINGS: &[Setting] = &[
         rule: Some(|o| Slot::Time(&mut o.dns_refresh)),
         global: Some(|c| Slot::Time(&mut c.globals.dns_refresh)),
         fallback: Some(|g| Slot::Time(&mut g.dns_refresh)),
+        check: Some("how often backend names are looked up again (0 = never; also after 3 failed connects and on SIGHUP)"),
         ..BASE
     },
     Setting {
@@ -337,20 +357,6 @@ pub static SETTINGS: &[Setting] = &[
         ..BASE
     },
     Setting {
-        conf: Some("buffersize"),
-        yaml: Some("buffer_size"),
-        yaml_place: Place::Global,
-        flag: Some("--buffer-size"),
-        value: Value::Number(1024, 1024 * 1024),
-        default: Default::Engine("65536"),
-        place: Place::Global,
-        doc: "Size in bytes of each copy buffer (and the pipe size splice asks \
-              for). Read at start only: the buffer pools are sized once, so a \
-              reload does not change it.",
-        global: Some(|c| Slot::Count(&mut c.globals.buffer_size)),
-        ..BASE
-    },
-    Setting {
         conf: Some("dns-multi-ip-expand"),
         yaml: Some("dns_multi_ip_expand"),
         yaml_place: Place::Global,
@@ -364,6 +370,7 @@ pub static SETTINGS: &[Setting] = &[
               one backend per address, each with the name's weight (rinetd-uv). \
               Off, the addresses are tried in order as one backend.",
         global: Some(|c| Slot::Switch(&mut c.globals.dns_multi_ip_expand)),
+        check: Some("whether each address of a backend name becomes a backend of its own"),
         ..BASE
     },
     Setting {
@@ -375,6 +382,7 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Which addresses an expanded backend name keeps (rinetd-uv).",
         global: Some(|c| Slot::IpFilter(&mut c.globals.dns_multi_ip_proto)),
+        check: Some("which addresses an expanded backend name keeps"),
         ..BASE
     },
     Setting {
@@ -388,6 +396,7 @@ pub static SETTINGS: &[Setting] = &[
               oi's default is 1024, rinetd-uv's 128). The kernel caps it at \
               net.core.somaxconn.",
         global: Some(|c| Slot::Small(&mut c.globals.listen_backlog)),
+        check: Some("the accept queue of every TCP listener socket"),
         ..BASE
     },
     Setting {
@@ -402,6 +411,7 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "The default of maxassoc for every UDP rule (rinetd-uv).",
         global: Some(|c| Slot::Count(&mut c.globals.max_udp_connections)),
+        check: Some("default of [maxassoc] for UDP rules"),
         ..BASE
     },
     Setting {
@@ -414,6 +424,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Accepted for rinetd-uv configurations and ignored: oi's buffer \
               pools size themselves.",
         global: Some(|c| Slot::Small(&mut c.globals.pool_min_free)),
+        check: Some("ignored; oi's buffer pools size themselves"),
         ..BASE
     },
     Setting {
@@ -425,6 +436,7 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Accepted for rinetd-uv configurations and ignored, as pool-min-free.",
         global: Some(|c| Slot::Small(&mut c.globals.pool_max_free)),
+        check: Some("ignored; oi's buffer pools size themselves"),
         ..BASE
     },
     Setting {
@@ -436,6 +448,7 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Accepted for rinetd-uv configurations and ignored, as pool-min-free.",
         global: Some(|c| Slot::Time(&mut c.globals.pool_trim_delay)),
+        check: Some("ignored; oi's buffer pools size themselves"),
         ..BASE
     },
     Setting {
@@ -450,6 +463,7 @@ pub static SETTINGS: &[Setting] = &[
               statusinterval, replaced whole (written beside it and renamed), \
               from a thread of its own.",
         global: Some(|c| Slot::Path(&mut c.globals.status_file)),
+        check: Some("the status file, rewritten every statusinterval (--status-file wins)"),
         ..BASE
     },
     Setting {
@@ -461,6 +475,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "YAML only: false keeps the status file from being written although \
               status.file names one.",
         global: Some(|c| Slot::Switch(&mut c.globals.status_enabled)),
+        check: Some("whether the status file is written"),
         ..BASE
     },
     Setting {
@@ -473,6 +488,7 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "How often the status file is rewritten.",
         global: Some(|c| Slot::Time(&mut c.globals.status_interval)),
+        check: Some("how often the status file is rewritten (--status-interval wins)"),
         ..BASE
     },
     Setting {
@@ -486,6 +502,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The status file's format: rinetd-uv's JSON document or its \
               human-readable report.",
         global: Some(|c| Slot::StatusFormat(&mut c.globals.status_format)),
+        check: Some("the status file's format (--status-format wins)"),
         ..BASE
     },
     Setting {
@@ -499,6 +516,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "How often oi logs a one-line STATS summary of its counters; 0 turns \
               it off.",
         global: Some(|c| Slot::Time(&mut c.globals.stats_log_interval)),
+        check: Some("how often a STATS line is logged (--stats-log-interval wins)"),
         ..BASE
     },
     Setting {
