@@ -177,10 +177,11 @@ pub struct RunOptions {
     pub drain: Duration,
     /// Status file, STATS line, metrics endpoint and control socket.
     pub observe: ObserveSettings,
-    /// Which watching settings the command line gave, so the configuration's fill only the rest.
-    pub observe_given: ObserveGiven,
-    /// Whether `--buffer-size` was given (it wins over the configuration's `buffersize`).
-    pub buffer_size_given: bool,
+    /// The command line's values of settings the configuration file can also
+    /// set (`--buffer-size`, `--status-file`, `--metrics`, `--socket`, ...),
+    /// stored as the globals they override: the top layer of
+    /// `config::settings::resolve_globals`.
+    pub flags: crate::config::Globals,
     /// The flags that override rule options (`--connect-timeout`, `--splice`),
     /// as options: the top layer of `config::settings::resolve`.
     pub command_line: crate::config::RuleOptions,
@@ -188,28 +189,16 @@ pub struct RunOptions {
     pub client: Option<ClientQuery>,
 }
 
-/// Which watching flags were given on the command line (they win over the
-/// configuration's `statusinterval`, `statusformat`, `statsloginterval`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ObserveGiven {
-    /// `--status-interval` was given.
-    pub status_interval: bool,
-    /// `--status-format` was given.
-    pub status_format: bool,
-    /// `--stats-log-interval` was given.
-    pub stats_log_interval: bool,
-}
-
 impl RunOptions {
     /// The engine settings: the command line's, with the configuration's
-    /// `buffersize` when `--buffer-size` was not given. Read at start only:
-    /// the buffer pools are sized once, so a reload does not change it.
+    /// `buffersize` when `--buffer-size` was not given (the one order of
+    /// `config::settings`). Read at start only: the buffer pools are sized
+    /// once, so a reload does not change it.
     pub fn settings_with(&self, globals: &crate::config::Globals) -> Settings {
+        let g = crate::config::settings::resolve_globals(&self.flags, globals);
         let mut s = self.settings.clone();
-        if !self.buffer_size_given {
-            if let Some(b) = globals.buffer_size {
-                s.buffer_size = b;
-            }
+        if let Some(b) = g.buffer_size {
+            s.buffer_size = b;
         }
         s
     }
@@ -218,32 +207,25 @@ impl RunOptions {
     /// `statusfile`, `statusinterval`, `statusformat`, `statsloginterval`,
     /// `metrics` and `controlsocket` for what it left out, then the defaults.
     pub fn observe_with(&self, globals: &crate::config::Globals) -> ObserveSettings {
-        let mut o = self.observe.clone();
-        let given = self.observe_given;
-        if o.status_file.is_none() && globals.status_enabled != Some(false) {
-            o.status_file = globals.status_file.clone();
+        let mut file = globals.clone();
+        // YAML `status.enabled: false` turns the file's own status file off;
+        // `--status-file` still writes one.
+        if file.status_enabled == Some(false) {
+            file.status_file = None;
         }
-        if !given.status_interval {
-            if let Some(t) = globals.status_interval.filter(|t| !t.is_zero()) {
-                o.status_interval = t;
-            }
+        let g = crate::config::settings::resolve_globals(&self.flags, &file);
+        let d = ObserveSettings::default();
+        ObserveSettings {
+            status_file: g.status_file,
+            status_interval: g
+                .status_interval
+                .filter(|t| !t.is_zero())
+                .unwrap_or(d.status_interval),
+            status_format: g.status_format.unwrap_or(d.status_format),
+            stats_log_interval: g.stats_log_interval.unwrap_or(d.stats_log_interval),
+            metrics: g.metrics,
+            control_socket: g.control_socket,
         }
-        if !given.status_format {
-            if let Some(f) = globals.status_format {
-                o.status_format = f;
-            }
-        }
-        if !given.stats_log_interval {
-            if let Some(t) = globals.stats_log_interval {
-                o.stats_log_interval = t;
-            }
-        }
-        o.metrics = o.metrics.or(globals.metrics);
-        o.control_socket = o
-            .control_socket
-            .clone()
-            .or_else(|| globals.control_socket.clone());
-        o
     }
 }
 
@@ -282,7 +264,7 @@ impl RunOptions {
             observe: {
                 let d = ObserveSettings::default();
                 ObserveSettings {
-                    status_file: cli.status_file,
+                    status_file: cli.status_file.clone(),
                     status_interval: cli.status_interval.unwrap_or(d.status_interval),
                     status_format: cli.status_format.unwrap_or(d.status_format),
                     stats_log_interval: cli.stats_log_interval.unwrap_or(d.stats_log_interval),
@@ -290,11 +272,15 @@ impl RunOptions {
                     control_socket: cli.socket.clone(),
                 }
             },
-            buffer_size_given: cli.buffer_size.is_some(),
-            observe_given: ObserveGiven {
-                status_interval: cli.status_interval.is_some(),
-                status_format: cli.status_format.is_some(),
-                stats_log_interval: cli.stats_log_interval.is_some(),
+            flags: crate::config::Globals {
+                buffer_size: cli.buffer_size.map(|b| b as usize),
+                status_file: cli.status_file.clone(),
+                status_interval: cli.status_interval,
+                status_format: cli.status_format,
+                stats_log_interval: cli.stats_log_interval,
+                metrics: cli.metrics,
+                control_socket: cli.socket.clone(),
+                ..Default::default()
             },
             client: cli.command.map(|ask| {
                 let (query, json) = match ask {
@@ -407,6 +393,25 @@ mod tests {
         assert_eq!(o.settings_with(&Default::default()).buffer_size, 65536);
         let o = parse(&["--buffer-size", "4096"]).expect("flag");
         assert_eq!(o.settings_with(&globals).buffer_size, 4096, "the flag wins");
+    }
+
+    #[test]
+    fn flags_that_override_rule_options_are_given_only_when_written() {
+        let o = parse(&[]).expect("defaults");
+        assert_eq!(o.command_line, crate::config::RuleOptions::default());
+        let o = parse(&["--connect-timeout", "3s", "--splice", "off"]).expect("flags");
+        assert_eq!(o.command_line.connect_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(o.command_line.splice, Some(SpliceMode::Off));
+        // The rule's option loses to them (config::settings::resolve).
+        let rule = crate::config::RuleOptions {
+            connect_timeout: Some(Duration::from_secs(9)),
+            splice: Some(SpliceMode::On),
+            ..Default::default()
+        };
+        let g = crate::config::Globals::default();
+        let r = crate::config::settings::resolve(&o.command_line, &rule, &g, Default::default());
+        assert_eq!(r.connect_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(r.splice, Some(SpliceMode::Off));
     }
 
     #[test]

@@ -579,6 +579,24 @@ pub fn resolve(
     out
 }
 
+/// The global settings with the command line's flags (`flags`, stored as
+/// the globals they override) on top of the file's: the same order as
+/// [`resolve`] — the flag when given, else the file's line; the built-in
+/// default is the caller's, for what stays `None`.
+pub fn resolve_globals(flags: &Globals, file: &Globals) -> Globals {
+    let scratch = |g: &Globals| Config {
+        globals: g.clone(),
+        ..Config::default()
+    };
+    let (mut out, mut file) = (scratch(flags), scratch(file));
+    for s in SETTINGS.iter() {
+        if let Some(at) = s.global {
+            fill(at(&mut out), at(&mut file));
+        }
+    }
+    out.globals
+}
+
 /// The shape of a rule, as far as where settings apply.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape<'a> {
