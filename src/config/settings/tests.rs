@@ -1,7 +1,7 @@
 //! The table is consistent with itself and with both parsers.
 
 use super::*;
-use crate::config::{parse, parse_yaml};
+use crate::config::{parse, parse_yaml, Format};
 
 /// A value each kind of setting accepts, in rinetd.conf syntax.
 fn sample(s: &Setting) -> String {
