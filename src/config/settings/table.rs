@@ -311,10 +311,11 @@ pub static SETTINGS: &[Setting] = &[
         default: Default::Unset("nothing"),
         place: Place::Global,
         doc: "Reads the files a name or glob matches, sorted, as if written at \
-              this line (rinetd-uv). Relative to the including file; nested at \
-              most 8 files deep; a cycle is an error naming the chain; at most \
-              1,000 files and 16 MiB in all; a pattern matching nothing is a \
-              warning. Errors name the included file and its line.",
+              this line (rinetd-uv). Relative to the including file; at most 10 \
+              files deep, the main file counted; a cycle is an error naming the \
+              chain; at most 1,024 files and 16 MiB in all; a pattern matching \
+              nothing is a warning. Errors name the included file and its line; \
+              a reload reads every included file again.",
         ..BASE
     },
     // ---- global settings ----
@@ -367,8 +368,8 @@ pub static SETTINGS: &[Setting] = &[
         },
         place: Place::Global,
         doc: "Whether a backend name that resolves to several addresses becomes \
-              one backend per address, each with the name's weight (rinetd-uv). \
-              Off, the addresses are tried in order as one backend.",
+              one backend per address (rinetd-uv); a refresh adds and removes \
+              them. Off, the addresses are tried in order as one backend.",
         global: Some(|c| Slot::Switch(&mut c.globals.dns_multi_ip_expand)),
         check: Some("whether each address of a backend name becomes a backend of its own"),
         ..BASE
@@ -590,7 +591,8 @@ pub static SETTINGS: &[Setting] = &[
         yaml: Some("load_balancing.affinity_max_entries"),
         value: Value::Number(100, 10_000_000),
         default: Default::Is("10000"),
-        doc: "Most clients the affinity table remembers; the oldest go first.",
+        doc: "Most clients the affinity table remembers; the least recently seen \
+              are forgotten first.",
         ..BASE
     },
     Setting {
