@@ -214,17 +214,10 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
         }
         if r.bind.proto == Proto::Udp {
-            // The connection limits: TCP-listener settings of the table
-            // (`maxconn-per-client` is also an IP-client one).
-            let limits = config::settings::SETTINGS.iter().filter(|s| {
-                s.on_rule()
-                    && matches!(s.value, config::settings::Value::Number(..))
-                    && matches!(
-                        s.applies,
-                        config::settings::Applies::TcpListener
-                            | config::settings::Applies::IpClient
-                    )
-            });
+            // The connection limits: the table's TCP-listener settings.
+            let limits = config::settings::SETTINGS
+                .iter()
+                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener));
             for setting in limits {
                 let name = setting.name();
                 if config::settings::is_set(setting, &r.options) {

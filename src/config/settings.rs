@@ -45,8 +45,9 @@ pub struct Setting {
     pub flag: Option<&'static str>,
     /// The value it takes, and its range.
     pub value: Value,
-    /// Which rules it acts on; elsewhere it is accepted with a warning.
-    pub applies: Applies,
+    /// Which rules it acts on (all of these at once); elsewhere it is
+    /// accepted with a warning. Empty: every rule.
+    pub applies: &'static [Applies],
     /// What applies when nothing sets it.
     pub default: Default,
     /// Where it may be written.
@@ -100,8 +101,6 @@ pub enum Value {
 /// a warning (`--check` shows it, start-up logs it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Applies {
-    /// Every rule (and every global).
-    Always,
     /// Rules with a UDP side (a `/udp` listener or backend).
     Udp,
     /// Rules whose backend is TCP (or a unix socket).

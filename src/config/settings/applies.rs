@@ -18,14 +18,23 @@ pub struct Shape<'a> {
 }
 
 /// The warning for `setting`, set on a rule of `shape` where it does
-/// nothing, if it is one. `TcpListener` settings are warned about by
-/// `--check` (which names the listener only); the rest here.
+/// nothing, if it is one: the first of its `applies` the rule fails.
+/// `TcpListener` is warned about by `--check` (which names the listener
+/// only), the rest here.
 pub fn misapplied(setting: &Setting, shape: &Shape<'_>) -> Option<String> {
-    let name = setting.name();
+    setting
+        .applies
+        .iter()
+        .find_map(|a| fails(*a, setting.name(), shape))
+}
+
+/// The warning for a setting called `name` that needs `applies`, on a rule
+/// of `shape`, if the rule is not one.
+fn fails(applies: Applies, name: &str, shape: &Shape<'_>) -> Option<String> {
     let unix_bind = shape.bind.unix();
     let any_udp = shape.bind.proto == Proto::Udp || shape.udp_backend;
-    match setting.applies {
-        Applies::Always | Applies::TcpListener => None,
+    match applies {
+        Applies::TcpListener => None,
         Applies::Udp => (!any_udp)
             .then(|| format!("option '{name}' only applies to UDP; ignored on this TCP rule")),
         Applies::TcpBackend => shape.udp_backend.then(|| {
@@ -74,7 +83,7 @@ pub fn warnings(o: &RuleOptions, shape: &Shape<'_>) -> Vec<String> {
         .iter()
         .filter(|s| {
             s.rule.is_some()
-                && (is_set(s, o) || (s.applies == Applies::IpBackend && shape.backend_src))
+                && (is_set(s, o) || (s.applies.contains(&Applies::IpBackend) && shape.backend_src))
         })
         .filter_map(|s| misapplied(s, shape))
         .collect()

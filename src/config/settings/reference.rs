@@ -17,7 +17,6 @@ const MAN_TEMPLATE: &str = include_str!("../../../dist/oi.conf.5.in");
 /// Which rules a setting acts on, in words.
 fn applies_text(a: Applies) -> &'static str {
     match a {
-        Applies::Always => "every rule",
         Applies::Udp => "rules with a UDP side (a warning on others)",
         Applies::TcpBackend => "rules with a TCP or unix socket backend (a warning on others)",
         Applies::TcpListener => {
@@ -54,8 +53,9 @@ fn facts(s: &Setting) -> Vec<(&'static str, String)> {
     if s.conf.is_some() {
         out.push(("Written", place.to_string()));
     }
-    if s.applies != Applies::Always {
-        out.push(("Applies to", applies_text(s.applies).to_string()));
+    if !s.applies.is_empty() {
+        let texts: Vec<&str> = s.applies.iter().map(|a| applies_text(*a)).collect();
+        out.push(("Applies to", texts.join("; ")));
     }
     out
 }

@@ -53,7 +53,7 @@ const BASE: Setting = Setting {
     yaml_place: Place::Rule,
     flag: None,
     value: Value::Other(""),
-    applies: Applies::Always,
+    applies: &[],
     default: Default::Unset("unset"),
     place: Place::Rule,
     doc: "",
@@ -94,7 +94,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("timeout"),
         yaml: Some("timeout"),
         value: Value::Seconds(1, MAX_UDP_TIMEOUT_SECS),
-        applies: Applies::Udp,
+        applies: &[Applies::Udp],
         default: Default::ByFormat {
             conf: "72",
             yaml: "10",
@@ -112,7 +112,7 @@ pub static SETTINGS: &[Setting] = &[
         yaml: Some("connect[].src"),
         yaml_place: Place::Backend,
         value: Value::Host,
-        applies: Applies::IpBackend,
+        applies: &[Applies::IpBackend],
         default: Default::Unset("the kernel chooses"),
         doc: "Local address to bind before connecting to the backend, so the \
               backend sees connections from it (a host name is looked up like a \
@@ -140,7 +140,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("maxassoc"),
         yaml: Some("maxassoc"),
         value: Value::Number(1, MAX_CONN),
-        applies: Applies::Udp,
+        applies: &[Applies::Udp],
         default: Default::ByFormat {
             conf: "10000",
             yaml: "5000",
@@ -157,7 +157,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("keepalive"),
         yaml: Some("keepalive"),
         value: Value::Switch,
-        applies: Applies::TcpBackend,
+        applies: &[Applies::TcpBackend],
         default: Default::Is("on"),
         doc: "TCP keepalive (SO_KEEPALIVE) on the rule's client and backend \
               sockets, so a peer that vanished is noticed (rinetd-uv).",
@@ -170,7 +170,7 @@ pub static SETTINGS: &[Setting] = &[
         yaml_place: Place::RuleAndGlobal,
         flag: Some("--connect-timeout"),
         value: Value::Seconds(0, MAX_CONNECT_TIMEOUT_SECS),
-        applies: Applies::TcpBackend,
+        applies: &[Applies::TcpBackend],
         default: Default::Engine("10"),
         place: Place::RuleAndGlobal,
         doc: "How long to wait for each backend address to accept a connection \
@@ -205,7 +205,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("mode"),
         yaml: Some("mode"),
         value: Value::Mode,
-        applies: Applies::UnixListener,
+        applies: &[Applies::UnixListener],
         default: Default::Unset("as the umask leaves it"),
         doc: "Permissions of a unix listening socket's file, in octal (0660), set \
               before the socket accepts (rinetd-uv). Who may connect to a unix \
@@ -232,7 +232,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("accept-proxy"),
         yaml: Some("accept_proxy"),
         value: Value::Switch,
-        applies: Applies::IpClient,
+        applies: &[Applies::IpClient],
         default: Default::Unset("off"),
         doc: "Read a PROXY header (v1 or v2) from each client that matches a \
               trust-proxy pattern, and treat the address it carries as the client \
@@ -246,7 +246,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("maxconn"),
         yaml: Some("maxconn"),
         value: Value::Number(1, MAX_CONN),
-        applies: Applies::TcpListener,
+        applies: &[Applies::TcpListener],
         default: Default::Unset("no limit"),
         doc: "Most TCP connections open at once on this rule (an oi extension); \
               one more is closed at once and logged limit-reached. On a UDP \
@@ -258,7 +258,7 @@ pub static SETTINGS: &[Setting] = &[
         conf: Some("maxconn-per-client"),
         yaml: Some("maxconn_per_client"),
         value: Value::Number(1, MAX_CONN),
-        applies: Applies::IpClient,
+        applies: &[Applies::IpClient, Applies::TcpListener],
         default: Default::Unset("no limit"),
         doc: "Most TCP connections open at once from one client address on this \
               rule (an oi extension); the address is the one a PROXY header \

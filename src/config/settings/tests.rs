@@ -85,7 +85,7 @@ fn every_rule_option_parses_in_both_formats_and_prints_back() {
         let name = s.conf.expect("rule options have a rinetd.conf name");
         let value = sample(s);
         // A rule every option applies to, but for the unix-only `mode`.
-        let bind = if s.applies == Applies::UnixListener {
+        let bind = if s.applies.contains(&Applies::UnixListener) {
             "unix:/run/oi/a.sock".to_string()
         } else {
             "127.0.0.1 80/udp".to_string()
