@@ -9,6 +9,7 @@ use super::{
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a rule was written: its included file (`None`: the main file) and line.
@@ -89,19 +90,19 @@ pub struct ResolvedBackend {
     pub src: Option<IpAddr>,
 }
 
-/// The layers under a rule's own options: the file's global settings and
-/// the command line's flags, copied so a rule stands alone (a test or an
-/// embedder builds a `ResolvedRule` and changes its options before the
-/// route is made).
+/// The layers around a rule's own options: the file's global settings and
+/// the command line's flags, shared by every rule (a port range of 10,000
+/// rules holds one copy) so a rule stands alone (a test or an embedder
+/// builds a `ResolvedRule` and changes its options before the route is made).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleDefaults {
     /// Which format the file was in (YAML files take rinetd-uv's defaults).
     pub format: Format,
     /// The file's global settings.
-    pub globals: Globals,
+    pub globals: Arc<Globals>,
     /// The command line's flags that override every rule's option
     /// (`--connect-timeout`, `--splice`); see [`ResolvedConfig::with_command_line`].
-    pub command_line: RuleOptions,
+    pub command_line: Arc<RuleOptions>,
 }
 
 impl RuleDefaults {
@@ -109,8 +110,8 @@ impl RuleDefaults {
     pub fn of(config: &Config) -> Self {
         RuleDefaults {
             format: config.format,
-            globals: config.globals.clone(),
-            command_line: RuleOptions::default(),
+            globals: Arc::new(config.globals.clone()),
+            command_line: Arc::default(),
         }
     }
 }
@@ -218,6 +219,7 @@ impl ResolvedConfig {
     /// options (`--connect-timeout`, `--splice`): the top layer of
     /// [`settings::resolve`]. The service applies it on start and on every reload.
     pub fn with_command_line(mut self, flags: &RuleOptions) -> Self {
+        let flags = Arc::new(flags.clone());
         for r in &mut self.rules {
             r.defaults.command_line = flags.clone();
         }
