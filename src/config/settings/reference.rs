@@ -97,7 +97,9 @@ impl Section {
     fn holds(self, s: &Setting) -> bool {
         match self {
             Section::RuleOptions => s.rule.is_some(),
-            Section::Globals => s.conf.is_some() && s.rule.is_none(),
+            // A rule option that is also a global line is listed here
+            // too, briefly, pointing at its entry among the rule options.
+            Section::Globals => s.conf.is_some() && (s.rule.is_none() || s.on_global()),
             Section::YamlOnly => s.conf.is_none(),
         }
     }
@@ -114,15 +116,34 @@ fn roff(text: &str) -> String {
     }
 }
 
+/// What a section prints for `s`: its heading, its doc and its facts. A
+/// rule option in the global section is the global line, pointing back.
+fn entry(s: &Setting, which: Section) -> (String, String, Vec<(&'static str, String)>) {
+    let name = s.name();
+    if matches!(which, Section::Globals) && s.rule.is_some() {
+        let doc = format!(
+            "The default of the rule option [{name}=VALUE] for rules without their own; \
+             described with the rule options."
+        );
+        let facts = facts(s)
+            .into_iter()
+            .filter(|(label, _)| matches!(*label, "Value" | "YAML"))
+            .collect();
+        return (format!("{name} VALUE"), doc, facts);
+    }
+    let head = conf_form(s)
+        .or(s.yaml.map(str::to_string))
+        .unwrap_or_default();
+    (head, s.doc.to_string(), facts(s))
+}
+
 /// One section of settings as roff `.TP` paragraphs.
 fn man_section(which: Section) -> String {
     let mut out = String::new();
     for s in section(which) {
-        let head = conf_form(s)
-            .or(s.yaml.map(str::to_string))
-            .unwrap_or_default();
-        out.push_str(&format!(".TP\n.B {}\n{}\n", roff(&head), roff(s.doc)));
-        for (label, text) in facts(s) {
+        let (head, doc, facts) = entry(s, which);
+        out.push_str(&format!(".TP\n.B {}\n{}\n", roff(&head), roff(&doc)));
+        for (label, text) in facts {
             out.push_str(&format!(".br\n{label}: {}.\n", roff(&text)));
         }
     }
@@ -151,11 +172,9 @@ pub fn man_page() -> String {
 /// One section of settings as markdown.
 fn markdown_section(out: &mut String, which: Section) {
     for s in section(which) {
-        let head = conf_form(s)
-            .or(s.yaml.map(str::to_string))
-            .unwrap_or_default();
-        out.push_str(&format!("### `{head}`\n\n{}\n\n", s.doc));
-        for (label, text) in facts(s) {
+        let (head, doc, facts) = entry(s, which);
+        out.push_str(&format!("### `{head}`\n\n{doc}\n\n"));
+        for (label, text) in facts {
             out.push_str(&format!("- {label}: {text}\n"));
         }
         out.push('\n');
