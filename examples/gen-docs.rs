@@ -1,12 +1,19 @@
 //! Writes oi(8) and the bash, zsh and fish completions from the command-line
-//! definition (`oxidinetd::cli::Cli`), so they always match the options oi
-//! really takes. Run at packaging time, not at build time:
+//! definition (`oxidinetd::cli::Cli`), and oi.conf(5) from the option table
+//! (`oxidinetd::config::settings`), so they always match what oi really
+//! takes. Run at packaging time, not at build time:
 //!
 //! ```sh
 //! cargo run --example gen-docs -- target/gen-docs
 //! ```
 //!
-//! writes `oi.8`, `oi.bash`, `_oi` (zsh) and `oi.fish` into that directory.
+//! writes `oi.8`, `oi.conf.5`, `oi.bash`, `_oi` (zsh) and `oi.fish` into
+//! that directory. `--reference FILE` writes the markdown reference instead
+//! (`docs/reference.md`, committed; a test keeps it in step with the table):
+//!
+//! ```sh
+//! cargo run --example gen-docs -- --reference docs/reference.md
+//! ```
 //! It is an example rather than a `build.rs` so that a normal `cargo build`
 //! compiles neither clap_mangen nor clap_complete; `dist/build-deb.sh` runs it.
 #![forbid(unsafe_code)]
@@ -56,8 +63,23 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
 ];
 
 fn main() -> ExitCode {
-    let out = std::env::args_os()
-        .nth(1)
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--reference") {
+        let Some(file) = args.get(1).map(PathBuf::from) else {
+            eprintln!("gen-docs: --reference needs a file");
+            return ExitCode::FAILURE;
+        };
+        let page = oxidinetd::config::settings::reference::markdown();
+        return match std::fs::write(&file, page) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gen-docs: {}: {e}", file.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let out = args
+        .first()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target/gen-docs"));
     match generate(&out) {
@@ -86,6 +108,8 @@ fn generate(out: &Path) -> std::io::Result<()> {
     man.render(&mut page)?;
     page.extend_from_slice(extra_sections().as_bytes());
     std::fs::write(out.join("oi.8"), page)?;
+    let conf_page = oxidinetd::config::settings::reference::man_page();
+    std::fs::write(out.join("oi.conf.5"), conf_page)?;
 
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         clap_complete::generate_to(shell, &mut cmd.clone(), "oi", out)?;

@@ -2,8 +2,8 @@
 
 use crate::config::services::Services;
 use crate::config::{
-    self, plural, AclRules, Balance, Config, ConfigErrors, Endpoint, Globals, Host, Pattern, Port,
-    Proto, ResolvedConfig, ResolvedRule, Shown,
+    self, plural, AclRules, Balance, Config, ConfigErrors, Endpoint, Host, Pattern, Port, Proto,
+    ResolvedConfig, ResolvedRule, Shown,
 };
 use std::fmt::Write;
 use std::io;
@@ -214,11 +214,13 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
         }
         if r.bind.proto == Proto::Udp {
-            for (set, name) in [
-                (r.options.maxconn.is_some(), "maxconn"),
-                (r.options.maxconn_per_client.is_some(), "maxconn-per-client"),
-            ] {
-                if set {
+            // The connection limits: the table's TCP-listener settings.
+            let limits = config::settings::SETTINGS
+                .iter()
+                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener));
+            for setting in limits {
+                let name = setting.name();
+                if config::settings::is_set(setting, &r.options) {
                     warn(format!(
                         "option '{name}' limits TCP connections; ignored on a /udp listener \
                          (its associations are capped by maxassoc)"
@@ -355,7 +357,7 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         let path = pid.to_string_lossy();
         let _ = writeln!(out, "pidlogfile {}", Shown(&path));
     }
-    globals_report(&mut out, &c.globals);
+    globals_report(&mut out, c);
     let n = resolved.rules.len();
     let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
     out
@@ -429,104 +431,11 @@ fn include_chain(c: &Config, file: Option<&str>, main: &str) -> Option<String> {
     Some(links.join(" <- "))
 }
 
-/// One line per rinetd-uv global setting the file sets, saying what oi does with it.
-fn globals_report(out: &mut String, g: &Globals) {
-    let secs = |d: &std::time::Duration| format!("{}s", d.as_secs());
-    let on = |b: bool| if b { "on" } else { "off" };
-    let mut line = |what: String, does: &str| {
+/// One line per global setting the file sets that the option table has a
+/// `--check` text for, saying what oi does with it.
+fn globals_report(out: &mut String, c: &Config) {
+    for (what, does) in config::settings::globals_set(c) {
         let _ = writeln!(out, "{what}: {does}");
-    };
-    if let Some(n) = g.buffer_size {
-        line(
-            format!("buffersize {n}"),
-            "the copy-buffer size, read at start (--buffer-size wins)",
-        );
-    }
-    if let Some(t) = &g.connect_timeout {
-        line(
-            format!("connect-timeout {}", secs(t)),
-            "default for rules without their own connect-timeout (0 = the kernel's)",
-        );
-    }
-    if let Some(t) = &g.dns_refresh {
-        line(
-            format!("dns-refresh {}", secs(t)),
-            "how often backend names are looked up again (0 = never; also after 3 failed connects and on SIGHUP)",
-        );
-    }
-    if let Some(b) = g.dns_multi_ip_expand {
-        line(
-            format!("dns-multi-ip-expand {}", on(b)),
-            "whether each address of a backend name becomes a backend of its own",
-        );
-    }
-    if let Some(f) = g.dns_multi_ip_proto {
-        line(
-            format!("dns-multi-ip-proto {f}"),
-            "which addresses an expanded backend name keeps",
-        );
-    }
-    if let Some(n) = g.listen_backlog {
-        line(
-            format!("listen-backlog {n}"),
-            "the accept queue of every TCP listener socket",
-        );
-    }
-    if let Some(n) = g.max_udp_connections {
-        line(
-            format!("max-udp-connections {n}"),
-            "default of [maxassoc] for UDP rules",
-        );
-    }
-    if let Some(n) = g.pool_min_free {
-        line(
-            format!("pool-min-free {n}"),
-            "ignored; oi's buffer pools size themselves",
-        );
-    }
-    if let Some(n) = g.pool_max_free {
-        line(
-            format!("pool-max-free {n}"),
-            "ignored; oi's buffer pools size themselves",
-        );
-    }
-    if let Some(t) = &g.pool_trim_delay {
-        let ms = t.as_millis();
-        line(
-            format!("pool-trim-delay {ms}ms"),
-            "ignored; oi's buffer pools size themselves",
-        );
-    }
-    if let Some(p) = &g.status_file {
-        let p = p.to_string_lossy();
-        line(
-            format!("statusfile {}", Shown(&p)),
-            "the status file, rewritten every statusinterval (--status-file wins)",
-        );
-    }
-    if let Some(b) = g.status_enabled {
-        line(
-            format!("status enabled {}", on(b)),
-            "whether the status file is written",
-        );
-    }
-    if let Some(t) = &g.status_interval {
-        line(
-            format!("statusinterval {}", secs(t)),
-            "how often the status file is rewritten (--status-interval wins)",
-        );
-    }
-    if let Some(f) = g.status_format {
-        line(
-            format!("statusformat {f}"),
-            "the status file's format (--status-format wins)",
-        );
-    }
-    if let Some(t) = &g.stats_log_interval {
-        line(
-            format!("statsloginterval {}", secs(t)),
-            "how often a STATS line is logged (--stats-log-interval wins)",
-        );
     }
 }
 

@@ -73,9 +73,9 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=16 * 1024 * 1024))]
     pub buffer_size: Option<u32>,
 
-    /// How long to wait for a backend to accept a connection (more than 0, at most 365 days).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
-    pub connect_timeout: Duration,
+    /// How long to wait for a backend to accept a connection (more than 0, at most 365 days; default 10s, or the configuration's `connect-timeout`). Given, it wins over every rule's.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub connect_timeout: Option<Duration>,
 
     /// How long a half-closed connection may stay idle before it is closed (more than 0, at most 365 days).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
@@ -85,15 +85,14 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub drain: Duration,
 
-    /// Zero-copy splice(2) forwarding: auto (splice; measured faster), on or off.
+    /// Zero-copy splice(2) forwarding: auto (splice; measured faster), on or off (default auto, or the rule's `splice=`). Given, it wins over every rule's.
     #[arg(
         long,
         value_name = "MODE",
-        default_value = "auto",
         value_parser = PossibleValuesParser::new(SpliceMode::NAMES)
             .try_map(|s: String| s.parse::<SpliceMode>())
     )]
-    pub splice: SpliceMode,
+    pub splice: Option<SpliceMode>,
 
     /// Write a status file (rinetd-uv's `statusfile`), replaced whole every --status-interval.
     #[arg(long, value_name = "PATH")]
@@ -207,36 +206,28 @@ pub struct RunOptions {
     pub drain: Duration,
     /// Status file, STATS line, metrics endpoint and control socket.
     pub observe: ObserveSettings,
-    /// Which watching settings the command line gave, so the configuration's fill only the rest.
-    pub observe_given: ObserveGiven,
-    /// Whether `--buffer-size` was given (it wins over the configuration's `buffersize`).
-    pub buffer_size_given: bool,
+    /// The command line's values of settings the configuration file can also
+    /// set (`--buffer-size`, `--status-file`, `--metrics`, `--socket`, ...),
+    /// stored as the globals they override: the top layer of
+    /// `config::settings::resolve_globals`.
+    pub flags: crate::config::Globals,
+    /// The flags that override rule options (`--connect-timeout`, `--splice`),
+    /// as options: the top layer of `config::settings::resolve`.
+    pub command_line: crate::config::RuleOptions,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
 }
 
-/// Which watching flags were given on the command line (they win over the
-/// configuration's `statusinterval`, `statusformat`, `statsloginterval`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ObserveGiven {
-    /// `--status-interval` was given.
-    pub status_interval: bool,
-    /// `--status-format` was given.
-    pub status_format: bool,
-    /// `--stats-log-interval` was given.
-    pub stats_log_interval: bool,
-}
-
 impl RunOptions {
     /// The engine settings: the command line's, with the configuration's
-    /// `buffersize` when `--buffer-size` was not given. Read at start only:
-    /// the buffer pools are sized once, so a reload does not change it.
+    /// `buffersize` when `--buffer-size` was not given (the one order of
+    /// `config::settings`). Read at start only: the buffer pools are sized
+    /// once, so a reload does not change it.
     pub fn settings_with(&self, globals: &crate::config::Globals) -> Settings {
+        let g = crate::config::settings::resolve_globals(&self.flags, globals);
         let mut s = self.settings.clone();
-        if !self.buffer_size_given {
-            if let Some(b) = globals.buffer_size {
-                s.buffer_size = b;
-            }
+        if let Some(b) = g.buffer_size {
+            s.buffer_size = b;
         }
         s
     }
@@ -245,32 +236,25 @@ impl RunOptions {
     /// `statusfile`, `statusinterval`, `statusformat`, `statsloginterval`,
     /// `metrics` and `controlsocket` for what it left out, then the defaults.
     pub fn observe_with(&self, globals: &crate::config::Globals) -> ObserveSettings {
-        let mut o = self.observe.clone();
-        let given = self.observe_given;
-        if o.status_file.is_none() && globals.status_enabled != Some(false) {
-            o.status_file = globals.status_file.clone();
+        let mut file = globals.clone();
+        // YAML `status.enabled: false` turns the file's own status file off;
+        // `--status-file` still writes one.
+        if file.status_enabled == Some(false) {
+            file.status_file = None;
         }
-        if !given.status_interval {
-            if let Some(t) = globals.status_interval.filter(|t| !t.is_zero()) {
-                o.status_interval = t;
-            }
+        let g = crate::config::settings::resolve_globals(&self.flags, &file);
+        let d = ObserveSettings::default();
+        ObserveSettings {
+            status_file: g.status_file,
+            status_interval: g
+                .status_interval
+                .filter(|t| !t.is_zero())
+                .unwrap_or(d.status_interval),
+            status_format: g.status_format.unwrap_or(d.status_format),
+            stats_log_interval: g.stats_log_interval.unwrap_or(d.stats_log_interval),
+            metrics: g.metrics,
+            control_socket: g.control_socket,
         }
-        if !given.status_format {
-            if let Some(f) = globals.status_format {
-                o.status_format = f;
-            }
-        }
-        if !given.stats_log_interval {
-            if let Some(t) = globals.stats_log_interval {
-                o.stats_log_interval = t;
-            }
-        }
-        o.metrics = o.metrics.or(globals.metrics);
-        o.control_socket = o
-            .control_socket
-            .clone()
-            .or_else(|| globals.control_socket.clone());
-        o
     }
 }
 
@@ -294,15 +278,22 @@ impl RunOptions {
                 buffer_size: cli
                     .buffer_size
                     .map_or(Settings::default().buffer_size, |b| b as usize),
-                connect_timeout: cli.connect_timeout,
+                connect_timeout: cli
+                    .connect_timeout
+                    .unwrap_or(Settings::default().connect_timeout),
                 half_close_idle: cli.half_close_timeout,
+                splice: cli.splice.unwrap_or_default(),
+            },
+            command_line: crate::config::RuleOptions {
+                connect_timeout: cli.connect_timeout,
                 splice: cli.splice,
+                ..Default::default()
             },
             drain: cli.drain,
             observe: {
                 let d = ObserveSettings::default();
                 ObserveSettings {
-                    status_file: cli.status_file,
+                    status_file: cli.status_file.clone(),
                     status_interval: cli.status_interval.unwrap_or(d.status_interval),
                     status_format: cli.status_format.unwrap_or(d.status_format),
                     stats_log_interval: cli.stats_log_interval.unwrap_or(d.stats_log_interval),
@@ -310,11 +301,15 @@ impl RunOptions {
                     control_socket: cli.socket.clone(),
                 }
             },
-            buffer_size_given: cli.buffer_size.is_some(),
-            observe_given: ObserveGiven {
-                status_interval: cli.status_interval.is_some(),
-                status_format: cli.status_format.is_some(),
-                stats_log_interval: cli.stats_log_interval.is_some(),
+            flags: crate::config::Globals {
+                buffer_size: cli.buffer_size.map(|b| b as usize),
+                status_file: cli.status_file.clone(),
+                status_interval: cli.status_interval,
+                status_format: cli.status_format,
+                stats_log_interval: cli.stats_log_interval,
+                metrics: cli.metrics,
+                control_socket: cli.socket.clone(),
+                ..Default::default()
             },
             client: cli.command.map(|ask| {
                 let action = match ask {
@@ -433,6 +428,25 @@ mod tests {
         assert_eq!(o.settings_with(&Default::default()).buffer_size, 65536);
         let o = parse(&["--buffer-size", "4096"]).expect("flag");
         assert_eq!(o.settings_with(&globals).buffer_size, 4096, "the flag wins");
+    }
+
+    #[test]
+    fn flags_that_override_rule_options_are_given_only_when_written() {
+        let o = parse(&[]).expect("defaults");
+        assert_eq!(o.command_line, crate::config::RuleOptions::default());
+        let o = parse(&["--connect-timeout", "3s", "--splice", "off"]).expect("flags");
+        assert_eq!(o.command_line.connect_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(o.command_line.splice, Some(SpliceMode::Off));
+        // The rule's option loses to them (config::settings::resolve).
+        let rule = crate::config::RuleOptions {
+            connect_timeout: Some(Duration::from_secs(9)),
+            splice: Some(SpliceMode::On),
+            ..Default::default()
+        };
+        let g = crate::config::Globals::default();
+        let r = crate::config::settings::resolve(&o.command_line, &rule, &g, Default::default());
+        assert_eq!(r.connect_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(r.splice, Some(SpliceMode::Off));
     }
 
     #[test]

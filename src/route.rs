@@ -8,7 +8,8 @@
 use crate::acl::{self, Verdict};
 use crate::backends::BackendPool;
 use crate::config::{
-    AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, UnixAddr,
+    AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, SpliceMode,
+    UnixAddr, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
 };
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::proxy::ProxyVersion;
@@ -31,24 +32,16 @@ pub struct Route {
     pub(crate) unix_backend: Option<UnixAddr>,
     /// The backend side's protocol (TCP→UDP and UDP→TCP rules differ from `bind_proto`).
     pub(crate) backend_proto: Proto,
-    /// The rule's bracketed options (timeout, splice, maxassoc).
-    pub(crate) options: RuleOptions,
+    /// The rule's settings, every layer applied once (command line, the
+    /// rule's options, the globals, the defaults: `ResolvedRule::settings`).
+    /// Code that acts on an option reads it here, never the raw options.
+    pub(crate) settings: RuleOptions,
     /// allow/deny lines that belong to this rule.
     pub(crate) acl: AclRules,
     /// The configuration's global allow/deny patterns, shared by every route.
     pub(crate) global_acl: Arc<AclRules>,
     /// The rule's names as the log file prints them.
     pub(crate) names: Arc<RuleNames>,
-    /// How long to wait for a backend to accept (`connect-timeout`):
-    /// `None` = not configured (`--connect-timeout` decides), zero = as long
-    /// as the kernel tries.
-    connect_timeout: Option<Duration>,
-    /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` clears it).
-    keepalive: bool,
-    /// UDP idle limit, with the file format's default applied.
-    udp_timeout: Duration,
-    /// Cap on live UDP associations (`maxassoc`, else `max-udp-connections`, else the default).
-    max_assoc: usize,
     /// Write a PROXY header of this version to the backend before any client
     /// byte (`proxy=v1|v2`); towards UDP, and on UDP associations, always version 2.
     pub(crate) send_proxy: Option<ProxyVersion>,
@@ -71,17 +64,14 @@ pub struct Route {
 impl Route {
     /// The route for `rule` under `global_acl`.
     pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
-        let connect_timeout = rule.connect_timeout_setting();
+        let settings = rule.settings();
         let pool = Arc::new(BackendPool::new(&rule));
-        let keepalive = rule.keepalive();
-        let udp_timeout = rule.udp_timeout();
-        let max_assoc = rule.max_assoc();
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-        let send_proxy = rule.rule.options.proxy.map(|v| match v {
+        let send_proxy = settings.proxy.map(|v| match v {
             crate::config::ProxyHeader::V1 => ProxyVersion::V1,
             crate::config::ProxyHeader::V2 => ProxyVersion::V2,
         });
-        let accept_proxy = rule.rule.options.accept_proxy.unwrap_or(false);
+        let accept_proxy = settings.accept_proxy.unwrap_or(false);
         // Global `trust-proxy` patterns first, then the rule's, as allow/deny.
         let trust_proxy: Vec<Pattern> = global_acl
             .trust_proxy
@@ -89,8 +79,7 @@ impl Route {
             .chain(rule.rule.acl.trust_proxy.iter())
             .cloned()
             .collect();
-        let maxconn = rule.rule.options.maxconn;
-        let maxconn_per_client = rule.rule.options.maxconn_per_client;
+        let (maxconn, maxconn_per_client) = (settings.maxconn, settings.maxconn_per_client);
         let all_unix = rule
             .rule
             .backends
@@ -110,14 +99,10 @@ impl Route {
             pool,
             unix_backend,
             backend_proto: rule.rule.connect.proto,
-            options: rule.rule.options,
+            settings,
             acl: rule.rule.acl,
             global_acl,
             names,
-            connect_timeout,
-            keepalive,
-            udp_timeout,
-            max_assoc,
             listen_backlog,
             send_proxy,
             accept_proxy,
@@ -201,16 +186,27 @@ impl Route {
         }
     }
 
-    /// How long to wait for each backend address to accept: the rule's
-    /// `connect-timeout`, else the global one, else `default`
-    /// (`--connect-timeout`). Zero means as long as the kernel tries, which
-    /// is bounded here by a day so no deadline can overflow.
+    /// How long to wait for each backend address to accept: the resolved
+    /// `connect-timeout` (command line, rule, global), else `default` (the
+    /// engine's, `Settings::connect_timeout`). Zero means as long as the
+    /// kernel tries, which is bounded here by a day so no deadline can overflow.
     pub fn connect_timeout(&self, default: Duration) -> Duration {
-        match self.connect_timeout {
+        match self.settings.connect_timeout {
             None => default,
             Some(t) if t.is_zero() => Duration::from_secs(crate::config::MAX_CONNECT_TIMEOUT_SECS),
             Some(t) => t,
         }
+    }
+
+    /// Whether this rule's TCP connections splice: the resolved `splice`,
+    /// else `default` (the engine's, `Settings::splice`).
+    pub(crate) fn splice(&self, default: SpliceMode) -> SpliceMode {
+        self.settings.splice.unwrap_or(default)
+    }
+
+    /// The mode a unix listening socket's file gets (`mode=`), if any.
+    pub(crate) fn socket_mode(&self) -> Option<u32> {
+        self.settings.mode
     }
 
     /// Every backend address the rule has now, in order (for messages and counters).
@@ -220,17 +216,19 @@ impl Route {
 
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (on unless `[keepalive=off]`).
     pub fn keepalive(&self) -> bool {
-        self.keepalive
+        self.settings.keepalive != Some(false)
     }
 
     /// The idle limit of this rule's UDP associations and TCP→UDP connections.
     pub(crate) fn udp_timeout(&self) -> Duration {
-        self.udp_timeout
+        // Always set: the table gives `timeout` a default in both formats.
+        self.settings.timeout.unwrap_or(DEFAULT_UDP_TIMEOUT)
     }
 
     /// The most UDP associations this rule's listener keeps at once (at least one).
     pub(crate) fn max_assoc(&self) -> usize {
-        self.max_assoc
+        // Always set: the table gives `maxassoc` a default in both formats.
+        self.settings.max_assoc.unwrap_or(DEFAULT_MAX_ASSOC).max(1)
     }
 }
 

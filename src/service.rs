@@ -71,7 +71,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
     let cfg = match config::load_resolved(&conf) {
-        Ok(c) => c,
+        Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
             diagnostics::report(&e.with_file(&file).to_string());
             return ExitCode::FAILURE;
@@ -174,6 +174,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         file,
         rinetd_defaults: opts.rinetd_defaults,
         drain: opts.drain,
+        command_line: opts.command_line.clone(),
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
@@ -263,6 +264,8 @@ struct Service {
     rinetd_defaults: bool,
     /// How long open connections may run on after SIGTERM.
     drain: Duration,
+    /// The command line's flags that override rule options, applied to every reload too.
+    command_line: config::RuleOptions,
 }
 
 impl Service {
@@ -334,7 +337,7 @@ impl Service {
     async fn reload(&self) -> String {
         let path = self.path.clone();
         let cfg = match smol::unblock(move || config::load_resolved(&path)).await {
-            Ok(cfg) => cfg,
+            Ok(cfg) => cfg.with_command_line(&self.command_line),
             Err(e) => {
                 for line in e.with_file(&self.file).to_string().lines() {
                     log::error!("{line}");

@@ -11,6 +11,7 @@ mod model;
 mod parse;
 mod resolve;
 pub mod services;
+pub mod settings;
 mod unix;
 mod yaml;
 
@@ -27,6 +28,7 @@ pub use resolve::{
     resolve, BindAddr, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults,
     DEFAULT_DNS_REFRESH,
 };
+pub use settings::RuleOptions;
 pub use unix::{UnixAddr, MAX_UNIX_PATH};
 pub use yaml::parse_yaml;
 
@@ -172,37 +174,6 @@ impl std::str::FromStr for SpliceMode {
             )),
         }
     }
-}
-
-/// The bracketed options after a forwarding rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RuleOptions {
-    /// `[timeout=N]`: UDP association idle time; `None` means the default (72 s).
-    pub timeout: Option<Duration>,
-    /// `[src=ADDR]`: local address to bind before connecting to the backend.
-    pub src: Option<Host>,
-    /// `[splice=on|off|auto]` (oi extension): per-rule override of `--splice`.
-    pub splice: Option<SpliceMode>,
-    /// `[maxassoc=N]` (oi extension): cap on live UDP associations of this rule.
-    pub max_assoc: Option<usize>,
-    /// `[keepalive=on|off]` (rinetd-uv): TCP keepalive on the rule's sockets; `None` = on.
-    pub keepalive: Option<bool>,
-    /// `[connect-timeout=N]` (rinetd-uv): give up on a backend after N s;
-    /// `Some(ZERO)` = the kernel's timeout; `None` = the global `connect-timeout`.
-    pub connect_timeout: Option<Duration>,
-    /// `[dns-refresh=N]` (rinetd-uv): look backend names up again every N s;
-    /// `Some(ZERO)` = never; `None` = the global `dns-refresh`.
-    pub dns_refresh: Option<Duration>,
-    /// `[mode=0660]` (rinetd-uv): permissions of a unix listening socket's file.
-    pub mode: Option<u32>,
-    /// `[proxy=v1|v2]` (oi): write a PROXY protocol header of this version to the backend.
-    pub proxy: Option<ProxyHeader>,
-    /// `[accept-proxy]` (oi): read a PROXY header from each client (from `trust-proxy` sources).
-    pub accept_proxy: Option<bool>,
-    /// `[maxconn=N]` (oi, 1 to 1,000,000): most TCP connections open at once on this rule.
-    pub maxconn: Option<usize>,
-    /// `[maxconn-per-client=N]` (oi, 1 to 1,000,000): most from one client address.
-    pub maxconn_per_client: Option<usize>,
 }
 
 /// The PROXY protocol version a rule sends to its backends.

@@ -209,9 +209,10 @@ impl fmt::Display for StatusFormat {
     }
 }
 
-/// The global settings rinetd-uv added. Each is `None` when not written, so
-/// `--check` shows only what the file says and the defaults live in one place
-/// (the accessors on [`super::ResolvedRule`] and the constants here).
+/// The global settings rinetd-uv (and oi) added. Each is `None` when not
+/// written, so `--check` shows only what the file says; how each is read,
+/// its default and its documentation are its entry in the option table
+/// (`config/settings/table.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Globals {
     /// `buffersize N` (1024 to 1 MiB): size of the copy buffers.

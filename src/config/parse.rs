@@ -18,14 +18,14 @@ mod options;
 mod pattern;
 
 pub(crate) use address::{parse_host, parse_port};
-pub(crate) use globals::{bounded, octal_mode, seconds};
-use globals::{set_global, GLOBAL_KEYWORDS};
+pub(crate) use globals::{bounded, octal_mode, on_off, seconds};
 use options::parse_options;
 pub(crate) use pattern::parse_pattern;
 
 use super::bounded::{ErrorSink, LineErrors, Shown};
 use super::hint::closest;
 use super::include::{IncludeSource, IncludedFile};
+use super::settings::{self, Setting, Slot, Syntax, Value};
 use super::unix::{self, is_unix};
 use super::{
     AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include, Port,
@@ -62,27 +62,13 @@ const RULE_SHAPE: &str = "expected 'bindaddr bindport connectaddr connectport [o
 const UNIX_RULE_SHAPE: &str =
     "expected 'bindaddr bindport connectaddr connectport [options]', with 'unix:PATH' in place of an address and its port";
 
-/// Keywords other than the one-value globals, for hints.
-const KEYWORDS: [&str; 10] = [
-    "allow",
-    "deny",
-    "trust-proxy",
-    "controlsocket",
-    "logfile",
-    "pidlogfile",
-    "pidfile",
-    "logcommon",
-    "include",
-    "statusfile",
-];
+/// Another name for `pidlogfile` (rinetd's manual uses both).
+const PIDFILE_ALIAS: &str = "pidfile";
 
 /// Whether `word` is a keyword, and the closest keyword (for hints).
 fn keyword_hint(word: &str) -> Option<&'static str> {
-    let all: Vec<&'static str> = KEYWORDS
-        .iter()
-        .chain(GLOBAL_KEYWORDS.iter())
-        .copied()
-        .collect();
+    let mut all = settings::global_keywords();
+    all.push(PIDFILE_ALIAS);
     all.iter()
         .find(|k| k.eq_ignore_ascii_case(word))
         .copied()
@@ -252,30 +238,38 @@ impl Parser<'_> {
             .find(|c: char| c.is_ascii_whitespace() || c == '#')
             .unwrap_or(text.len());
         let (word, rest) = text.split_at(word_end);
-        match word {
-            "allow" | "deny" | "trust-proxy" => self.acl(line, text, word, rest),
-            "logfile" | "pidlogfile" | "pidfile" | "statusfile" | "controlsocket" | "include" => {
-                self.path(line, text, word, rest)
-            }
-            "logcommon" => {
-                if trim_ws(strip_comment(rest)).is_empty() {
-                    self.config.logcommon = true;
-                } else {
-                    self.error(line, "expected 'logcommon' alone".into(), text);
+        if word == PIDFILE_ALIAS {
+            return self.path(line, text, word, rest);
+        }
+        let Some(setting) = settings::global_keyword(word) else {
+            return self.rule(line, text, word);
+        };
+        match setting.value {
+            Value::Pattern => self.acl(line, text, word, rest),
+            Value::Path | Value::Glob => self.path(line, text, word, rest),
+            Value::Flag => {
+                if !trim_ws(strip_comment(rest)).is_empty() {
+                    return self.error(line, format!("expected '{word}' alone"), text);
+                }
+                if let Some(Slot::Flag(on)) = setting.global.map(|at| at(&mut self.config)) {
+                    *on = true;
                 }
             }
-            w if GLOBAL_KEYWORDS.contains(&w) => self.global(line, text, word, rest),
-            _ => self.rule(line, text, word),
+            _ => self.global(line, text, setting, rest),
         }
     }
 
     /// A one-value global line: `buffersize 65536`, `dns-multi-ip-proto any`, ...
-    fn global(&mut self, line: usize, text: &str, word: &str, rest: &str) {
+    fn global(&mut self, line: usize, text: &str, setting: &Setting, rest: &str) {
+        let word = setting.name();
         let mut fields = strip_comment(rest).split_ascii_whitespace();
         let (Some(value), None) = (fields.next(), fields.next()) else {
             return self.error(line, format!("expected '{word} VALUE'"), text);
         };
-        match set_global(&mut self.config.globals, word, value) {
+        let Some(at) = setting.global else {
+            return self.error(line, format!("unknown keyword '{}'", Shown(word)), text);
+        };
+        match settings::store(setting, at(&mut self.config), Syntax::Conf, word, value) {
             Err(e) => self.error(line, e, text),
             Ok(_) => self.note_repeat(line, text, word),
         }
@@ -283,14 +277,14 @@ impl Parser<'_> {
 
     /// Warns when `word` was set before; remembers where it is set now.
     fn note_repeat(&mut self, line: usize, text: &str, word: &str) {
-        let key = KEYWORDS
-            .iter()
-            .chain(GLOBAL_KEYWORDS.iter())
-            .find(|k| **k == word)
-            .copied()
-            .unwrap_or("");
         // `pidfile` and `pidlogfile` set the same thing.
-        let key = if key == "pidfile" { "pidlogfile" } else { key };
+        let key = if word == PIDFILE_ALIAS {
+            "pidlogfile"
+        } else {
+            settings::global_keyword(word)
+                .and_then(|s| s.conf)
+                .unwrap_or("")
+        };
         let here = self.here(line);
         if let Some(first) = self.set_at.insert(key, here) {
             let at = self.describe(&first);
@@ -454,12 +448,19 @@ impl Parser<'_> {
         if path.is_empty() {
             return self.error(line, format!("empty path after '{word}'"), text);
         }
-        let slot = match word {
-            "include" => return self.include(line, text, path),
-            "logfile" => &mut self.config.logfile,
-            "statusfile" => &mut self.config.globals.status_file,
-            "controlsocket" => &mut self.config.globals.control_socket,
-            _ => &mut self.config.pidlogfile,
+        if word == "include" {
+            return self.include(line, text, path);
+        }
+        let key = if word == PIDFILE_ALIAS {
+            "pidlogfile"
+        } else {
+            word
+        };
+        let slot = settings::global_keyword(key)
+            .and_then(|s| s.global)
+            .map(|at| at(&mut self.config));
+        let Some(Slot::Path(slot)) = slot else {
+            return self.error(line, format!("unknown keyword '{}'", Shown(word)), text);
         };
         *slot = Some(PathBuf::from(path));
         self.note_repeat(line, text, word);
@@ -593,35 +594,8 @@ impl Parser<'_> {
         }
         let here = self.here(line);
         self.listeners.insert(key, here);
-        let any_udp = bind.proto == Proto::Udp || connect.proto == Proto::Udp;
-        if !any_udp {
-            for (set, name) in [
-                (options.timeout.is_some(), "timeout"),
-                (options.max_assoc.is_some(), "maxassoc"),
-            ] {
-                if set {
-                    let message =
-                        format!("option '{name}' only applies to UDP; ignored on this TCP rule");
-                    self.warn(line, message, text);
-                }
-            }
-        }
         for warning in unix_warnings {
             self.warn(line, warning, text);
-        }
-        let tcp_only = [
-            (options.keepalive.is_some(), "keepalive"),
-            (options.connect_timeout.is_some(), "connect-timeout"),
-        ];
-        if connect.proto == Proto::Udp {
-            for (set, name) in tcp_only {
-                if set {
-                    let message = format!(
-                        "option '{name}' only applies to TCP backends; ignored on this UDP backend"
-                    );
-                    self.warn(line, message, text);
-                }
-            }
         }
         self.config.rules.push(Rule {
             file: self.errors.file(),
@@ -827,51 +801,10 @@ impl fmt::Display for SpliceMode {
 }
 
 impl fmt::Display for RuleOptions {
-    /// `[timeout=30, src=10.0.0.1]`, only the options given; empty when none are.
+    /// `[timeout=30, src=10.0.0.1]`, only the options given, in the table's
+    /// order; empty when none are.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some(t) = self.timeout {
-            parts.push(format!("timeout={}", t.as_secs()));
-        }
-        if let Some(src) = &self.src {
-            parts.push(format!("src={src}"));
-        }
-        if let Some(s) = self.splice {
-            parts.push(format!("splice={s}"));
-        }
-        if let Some(n) = self.max_assoc {
-            parts.push(format!("maxassoc={n}"));
-        }
-        if let Some(on) = self.keepalive {
-            parts.push(format!("keepalive={}", if on { "on" } else { "off" }));
-        }
-        if let Some(t) = self.connect_timeout {
-            parts.push(format!("connect-timeout={}", t.as_secs()));
-        }
-        if let Some(t) = self.dns_refresh {
-            parts.push(format!("dns-refresh={}", t.as_secs()));
-        }
-        if let Some(m) = self.mode {
-            parts.push(format!("mode={m:04o}"));
-        }
-        if let Some(p) = self.proxy {
-            parts.push(format!(
-                "proxy={}",
-                match p {
-                    crate::config::ProxyHeader::V1 => "v1",
-                    crate::config::ProxyHeader::V2 => "v2",
-                }
-            ));
-        }
-        if let Some(on) = self.accept_proxy {
-            parts.push(format!("accept-proxy={}", if on { "on" } else { "off" }));
-        }
-        if let Some(n) = self.maxconn {
-            parts.push(format!("maxconn={n}"));
-        }
-        if let Some(n) = self.maxconn_per_client {
-            parts.push(format!("maxconn-per-client={n}"));
-        }
+        let parts = super::settings::written(self);
         if parts.is_empty() {
             Ok(())
         } else {

@@ -2,13 +2,14 @@
 
 use super::bounded::{ErrorSink, LineErrors};
 use super::services::Services;
+use super::settings::{self, RuleOptions};
 use super::{
-    Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, IpFilter, Port, Proto, Rule,
-    UnixAddr, DEFAULT_LISTEN_BACKLOG, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
-    DEFAULT_YAML_MAX_ASSOC, DEFAULT_YAML_UDP_TIMEOUT,
+    Backend, Balance, Config, ConfigErrors, Endpoint, Format, Globals, Host, IpFilter, Port, Proto,
+    Rule, UnixAddr, DEFAULT_LISTEN_BACKLOG,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a rule was written: its included file (`None`: the main file) and line.
@@ -89,107 +90,62 @@ pub struct ResolvedBackend {
     pub src: Option<IpAddr>,
 }
 
-/// The file-wide settings a rule's own options override.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The layers around a rule's own options: the file's global settings and
+/// the command line's flags, shared by every rule (a port range of 10,000
+/// rules holds one copy) so a rule stands alone (a test or an embedder
+/// builds a `ResolvedRule` and changes its options before the route is made).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleDefaults {
     /// Which format the file was in (YAML files take rinetd-uv's defaults).
     pub format: Format,
-    /// Global `connect-timeout`; `Some(ZERO)` = the kernel's.
-    pub connect_timeout: Option<Duration>,
-    /// Global `listen-backlog`.
-    pub listen_backlog: Option<u32>,
-    /// Global `max-udp-connections`: the default of `[maxassoc=N]`.
-    pub max_udp_connections: Option<usize>,
-    /// Global `buffersize`.
-    pub buffer_size: Option<usize>,
-    /// Global `dns-refresh`; `Some(ZERO)` = never.
-    pub dns_refresh: Option<Duration>,
-    /// Global `dns-multi-ip-expand`.
-    pub dns_multi_ip_expand: Option<bool>,
-    /// Global `dns-multi-ip-proto`.
-    pub dns_multi_ip_proto: Option<IpFilter>,
+    /// The file's global settings.
+    pub globals: Arc<Globals>,
+    /// The command line's flags that override every rule's option
+    /// (`--connect-timeout`, `--splice`); see [`ResolvedConfig::with_command_line`].
+    pub command_line: Arc<RuleOptions>,
 }
 
 impl RuleDefaults {
     /// The defaults `config`'s globals give its rules.
     pub fn of(config: &Config) -> Self {
-        let g = &config.globals;
         RuleDefaults {
             format: config.format,
-            connect_timeout: g.connect_timeout,
-            listen_backlog: g.listen_backlog,
-            max_udp_connections: g.max_udp_connections,
-            buffer_size: g.buffer_size,
-            dns_refresh: g.dns_refresh,
-            dns_multi_ip_expand: g.dns_multi_ip_expand,
-            dns_multi_ip_proto: g.dns_multi_ip_proto,
+            globals: Arc::new(config.globals.clone()),
+            command_line: Arc::default(),
         }
-    }
-}
-
-impl ResolvedRule {
-    /// How long to wait for a backend to accept: the rule's `connect-timeout`,
-    /// else the global one; `None` (also for 0) leaves it to the kernel.
-    pub fn connect_timeout(&self) -> Option<Duration> {
-        self.rule
-            .options
-            .connect_timeout
-            .or(self.defaults.connect_timeout)
-            .filter(|t| !t.is_zero())
-    }
-
-    /// Whether forwarded TCP sockets get SO_KEEPALIVE (`[keepalive=off]` turns it off).
-    pub fn keepalive(&self) -> bool {
-        self.rule.options.keepalive.unwrap_or(true)
-    }
-
-    /// The TCP listen backlog: `listen-backlog`, else [`DEFAULT_LISTEN_BACKLOG`].
-    pub fn listen_backlog(&self) -> u32 {
-        self.defaults
-            .listen_backlog
-            .unwrap_or(DEFAULT_LISTEN_BACKLOG)
-    }
-
-    /// The cap on live UDP associations: `[maxassoc=N]`, else
-    /// `max-udp-connections`, else the format's default.
-    pub fn max_assoc(&self) -> usize {
-        let default = match self.defaults.format {
-            Format::Conf => DEFAULT_MAX_ASSOC,
-            Format::Yaml => DEFAULT_YAML_MAX_ASSOC,
-        };
-        self.rule
-            .options
-            .max_assoc
-            .or(self.defaults.max_udp_connections)
-            .unwrap_or(default)
-            .max(1)
-    }
-
-    /// The UDP idle timeout: `[timeout=N]`, else the format's default (72 s
-    /// for rinetd.conf as rinetd 0.73, 10 s for YAML as rinetd-uv).
-    pub fn udp_timeout(&self) -> Duration {
-        let default = match self.defaults.format {
-            Format::Conf => DEFAULT_UDP_TIMEOUT,
-            Format::Yaml => DEFAULT_YAML_UDP_TIMEOUT,
-        };
-        self.rule.options.timeout.unwrap_or(default)
     }
 }
 
 /// How often backend names are looked up again when nothing says
 /// otherwise: rinetd-uv's default, for both formats (rinetd 0.73 never looks
-/// again, which is the behaviour its users asked to have changed).
+/// again, which is the behaviour its users asked to have changed). The
+/// option table's `dns-refresh` default says the same.
 pub const DEFAULT_DNS_REFRESH: Duration = Duration::from_secs(600);
 
 impl ResolvedRule {
+    /// The rule's settings with every layer applied (command line, the
+    /// rule's options, the globals, the defaults; [`settings::resolve`]):
+    /// what `Route` holds, so nothing downstream reads raw options.
+    pub fn settings(&self) -> RuleOptions {
+        let d = &self.defaults;
+        settings::resolve(&d.command_line, &self.rule.options, &d.globals, d.format)
+    }
+
+    /// The TCP listen backlog: `listen-backlog`, else [`DEFAULT_LISTEN_BACKLOG`].
+    pub fn listen_backlog(&self) -> u32 {
+        self.defaults
+            .globals
+            .listen_backlog
+            .unwrap_or(DEFAULT_LISTEN_BACKLOG)
+    }
+
     /// How often `backend`'s name is looked up again: its own `dns_refresh`,
-    /// else the rule's `[dns-refresh=N]`, else the global `dns-refresh`, else
-    /// [`DEFAULT_DNS_REFRESH`]; `None` (also for 0) = never.
+    /// else the rule's resolved `dns-refresh` (rule, global, default);
+    /// `None` (also for 0) = never.
     pub fn dns_refresh(&self, backend: &Backend) -> Option<Duration> {
         let every = backend
             .dns_refresh
-            .or(self.rule.options.dns_refresh)
-            .or(self.defaults.dns_refresh)
+            .or(self.settings().dns_refresh)
             .unwrap_or(DEFAULT_DNS_REFRESH);
         (!every.is_zero()).then_some(every)
     }
@@ -199,20 +155,11 @@ impl ResolvedRule {
     /// as rinetd-uv), and which addresses it keeps (`dns-multi-ip-proto`,
     /// IPv4 by default). `None` = no expansion.
     pub fn expansion(&self) -> Option<IpFilter> {
+        let g = &self.defaults.globals;
         let default = self.defaults.format == Format::Yaml;
-        self.defaults
-            .dns_multi_ip_expand
+        g.dns_multi_ip_expand
             .unwrap_or(default)
-            .then(|| self.defaults.dns_multi_ip_proto.unwrap_or(IpFilter::Ipv4))
-    }
-
-    /// How long to wait for a backend to accept, as configured:
-    /// `Some(ZERO)` = as long as the kernel tries, `None` = not configured.
-    pub fn connect_timeout_setting(&self) -> Option<Duration> {
-        self.rule
-            .options
-            .connect_timeout
-            .or(self.defaults.connect_timeout)
+            .then(|| g.dns_multi_ip_proto.unwrap_or(IpFilter::Ipv4))
     }
 }
 
@@ -265,6 +212,19 @@ pub struct ResolvedConfig {
     pub config: Config,
     /// Rules with addresses, in file order.
     pub rules: Vec<ResolvedRule>,
+}
+
+impl ResolvedConfig {
+    /// This configuration under the command line's flags that override rule
+    /// options (`--connect-timeout`, `--splice`): the top layer of
+    /// [`settings::resolve`]. The service applies it on start and on every reload.
+    pub fn with_command_line(mut self, flags: &RuleOptions) -> Self {
+        let flags = Arc::new(flags.clone());
+        for r in &mut self.rules {
+            r.defaults.command_line = flags.clone();
+        }
+        self
+    }
 }
 
 /// Resolves every name in `config`; every failure is reported, each with its line.
@@ -353,7 +313,7 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
                 connect: first.addrs.clone(),
                 src: first.src,
                 backends,
-                defaults,
+                defaults: defaults.clone(),
             });
         }
         if !problems.is_empty() {

@@ -107,35 +107,16 @@ pub(crate) fn check_rule(
                 Shown(&addr.to_string())
             ));
         }
-        if options.src.is_some() || backends.iter().any(|b| b.src.is_some()) {
-            warnings.push(
-                "option 'src' only applies to IP backends; ignored for a unix socket backend"
-                    .into(),
-            );
-        }
     }
-    match unix_bind {
-        None if options.mode.is_some() => {
-            warnings.push("option 'mode' only applies to unix socket listeners; ignored".into())
-        }
-        Some(UnixAddr::Abstract(_)) if options.mode.is_some() => warnings.push(
-            "option 'mode' has no effect on an abstract unix socket (it has no file); ignored"
-                .into(),
-        ),
-        _ => {}
-    }
-    if unix_bind.is_some() {
-        for (set, name) in [
-            (options.accept_proxy == Some(true), "accept-proxy"),
-            (options.maxconn_per_client.is_some(), "maxconn-per-client"),
-        ] {
-            if set {
-                warnings.push(format!(
-                    "option '{name}' needs a client address; ignored on this unix socket listener"
-                ));
-            }
-        }
-    }
+    // Every "does not apply here" warning comes from the option table, so
+    // both formats give the same ones, in the same order.
+    let shape = super::settings::Shape {
+        bind,
+        udp_backend: backends.iter().any(|b| b.endpoint.proto == Proto::Udp),
+        unix_backend: unix_backend.is_some(),
+        backend_src: backends.iter().any(|b| b.src.is_some()),
+    };
+    warnings.extend(super::settings::warnings(options, &shape));
     (errors, warnings)
 }
 

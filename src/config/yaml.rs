@@ -24,65 +24,24 @@ mod tree;
 use super::bounded::ErrorSink;
 use super::hint::suggestion;
 use super::parse::{
-    bounded, octal_mode, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP,
-    PROXY_V1_UDP_LISTENER,
+    bounded, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP, PROXY_V1_UDP_LISTENER,
 };
+use super::settings::{self, Syntax};
 use super::unix::{check_rule, is_unix, parse_unix};
 use super::{
     AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Pattern,
-    Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT,
-    MAX_CONNECT_TIMEOUT_SECS, MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS, MAX_WEIGHT,
+    Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, MAX_DNS_REFRESH_SECS, MAX_WEIGHT,
 };
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 use tree::{Node, Spanned};
+#[cfg(test)]
+use {super::SpliceMode, std::path::PathBuf};
 
 /// Keys of the top-level mapping.
 const ROOT_KEYS: [&str; 2] = ["global", "rules"];
-/// Keys of `global:`.
-const GLOBAL_KEYS: [&str; 18] = [
-    "log_file",
-    "log_common",
-    "pid_file",
-    "buffer_size",
-    "pool_min_free",
-    "pool_max_free",
-    "pool_trim_delay",
-    "dns_refresh",
-    "dns_multi_ip_expand",
-    "dns_multi_ip_proto",
-    "connect_timeout",
-    "listen_backlog",
-    "max_udp_connections",
-    "status",
-    "stats_log_interval",
-    "access",
-    "maxconn",
-    "trust_proxy",
-];
-/// Keys of `global.status:`.
-const STATUS_KEYS: [&str; 4] = ["enabled", "file", "interval", "format"];
-/// Keys of one rule (`splice`, `maxassoc`, and the PROXY and connection
-/// limit keys from `proxy` on, are oi's).
-const RULE_KEYS: [&str; 16] = [
-    "name",
-    "bind",
-    "connect",
-    "timeout",
-    "keepalive",
-    "connect_timeout",
-    "mode",
-    "load_balancing",
-    "access",
-    "splice",
-    "maxassoc",
-    "proxy",
-    "accept_proxy",
-    "maxconn",
-    "maxconn_per_client",
-    "trust_proxy",
-];
+/// Keys of a rule that are not settings of the table: what the rule is.
+const RULE_SHAPE_KEYS: [&str; 5] = ["name", "bind", "connect", "load_balancing", "access"];
 /// Keys of one backend in a `connect:` list.
 const BACKEND_KEYS: [&str; 5] = ["dest", "name", "weight", "src", "dns_refresh"];
 /// Keys of `load_balancing:`.
@@ -230,32 +189,6 @@ impl Mapper {
             .ok()
     }
 
-    /// `true`/`false` (also `yes`/`no` and `on`/`off`, as rinetd-uv).
-    fn boolean(&mut self, key: &str, v: &Spanned) -> Option<bool> {
-        let text = self.scalar(key, v)?;
-        match text.to_ascii_lowercase().as_str() {
-            "true" | "yes" | "on" => Some(true),
-            "false" | "no" | "off" => Some(false),
-            _ => {
-                self.error(
-                    v,
-                    format!("{key} must be true or false, not '{}'", Shown(text)),
-                );
-                None
-            }
-        }
-    }
-
-    /// A path.
-    fn path(&mut self, key: &str, v: &Spanned) -> Option<PathBuf> {
-        let text = self.scalar(key, v)?;
-        if text.is_empty() {
-            self.error(v, format!("{key} must not be empty"));
-            return None;
-        }
-        Some(PathBuf::from(text))
-    }
-
     /// The document: `global:` and `rules:`.
     fn root(&mut self, root: &Spanned) {
         for (key, v) in self.entries(root, "the top level", &ROOT_KEYS) {
@@ -275,107 +208,44 @@ impl Mapper {
         if matches!(node.node, Node::Scalar { null: true, .. }) {
             return;
         }
-        for (key, v) in self.entries(node, "global", &GLOBAL_KEYS) {
+        let keys = settings::yaml_global_keys("");
+        for (key, v) in self.entries(node, "global", &keys) {
             match key {
-                "log_file" => self.config.logfile = self.path(key, v),
-                "pid_file" => self.config.pidlogfile = self.path(key, v),
-                "log_common" => self.config.logcommon = self.boolean(key, v).unwrap_or(false),
-                "buffer_size" => {
-                    self.config.globals.buffer_size =
-                        self.number(key, v, 1024, 1024 * 1024).map(|n| n as usize)
-                }
-                "pool_min_free" => {
-                    self.config.globals.pool_min_free =
-                        self.number(key, v, 0, 10_000).map(|n| n as u32)
-                }
-                "pool_max_free" => {
-                    self.config.globals.pool_max_free =
-                        self.number(key, v, 1, 100_000).map(|n| n as u32)
-                }
-                "pool_trim_delay" => {
-                    self.config.globals.pool_trim_delay = self.scalar(key, v).and_then(|t| {
-                        bounded(key, t, 100, 300_000, " milliseconds")
-                            .map(Duration::from_millis)
-                            .map_err(|e| self.error(v, e))
-                            .ok()
-                    })
-                }
-                "dns_refresh" => {
-                    self.config.globals.dns_refresh = self.secs(key, v, 0, MAX_DNS_REFRESH_SECS)
-                }
-                "dns_multi_ip_expand" => {
-                    self.config.globals.dns_multi_ip_expand = self.boolean(key, v)
-                }
-                "dns_multi_ip_proto" => {
-                    let Some(text) = self.scalar(key, v) else {
-                        continue;
-                    };
-                    self.config.globals.dns_multi_ip_proto = match text {
-                        "ipv4" => Some(super::IpFilter::Ipv4),
-                        "ipv6" => Some(super::IpFilter::Ipv6),
-                        "any" => Some(super::IpFilter::Any),
-                        _ => {
-                            let m =
-                                format!("{key} must be ipv4, ipv6 or any, not '{}'", Shown(text));
-                            self.error(v, m);
-                            None
-                        }
-                    }
-                }
-                "connect_timeout" => {
-                    self.config.globals.connect_timeout =
-                        self.secs(key, v, 0, MAX_CONNECT_TIMEOUT_SECS)
-                }
-                "listen_backlog" => {
-                    self.config.globals.listen_backlog =
-                        self.number(key, v, 1, 65_535).map(|n| n as u32)
-                }
-                "max_udp_connections" => {
-                    self.config.globals.max_udp_connections = self
-                        .number(key, v, 1, MAX_ASSOC_LIMIT as u64)
-                        .map(|n| n as usize)
-                }
-                "stats_log_interval" => {
-                    self.config.globals.stats_log_interval = self.secs(key, v, 0, 86_400)
-                }
                 "status" => self.status(v),
-                "maxconn" => self.config.globals.max_connections = self.limit(key, v),
                 // Field by field: `access:` and `trust_proxy:` fill the same
                 // `AclRules`, in either order.
                 "trust_proxy" => self.config.global_acl.trust_proxy = self.patterns(key, v),
-                _ => {
+                "access" => {
                     let acl = self.access(v);
                     self.config.global_acl.allow = acl.allow;
                     self.config.global_acl.deny = acl.deny;
                 }
+                _ => self.global_setting(key, key, v),
             }
+        }
+    }
+
+    /// One global setting the table stores (`path` is its YAML key, dotted
+    /// under `status:`), parsed as the table says.
+    fn global_setting(&mut self, path: &str, key: &str, v: &Spanned) {
+        let Some(setting) = settings::yaml_global(path) else {
+            return self.error(v, format!("unknown key '{}' in global", Shown(key)));
+        };
+        let Some(at) = setting.global else { return };
+        let Some(text) = self.scalar(key, v) else {
+            return;
+        };
+        let stored = settings::store(setting, at(&mut self.config), Syntax::Yaml, key, text);
+        if let Err(e) = stored {
+            self.error(v, e);
         }
     }
 
     /// `global.status:`.
     fn status(&mut self, node: &Spanned) {
-        for (key, v) in self.entries(node, "status", &STATUS_KEYS) {
-            match key {
-                "enabled" => self.config.globals.status_enabled = self.boolean(key, v),
-                "file" => self.config.globals.status_file = self.path(key, v),
-                "interval" => self.config.globals.status_interval = self.secs(key, v, 1, 86_400),
-                _ => {
-                    let Some(text) = self.scalar(key, v) else {
-                        continue;
-                    };
-                    self.config.globals.status_format = match text {
-                        "json" => Some(super::StatusFormat::Json),
-                        "text" => Some(super::StatusFormat::Text),
-                        _ => {
-                            self.error(
-                                v,
-                                format!("format must be json or text, not '{}'", Shown(text)),
-                            );
-                            None
-                        }
-                    }
-                }
-            }
+        let keys = settings::yaml_global_keys("status");
+        for (key, v) in self.entries(node, "status", &keys) {
+            self.global_setting(&format!("status.{key}"), key, v);
         }
     }
 
@@ -406,13 +276,6 @@ impl Mapper {
         out
     }
 
-    /// A connection limit (`maxconn`, `maxconn_per_client`): the range of
-    /// rinetd.conf's `maxconn` line and options.
-    fn limit(&mut self, key: &str, v: &Spanned) -> Option<usize> {
-        self.number(key, v, 1, MAX_ASSOC_LIMIT as u64)
-            .and_then(|n| usize::try_from(n).ok())
-    }
-
     /// One entry of `rules:`.
     fn rule(&mut self, node: &Spanned) {
         let errors_before = self.errors_count();
@@ -426,7 +289,12 @@ impl Mapper {
         // Where `proxy: v1` was written, to point at it if a backend is UDP.
         let mut proxy_v1_at: Option<&Spanned> = None;
         let mut saw = (false, false);
-        for (key, v) in self.entries(node, "a rule", &RULE_KEYS) {
+        let keys: Vec<&str> = RULE_SHAPE_KEYS
+            .iter()
+            .copied()
+            .chain(settings::yaml_rule_keys())
+            .collect();
+        for (key, v) in self.entries(node, "a rule", &keys) {
             match key {
                 "name" => {
                     let Some(text) = self.scalar(key, v) else {
@@ -461,47 +329,15 @@ impl Mapper {
                     saw.1 = true;
                     backends = self.backends(v);
                 }
-                "timeout" => options.timeout = self.secs(key, v, 1, MAX_UDP_TIMEOUT_SECS),
-                "keepalive" => options.keepalive = self.boolean(key, v),
-                "connect_timeout" => {
-                    options.connect_timeout = self.secs(key, v, 0, MAX_CONNECT_TIMEOUT_SECS)
-                }
-                "mode" => {
-                    options.mode = self
-                        .scalar(key, v)
-                        .and_then(|t| octal_mode(key, t).map_err(|e| self.error(v, e)).ok())
-                }
-                "splice" => {
-                    options.splice = self
-                        .scalar(key, v)
-                        .and_then(|t| t.parse::<SpliceMode>().map_err(|e| self.error(v, e)).ok())
-                }
-                "maxassoc" => {
-                    options.max_assoc = self
-                        .number(key, v, 1, MAX_ASSOC_LIMIT as u64)
-                        .map(|n| n as usize)
-                }
-                "proxy" => {
-                    options.proxy = self.scalar(key, v).and_then(|t| match t {
-                        "v1" => {
-                            proxy_v1_at = Some(v);
-                            Some(ProxyHeader::V1)
-                        }
-                        "v2" => Some(ProxyHeader::V2),
-                        _ => {
-                            let hint = suggestion(t, &["v1", "v2"]);
-                            let m = format!("proxy must be v1 or v2, not '{}'{hint}", Shown(t));
-                            self.error(v, m);
-                            None
-                        }
-                    })
-                }
-                "accept_proxy" => options.accept_proxy = self.boolean(key, v),
-                "maxconn" => options.maxconn = self.limit(key, v),
-                "maxconn_per_client" => options.maxconn_per_client = self.limit(key, v),
                 "trust_proxy" => trust_proxy = self.patterns(key, v),
                 "load_balancing" => balance = self.balance(v),
-                _ => acl = self.access(v),
+                "access" => acl = self.access(v),
+                _ => {
+                    self.rule_option(&mut options, key, v);
+                    if key == "proxy" && options.proxy == Some(ProxyHeader::V1) {
+                        proxy_v1_at = Some(v);
+                    }
+                }
             }
         }
         acl.trust_proxy = trust_proxy;
@@ -559,6 +395,19 @@ impl Mapper {
                 options: options.clone(),
                 acl: acl.clone(),
             });
+        }
+    }
+
+    /// One rule option (`timeout`, `keepalive`, ...), parsed as the table says.
+    fn rule_option(&mut self, options: &mut RuleOptions, key: &str, v: &Spanned) {
+        let Some(setting) = settings::yaml_rule_option(key) else {
+            return self.error(v, format!("unknown key '{}' in a rule", Shown(key)));
+        };
+        let (Some(at), Some(text)) = (setting.rule, self.scalar(key, v)) else {
+            return;
+        };
+        if let Err(e) = settings::store(setting, at(options), Syntax::Yaml, key, text) {
+            self.error(v, e);
         }
     }
 

@@ -70,7 +70,7 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
         BindAddr::Ip(addr) => *addr,
         BindAddr::Unix(unix) => {
             let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-            let bound = crate::unix::bind(unix, rule.rule.options.mode, backlog)?;
+            let bound = crate::unix::bind(unix, rule.settings().mode, backlog)?;
             return Ok(BoundSocket::Unix(UnixSocket {
                 bound,
                 addr: unix.clone(),

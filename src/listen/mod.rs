@@ -304,8 +304,8 @@ impl Listeners {
                     warn_over_limit(&running, &route);
                     // A kept unix socket keeps its file: a new `mode` is
                     // applied to it, as a fresh bind would.
-                    if let (BindAddr::Unix(addr), Some(mode)) = (&key.0, route.options.mode) {
-                        if running.route.load().options.mode != Some(mode) {
+                    if let (BindAddr::Unix(addr), Some(mode)) = (&key.0, route.socket_mode()) {
+                        if running.route.load().socket_mode() != Some(mode) {
                             if let Err(e) = crate::unix::set_mode(addr, mode) {
                                 errors.push(format!("cannot change the mode of {addr}: {e}"));
                             }

@@ -103,7 +103,7 @@ pub(crate) async fn forward(
         buffers: &shared.buffers,
         pipes: &shared.pipes,
     };
-    let splice = splice::use_splice(route.options.splice, shared.settings.splice);
+    let splice = splice::use_splice(route.splice(shared.settings.splice));
     let pump = Pump::new(
         &client,
         &backend,

@@ -62,10 +62,10 @@ use std::task::{ready, Context, Poll};
 /// The same or better throughput for less than half the CPU per byte.
 pub const AUTO_SPLICES: bool = true;
 
-/// Whether a connection splices, given its rule's `[splice=...]` (if any) and
-/// the global `--splice`; `auto` resolves to [`AUTO_SPLICES`].
-pub fn use_splice(rule: Option<SpliceMode>, global: SpliceMode) -> bool {
-    match rule.unwrap_or(global) {
+/// Whether a connection splices in `mode` (its route's resolved `splice`,
+/// `Route::splice`); `auto` resolves to [`AUTO_SPLICES`].
+pub fn use_splice(mode: SpliceMode) -> bool {
+    match mode {
         SpliceMode::On => true,
         SpliceMode::Off => false,
         SpliceMode::Auto => AUTO_SPLICES,

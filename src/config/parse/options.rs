@@ -1,30 +1,13 @@
 //! The bracketed options after a forwarding rule: `[timeout=N, src=ADDR, ...]`.
 
-use super::address::parse_host;
-use super::globals::{octal_mode, on_off, seconds};
 use crate::config::bounded::LineErrors;
 use crate::config::hint::suggestion;
-use crate::config::{
-    RuleOptions, Shown, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
-    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
-};
+use crate::config::settings::{self, Syntax};
+use crate::config::{RuleOptions, Shown};
+#[cfg(test)]
+use crate::config::{SpliceMode, MAX_ASSOC_LIMIT, MAX_UDP_TIMEOUT_SECS};
+#[cfg(test)]
 use std::time::Duration;
-
-/// Every option name, for "did you mean" hints.
-pub(crate) const OPTION_NAMES: [&str; 12] = [
-    "proxy",
-    "accept-proxy",
-    "maxconn",
-    "maxconn-per-client",
-    "timeout",
-    "src",
-    "splice",
-    "maxassoc",
-    "keepalive",
-    "connect-timeout",
-    "dns-refresh",
-    "mode",
-];
 
 /// Parses the text between `[` and `]`, adding every problem found to `errors`.
 pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions {
@@ -78,145 +61,26 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
     opts
 }
 
-/// Stores one `name=value` in `opts`, refusing unknown names, bad values and repeats.
+/// Stores one `name=value` in `opts`, refusing unknown names, bad values
+/// and repeats; the table ([`settings`]) says how each value is read.
 fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), String> {
-    let duplicate = || format!("duplicate option '{name}'");
-    match name {
-        "timeout" => {
-            // The cap keeps `now + timeout` far from overflowing `Instant`.
-            let secs = in_range(value, MAX_UDP_TIMEOUT_SECS).ok_or_else(|| {
-                format!(
-                    "timeout must be between 1 and {MAX_UDP_TIMEOUT_SECS} seconds, not '{}'",
-                    Shown(value)
-                )
-            })?;
-            if opts.timeout.is_some() {
-                return Err(duplicate());
-            }
-            opts.timeout = Some(Duration::from_secs(secs));
-        }
-        "src" => {
-            let host = parse_host(value).map_err(|e| format!("invalid src address: {e}"))?;
-            if opts.src.is_some() {
-                return Err(duplicate());
-            }
-            opts.src = Some(host);
-        }
-        "splice" => {
-            let mode: SpliceMode = value.parse()?;
-            if opts.splice.is_some() {
-                return Err(duplicate());
-            }
-            opts.splice = Some(mode);
-        }
-        "maxassoc" => {
-            let limit = u64::try_from(MAX_ASSOC_LIMIT).unwrap_or(u64::MAX);
-            let n = in_range(value, limit)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "maxassoc must be between 1 and {MAX_ASSOC_LIMIT}, not '{}'",
-                        Shown(value)
-                    )
-                })?;
-            if opts.max_assoc.is_some() {
-                return Err(duplicate());
-            }
-            opts.max_assoc = Some(n);
-        }
-        "proxy" => {
-            let v = match value {
-                "v1" => crate::config::ProxyHeader::V1,
-                "v2" => crate::config::ProxyHeader::V2,
-                _ => {
-                    return Err(format!(
-                        "invalid PROXY protocol version '{}' (expected v1 or v2)",
-                        Shown(value)
-                    ))
-                }
-            };
-            if opts.proxy.is_some() {
-                return Err(duplicate());
-            }
-            opts.proxy = Some(v);
-        }
-        "accept-proxy" => {
-            let on = on_off(name, value)?;
-            if opts.accept_proxy.is_some() {
-                return Err(duplicate());
-            }
-            opts.accept_proxy = Some(on);
-        }
-        "maxconn" | "maxconn-per-client" => {
-            let limit = u64::try_from(MAX_ASSOC_LIMIT).unwrap_or(u64::MAX);
-            let n = in_range(value, limit)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "{} must be between 1 and {MAX_ASSOC_LIMIT}, not '{}'",
-                        Shown(name),
-                        Shown(value)
-                    )
-                })?;
-            let slot = if name == "maxconn" {
-                &mut opts.maxconn
-            } else {
-                &mut opts.maxconn_per_client
-            };
-            if slot.is_some() {
-                return Err(duplicate());
-            }
-            *slot = Some(n);
-        }
-        "keepalive" => {
-            let on = on_off(name, value)?;
-            if opts.keepalive.is_some() {
-                return Err(duplicate());
-            }
-            opts.keepalive = Some(on);
-        }
-        "connect-timeout" => {
-            let t = seconds(name, value, 0, MAX_CONNECT_TIMEOUT_SECS)?;
-            if opts.connect_timeout.is_some() {
-                return Err(duplicate());
-            }
-            opts.connect_timeout = Some(t);
-        }
-        "dns-refresh" => {
-            let t = seconds(name, value, 0, MAX_DNS_REFRESH_SECS)?;
-            if opts.dns_refresh.is_some() {
-                return Err(duplicate());
-            }
-            opts.dns_refresh = Some(t);
-        }
-        "mode" => {
-            let mode = octal_mode(name, value)?;
-            if opts.mode.is_some() {
-                return Err(duplicate());
-            }
-            opts.mode = Some(mode);
-        }
-        _ => {
-            return Err(format!(
-                "unknown option '{}'{}",
-                Shown(name),
-                suggestion(name, &OPTION_NAMES)
-            ))
-        }
+    let Some(setting) = settings::rule_option(name) else {
+        return Err(format!(
+            "unknown option '{}'{}",
+            Shown(name),
+            suggestion(name, &settings::rule_option_names())
+        ));
+    };
+    let Some(slot) = setting.rule else {
+        return Err(format!("unknown option '{}'", Shown(name)));
+    };
+    // Parsed into a scratch copy first: a bad value is reported before a repeat.
+    let mut parsed = RuleOptions::default();
+    settings::store(setting, slot(&mut parsed), Syntax::Conf, name, value)?;
+    if settings::store(setting, slot(opts), Syntax::Conf, name, value)? {
+        return Err(format!("duplicate option '{name}'"));
     }
     Ok(())
-}
-
-/// A decimal integer from 1 to `max`, digits only (no sign, no spaces).
-/// Too many digits for a `u64` is simply out of range, never an overflow.
-fn in_range(value: &str, max: u64) -> Option<u64> {
-    if !value.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|&n| (1..=max).contains(&n))
 }
 
 #[cfg(test)]

@@ -1,0 +1,631 @@
+//! The table: one entry per setting. A rule option's value lives in a field
+//! of [`RuleOptions`] (below, next to its entry); everything else about it —
+//! names, range, default, where it applies, its documentation — is its
+//! entry in [`SETTINGS`]. The order of the entries is the order `--check`
+//! prints options in and the reference pages list them in.
+//!
+//! To add a rule option: a field here, an entry in [`SETTINGS`], and the
+//! code that acts on it, reading the resolved value from `Route::settings`.
+
+use super::{Applies, Default, Place, Setting, Slot, Value};
+use crate::config::{
+    Host, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS, MAX_DNS_REFRESH_SECS,
+    MAX_UDP_TIMEOUT_SECS,
+};
+use std::time::Duration;
+
+/// The bracketed options after a forwarding rule (YAML: a rule's keys).
+/// `None` is "not written"; [`super::resolve`] fills in the layers below.
+#[derive(Clone, Debug, PartialEq, Eq, std::default::Default)]
+pub struct RuleOptions {
+    /// `[timeout=N]`: UDP association idle time; `None` means the default (72 s).
+    pub timeout: Option<Duration>,
+    /// `[src=ADDR]`: local address to bind before connecting to the backend.
+    pub src: Option<Host>,
+    /// `[splice=on|off|auto]` (oi extension): per-rule override of `--splice`.
+    pub splice: Option<SpliceMode>,
+    /// `[maxassoc=N]` (oi extension): cap on live UDP associations of this rule.
+    pub max_assoc: Option<usize>,
+    /// `[keepalive=on|off]` (rinetd-uv): TCP keepalive on the rule's sockets; `None` = on.
+    pub keepalive: Option<bool>,
+    /// `[connect-timeout=N]` (rinetd-uv): give up on a backend after N s;
+    /// `Some(ZERO)` = the kernel's timeout; `None` = the global `connect-timeout`.
+    pub connect_timeout: Option<Duration>,
+    /// `[dns-refresh=N]` (rinetd-uv): look backend names up again every N s;
+    /// `Some(ZERO)` = never; `None` = the global `dns-refresh`.
+    pub dns_refresh: Option<Duration>,
+    /// `[mode=0660]` (rinetd-uv): permissions of a unix listening socket's file.
+    pub mode: Option<u32>,
+    /// `[proxy=v1|v2]` (oi): write a PROXY protocol header of this version to the backend.
+    pub proxy: Option<ProxyHeader>,
+    /// `[accept-proxy]` (oi): read a PROXY header from each client (from `trust-proxy` sources).
+    pub accept_proxy: Option<bool>,
+    /// `[maxconn=N]` (oi, 1 to 1,000,000): most TCP connections open at once on this rule.
+    pub maxconn: Option<usize>,
+    /// `[maxconn-per-client=N]` (oi, 1 to 1,000,000): most from one client address.
+    pub maxconn_per_client: Option<usize>,
+}
+
+/// The common shape of an entry; each entry below sets what differs.
+const BASE: Setting = Setting {
+    conf: None,
+    yaml: None,
+    yaml_place: Place::Rule,
+    flag: None,
+    value: Value::Other(""),
+    applies: &[],
+    default: Default::Unset("unset"),
+    place: Place::Rule,
+    doc: "",
+    check: None,
+    rule: None,
+    global: None,
+    fallback: None,
+};
+
+/// Largest connection limit (`maxconn`, `maxconn-per-client`), as a range bound.
+const MAX_CONN: u64 = MAX_ASSOC_LIMIT as u64;
+
+/// Every setting oi reads, rule options first (in `--check`'s order), then
+/// the global settings, then YAML's pool and backend keys.
+// Every entry ends in `..BASE`, even one that sets every field, so adding a
+// field to `Setting` never means editing every entry.
+#[allow(clippy::needless_update)]
+pub static SETTINGS: &[Setting] = &[
+    // `buffersize` first: `--check` lists global settings in table order,
+    // and has always begun with it (the rule options' order is their own).
+    Setting {
+        conf: Some("buffersize"),
+        yaml: Some("buffer_size"),
+        yaml_place: Place::Global,
+        flag: Some("--buffer-size"),
+        value: Value::Number(1024, 1024 * 1024),
+        default: Default::Engine("65536"),
+        place: Place::Global,
+        doc: "Size in bytes of each copy buffer (and the pipe size splice asks \
+              for). Read at start only: the buffer pools are sized once, so a \
+              reload does not change it.",
+        global: Some(|c| Slot::Count(&mut c.globals.buffer_size)),
+        check: Some("the copy-buffer size, read at start (--buffer-size wins)"),
+        ..BASE
+    },
+    // ---- rule options ----
+    Setting {
+        conf: Some("timeout"),
+        yaml: Some("timeout"),
+        value: Value::Seconds(1, MAX_UDP_TIMEOUT_SECS),
+        applies: &[Applies::Udp],
+        default: Default::ByFormat {
+            conf: "72",
+            yaml: "10",
+        },
+        doc: "How long a UDP association (one client's flow) may stay idle before \
+              oi forgets it and closes its socket; on a TCP to UDP rule, how long \
+              the TCP connection may go without a datagram either way. The default \
+              is rinetd 0.73's 72 seconds in rinetd.conf and rinetd-uv's 10 seconds \
+              in YAML.",
+        rule: Some(|o| Slot::Time(&mut o.timeout)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("src"),
+        yaml: Some("connect[].src"),
+        yaml_place: Place::Backend,
+        value: Value::Host,
+        applies: &[Applies::IpBackend],
+        default: Default::Unset("the kernel chooses"),
+        doc: "Local address to bind before connecting to the backend, so the \
+              backend sees connections from it (a host name is looked up like a \
+              backend's, for the backend's address family). In YAML it is a \
+              backend's key, and a backend's own src wins over the rule's.",
+        rule: Some(|o| Slot::Host(&mut o.src)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("splice"),
+        yaml: Some("splice"),
+        flag: Some("--splice"),
+        value: Value::Word(&SpliceMode::NAMES),
+        // No warning on UDP rules: a TCP to UDP rule's client side is TCP,
+        // and rinetd.conf files have always been allowed to say it.
+        default: Default::Engine("auto"),
+        doc: "Zero-copy forwarding with splice(2) for this rule's TCP connections \
+              (an oi extension): on, off, or auto (splice where the platform has \
+              it, which measured faster). Connections that cannot get a pipe copy \
+              instead. UDP does not splice.",
+        rule: Some(|o| Slot::Splice(&mut o.splice)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("maxassoc"),
+        yaml: Some("maxassoc"),
+        value: Value::Number(1, MAX_CONN),
+        applies: &[Applies::Udp],
+        default: Default::ByFormat {
+            conf: "10000",
+            yaml: "5000",
+        },
+        doc: "Most UDP associations this rule keeps at once (an oi extension); at \
+              the cap a new client evicts the one idle longest. The global \
+              max-udp-connections is its default. Whatever it says, all UDP \
+              listeners together hold at most half the open-file limit.",
+        rule: Some(|o| Slot::Count(&mut o.max_assoc)),
+        fallback: Some(|g| Slot::Count(&mut g.max_udp_connections)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("keepalive"),
+        yaml: Some("keepalive"),
+        value: Value::Switch,
+        applies: &[Applies::TcpBackend],
+        default: Default::Is("on"),
+        doc: "TCP keepalive (SO_KEEPALIVE) on the rule's client and backend \
+              sockets, so a peer that vanished is noticed (rinetd-uv).",
+        rule: Some(|o| Slot::Switch(&mut o.keepalive)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("connect-timeout"),
+        yaml: Some("connect_timeout"),
+        yaml_place: Place::RuleAndGlobal,
+        flag: Some("--connect-timeout"),
+        value: Value::Seconds(0, MAX_CONNECT_TIMEOUT_SECS),
+        applies: &[Applies::TcpBackend],
+        default: Default::Engine("10"),
+        place: Place::RuleAndGlobal,
+        doc: "How long to wait for each backend address to accept a connection \
+              before trying the next one; 0 leaves it to the kernel (bounded at \
+              one day). The global line is the default of the rule option \
+              (rinetd-uv).",
+        rule: Some(|o| Slot::Time(&mut o.connect_timeout)),
+        global: Some(|c| Slot::Time(&mut c.globals.connect_timeout)),
+        fallback: Some(|g| Slot::Time(&mut g.connect_timeout)),
+        check: Some("default for rules without their own connect-timeout (0 = the kernel's)"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("dns-refresh"),
+        yaml: Some("dns_refresh"),
+        yaml_place: Place::Global,
+        value: Value::Seconds(0, MAX_DNS_REFRESH_SECS),
+        default: Default::Is("600"),
+        place: Place::RuleAndGlobal,
+        doc: "How often backend host names are looked up again, off the \
+              forwarding threads; 0 never looks again. A name is also looked up \
+              again after 3 failed connects in a row and on every reload. A YAML \
+              backend's own dns_refresh wins over the rule's, which wins over the \
+              global one (rinetd-uv).",
+        rule: Some(|o| Slot::Time(&mut o.dns_refresh)),
+        global: Some(|c| Slot::Time(&mut c.globals.dns_refresh)),
+        fallback: Some(|g| Slot::Time(&mut g.dns_refresh)),
+        check: Some("how often backend names are looked up again (0 = never; also after 3 failed connects and on SIGHUP)"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("mode"),
+        yaml: Some("mode"),
+        value: Value::Mode,
+        applies: &[Applies::UnixListener],
+        default: Default::Unset("as the umask leaves it"),
+        doc: "Permissions of a unix listening socket's file, in octal (0660), set \
+              before the socket accepts (rinetd-uv). Who may connect to a unix \
+              socket is decided by this and the file's owner: allow and deny do \
+              not apply to unix clients. An abstract socket (unix:@name) has no \
+              file, so no mode.",
+        rule: Some(|o| Slot::Mode(&mut o.mode)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("proxy"),
+        yaml: Some("proxy"),
+        value: Value::Word(&["v1", "v2"]),
+        default: Default::Unset("no header"),
+        doc: "Write a PROXY protocol header of this version (haproxy's \
+              proxy-protocol.txt) to the backend before the first client byte, \
+              carrying the client's address (an oi extension). Towards UDP, and \
+              on a UDP listener, only v2 can describe the datagrams: v1 there is \
+              an error. See docs/edge.md.",
+        rule: Some(|o| Slot::Proxy(&mut o.proxy)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("accept-proxy"),
+        yaml: Some("accept_proxy"),
+        value: Value::Switch,
+        applies: &[Applies::IpClient],
+        default: Default::Unset("off"),
+        doc: "Read a PROXY header (v1 or v2) from each client that matches a \
+              trust-proxy pattern, and treat the address it carries as the client \
+              for allow/deny, the log, maxconn-per-client and a header sent on (an \
+              oi extension). Written alone, [accept-proxy] means on. A peer \
+              matching no trust-proxy pattern is refused. See docs/edge.md.",
+        rule: Some(|o| Slot::Switch(&mut o.accept_proxy)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("maxconn"),
+        yaml: Some("maxconn"),
+        value: Value::Number(1, MAX_CONN),
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no limit"),
+        doc: "Most TCP connections open at once on this rule (an oi extension); \
+              one more is closed at once and logged limit-reached. On a UDP \
+              listener it does nothing (maxassoc caps associations).",
+        rule: Some(|o| Slot::Count(&mut o.maxconn)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("maxconn-per-client"),
+        yaml: Some("maxconn_per_client"),
+        value: Value::Number(1, MAX_CONN),
+        applies: &[Applies::IpClient, Applies::TcpListener],
+        default: Default::Unset("no limit"),
+        doc: "Most TCP connections open at once from one client address on this \
+              rule (an oi extension); the address is the one a PROXY header \
+              carries when the rule accepts one.",
+        rule: Some(|o| Slot::Count(&mut o.maxconn_per_client)),
+        ..BASE
+    },
+    // ---- lines that are neither options nor one-value globals ----
+    Setting {
+        conf: Some("allow"),
+        yaml: Some("access.allow"),
+        yaml_place: Place::RuleAndGlobal,
+        value: Value::Pattern,
+        default: Default::Unset("every client"),
+        place: Place::RuleAndGlobal,
+        doc: "Clients that may connect. Before the first rule the line is global; \
+              after a rule it belongs to that rule (every port of a range). When \
+              global allow patterns exist a client must match one, and when the \
+              rule has some it must match one of those too; otherwise it is \
+              logged not-allowed. The line may repeat.",
+        ..BASE
+    },
+    Setting {
+        conf: Some("deny"),
+        yaml: Some("access.deny"),
+        yaml_place: Place::RuleAndGlobal,
+        value: Value::Pattern,
+        default: Default::Unset("no client"),
+        place: Place::RuleAndGlobal,
+        doc: "Clients that may not connect, placed as allow lines are; a match is \
+              logged denied. Checked in rinetd's order: global allow, global \
+              deny, the rule's allow, the rule's deny.",
+        ..BASE
+    },
+    Setting {
+        conf: Some("trust-proxy"),
+        yaml: Some("trust_proxy"),
+        yaml_place: Place::RuleAndGlobal,
+        value: Value::Pattern,
+        default: Default::Unset("no one"),
+        place: Place::RuleAndGlobal,
+        doc: "Peers whose PROXY header an accept-proxy rule honours, placed as \
+              allow lines are (an oi extension). With none, global or the \
+              rule's, an accept-proxy rule refuses everyone, and --check warns.",
+        ..BASE
+    },
+    Setting {
+        conf: Some("include"),
+        value: Value::Glob,
+        default: Default::Unset("nothing"),
+        place: Place::Global,
+        doc: "Reads the files a name or glob matches, sorted, as if written at \
+              this line (rinetd-uv). Relative to the including file; at most 10 \
+              files deep, the main file counted; a cycle is an error naming the \
+              chain; at most 1,024 files and 16 MiB in all; a pattern matching \
+              nothing is a warning. Errors name the included file and its line; \
+              a reload reads every included file again.",
+        ..BASE
+    },
+    // ---- global settings ----
+    Setting {
+        conf: Some("logfile"),
+        yaml: Some("log_file"),
+        yaml_place: Place::Global,
+        value: Value::Path,
+        default: Default::Unset("no log"),
+        place: Place::Global,
+        doc: "Append one line per connection to this file, in rinetd's \
+              tab-separated format (or, with logcommon, the web server's common \
+              log format). A separate thread writes it; it is reopened on reload, \
+              so logrotate can move it. The last of repeated lines wins.",
+        global: Some(|c| Slot::Path(&mut c.logfile)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("logcommon"),
+        yaml: Some("log_common"),
+        yaml_place: Place::Global,
+        value: Value::Flag,
+        default: Default::Unset("off"),
+        place: Place::Global,
+        doc: "Write the log file in the common log format instead of tabs.",
+        global: Some(|c| Slot::Flag(&mut c.logcommon)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("pidlogfile"),
+        yaml: Some("pid_file"),
+        yaml_place: Place::Global,
+        value: Value::Path,
+        default: Default::Unset("/var/run/rinetd.pid in daemon mode, else none"),
+        place: Place::Global,
+        doc: "Where oi writes its process id when it runs as a daemon (--daemon, \
+              or started as rinetd); pidfile is another name for it. One that \
+              cannot be written is reported and oi runs on, as rinetd does.",
+        global: Some(|c| Slot::Path(&mut c.pidlogfile)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("dns-multi-ip-expand"),
+        yaml: Some("dns_multi_ip_expand"),
+        yaml_place: Place::Global,
+        value: Value::Switch,
+        default: Default::ByFormat {
+            conf: "off",
+            yaml: "on",
+        },
+        place: Place::Global,
+        doc: "Whether a backend name that resolves to several addresses becomes \
+              one backend per address (rinetd-uv); a refresh adds and removes \
+              them. Off, the addresses are tried in order as one backend.",
+        global: Some(|c| Slot::Switch(&mut c.globals.dns_multi_ip_expand)),
+        check: Some("whether each address of a backend name becomes a backend of its own"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("dns-multi-ip-proto"),
+        yaml: Some("dns_multi_ip_proto"),
+        yaml_place: Place::Global,
+        value: Value::Word(&["ipv4", "ipv6", "any"]),
+        default: Default::Is("ipv4"),
+        place: Place::Global,
+        doc: "Which addresses an expanded backend name keeps (rinetd-uv).",
+        global: Some(|c| Slot::IpFilter(&mut c.globals.dns_multi_ip_proto)),
+        check: Some("which addresses an expanded backend name keeps"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("listen-backlog"),
+        yaml: Some("listen_backlog"),
+        yaml_place: Place::Global,
+        value: Value::Number(1, 65_535),
+        default: Default::Is("1024"),
+        place: Place::Global,
+        doc: "The accept queue of every TCP and unix listener socket (rinetd-uv; \
+              oi's default is 1024, rinetd-uv's 128). The kernel caps it at \
+              net.core.somaxconn.",
+        global: Some(|c| Slot::Small(&mut c.globals.listen_backlog)),
+        check: Some("the accept queue of every TCP listener socket"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("max-udp-connections"),
+        yaml: Some("max_udp_connections"),
+        yaml_place: Place::Global,
+        value: Value::Number(1, MAX_CONN),
+        default: Default::ByFormat {
+            conf: "10000",
+            yaml: "5000",
+        },
+        place: Place::Global,
+        doc: "The default of maxassoc for every UDP rule (rinetd-uv).",
+        global: Some(|c| Slot::Count(&mut c.globals.max_udp_connections)),
+        check: Some("default of [maxassoc] for UDP rules"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("pool-min-free"),
+        yaml: Some("pool_min_free"),
+        yaml_place: Place::Global,
+        value: Value::Number(0, 10_000),
+        default: Default::Unset("ignored"),
+        place: Place::Global,
+        doc: "Accepted for rinetd-uv configurations and ignored: oi's buffer \
+              pools size themselves.",
+        global: Some(|c| Slot::Small(&mut c.globals.pool_min_free)),
+        check: Some("ignored; oi's buffer pools size themselves"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("pool-max-free"),
+        yaml: Some("pool_max_free"),
+        yaml_place: Place::Global,
+        value: Value::Number(1, 100_000),
+        default: Default::Unset("ignored"),
+        place: Place::Global,
+        doc: "Accepted for rinetd-uv configurations and ignored, as pool-min-free.",
+        global: Some(|c| Slot::Small(&mut c.globals.pool_max_free)),
+        check: Some("ignored; oi's buffer pools size themselves"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("pool-trim-delay"),
+        yaml: Some("pool_trim_delay"),
+        yaml_place: Place::Global,
+        value: Value::Millis(100, 300_000),
+        default: Default::Unset("ignored"),
+        place: Place::Global,
+        doc: "Accepted for rinetd-uv configurations and ignored, as pool-min-free.",
+        global: Some(|c| Slot::Time(&mut c.globals.pool_trim_delay)),
+        check: Some("ignored; oi's buffer pools size themselves"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("statusfile"),
+        yaml: Some("status.file"),
+        yaml_place: Place::Global,
+        flag: Some("--status-file"),
+        value: Value::Path,
+        default: Default::Unset("none"),
+        place: Place::Global,
+        doc: "Write rinetd-uv's status report (JSON or text) to this file every \
+              statusinterval, replaced whole (written beside it and renamed), \
+              from a thread of its own.",
+        global: Some(|c| Slot::Path(&mut c.globals.status_file)),
+        check: Some("the status file, rewritten every statusinterval (--status-file wins)"),
+        ..BASE
+    },
+    Setting {
+        yaml: Some("status.enabled"),
+        yaml_place: Place::Global,
+        value: Value::Switch,
+        default: Default::Is("on"),
+        place: Place::Global,
+        doc: "YAML only: false keeps the status file from being written although \
+              status.file names one.",
+        global: Some(|c| Slot::Switch(&mut c.globals.status_enabled)),
+        check: Some("whether the status file is written"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("statusinterval"),
+        yaml: Some("status.interval"),
+        yaml_place: Place::Global,
+        flag: Some("--status-interval"),
+        value: Value::Seconds(1, 86_400),
+        default: Default::Is("30"),
+        place: Place::Global,
+        doc: "How often the status file is rewritten.",
+        global: Some(|c| Slot::Time(&mut c.globals.status_interval)),
+        check: Some("how often the status file is rewritten (--status-interval wins)"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("statusformat"),
+        yaml: Some("status.format"),
+        yaml_place: Place::Global,
+        flag: Some("--status-format"),
+        value: Value::Word(&crate::config::StatusFormat::NAMES),
+        default: Default::Is("json"),
+        place: Place::Global,
+        doc: "The status file's format: rinetd-uv's JSON document or its \
+              human-readable report.",
+        global: Some(|c| Slot::StatusFormat(&mut c.globals.status_format)),
+        check: Some("the status file's format (--status-format wins)"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("statsloginterval"),
+        yaml: Some("stats_log_interval"),
+        yaml_place: Place::Global,
+        flag: Some("--stats-log-interval"),
+        value: Value::Seconds(0, 86_400),
+        default: Default::Is("60"),
+        place: Place::Global,
+        doc: "How often oi logs a one-line STATS summary of its counters; 0 turns \
+              it off.",
+        global: Some(|c| Slot::Time(&mut c.globals.stats_log_interval)),
+        check: Some("how often a STATS line is logged (--stats-log-interval wins)"),
+        ..BASE
+    },
+    Setting {
+        conf: Some("maxconn"),
+        yaml: Some("maxconn"),
+        yaml_place: Place::Global,
+        value: Value::Number(1, MAX_CONN),
+        default: Default::Unset("no limit"),
+        place: Place::Global,
+        doc: "Most TCP connections open at once over all rules (an oi \
+              extension); one more is closed at once and logged limit-reached.",
+        global: Some(|c| Slot::Count(&mut c.globals.max_connections)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("metrics"),
+        flag: Some("--metrics"),
+        value: Value::Address,
+        default: Default::Unset("off"),
+        place: Place::Global,
+        doc: "Serve Prometheus metrics at http://ADDR/metrics (an oi extension), \
+              from a thread of its own. Bind it to a loopback or management \
+              address: it has no authentication.",
+        global: Some(|c| Slot::Address(&mut c.globals.metrics)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("controlsocket"),
+        flag: Some("--socket"),
+        value: Value::Path,
+        default: Default::Unset("none"),
+        place: Place::Global,
+        doc: "The unix socket (mode 0600) the server answers oi status and oi \
+              connections on (an oi extension); with it in the file, oi -c FILE \
+              status finds the socket.",
+        global: Some(|c| Slot::Path(&mut c.globals.control_socket)),
+        ..BASE
+    },
+    // ---- YAML pools and backends ----
+    Setting {
+        yaml: Some("load_balancing.algorithm"),
+        value: Value::Word(&crate::config::Algorithm::NAMES),
+        default: Default::Is("roundrobin"),
+        doc: "How a rule with several backends picks one for a new connection: \
+              smooth weighted round robin, fewest active connections (weight \
+              breaks ties), weighted random, or a hash of the client address.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("load_balancing.health_threshold"),
+        value: Value::Number(1, 100),
+        default: Default::Is("3"),
+        doc: "Consecutive failed connects after which a backend counts as down.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("load_balancing.recovery_timeout"),
+        value: Value::Seconds(1, 86_400),
+        default: Default::Is("30"),
+        doc: "How long a down backend is skipped before it is tried again.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("load_balancing.affinity_ttl"),
+        value: Value::Seconds(0, 30 * 86_400),
+        default: Default::Is("0 (off)"),
+        doc: "How long a client keeps going to the backend it was last sent to.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("load_balancing.affinity_max_entries"),
+        value: Value::Number(100, 10_000_000),
+        default: Default::Is("10000"),
+        doc: "Most clients the affinity table remembers; the least recently seen \
+              are forgotten first.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("connect[].dest"),
+        value: Value::Other("HOST:PORT[/PROTO], [IPv6]:PORT[/PROTO] or unix:PATH"),
+        default: Default::Unset("required"),
+        place: Place::Backend,
+        doc: "Where the backend is. A connect: list may also hold these strings \
+              alone.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("connect[].name"),
+        value: Value::Other("text"),
+        default: Default::Unset("none"),
+        place: Place::Backend,
+        doc: "The backend's name in status reports.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("connect[].weight"),
+        value: Value::Number(1, crate::config::MAX_WEIGHT as u64),
+        default: Default::Is("1"),
+        place: Place::Backend,
+        doc: "The backend's share of new connections.",
+        ..BASE
+    },
+    Setting {
+        yaml: Some("connect[].dns_refresh"),
+        value: Value::Seconds(0, MAX_DNS_REFRESH_SECS),
+        default: Default::Unset("the global dns_refresh"),
+        place: Place::Backend,
+        doc: "How often this backend's name is looked up again; 0 never.",
+        ..BASE
+    },
+];
