@@ -36,12 +36,6 @@ enum How {
 
 use How::*;
 
-/// A benchmark's reason.
-const BENCH: &str = "a benchmark: minutes of timed load, run by hand";
-/// The profiling recipe's reason.
-const PROFILING: &str =
-    "the profiling recipe: a profiling build (minutes), perf, and a server run until Ctrl-C";
-
 /// Every command README.md shows, as the test extracts it, and what the test does with it.
 const COMMANDS: &[(&str, How)] = &[
     (
