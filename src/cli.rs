@@ -147,15 +147,37 @@ pub enum Ask {
         #[arg(long)]
         json: bool,
     },
+    /// Watch it live, like top: rules, backends and the busiest connections
+    /// (q quit, s sort, f filter by rule, p pause). Not on a terminal: one table.
+    Top {
+        /// Time between polls of the control socket.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
+        interval: Duration,
+    },
+}
+
+/// What `oi status`, `oi connections` or `oi top` does with the answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Print one answer, text or JSON.
+    Print {
+        /// What to ask.
+        query: Query,
+        /// JSON instead of text.
+        json: bool,
+    },
+    /// Poll every `interval` and show the live view.
+    Top {
+        /// Time between polls.
+        interval: Duration,
+    },
 }
 
 /// A question for a running oi, from `oi status` or `oi connections`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientQuery {
-    /// What to ask.
-    pub query: Query,
-    /// JSON instead of text.
-    pub json: bool,
+    /// What to ask, and what to do with the answer.
+    pub action: ClientAction,
     /// The control socket (`--socket`); required until the configuration's
     /// `controlsocket` can supply it.
     pub socket: Option<PathBuf>,
@@ -290,13 +312,19 @@ impl RunOptions {
                 ..Default::default()
             },
             client: cli.command.map(|ask| {
-                let (query, json) = match ask {
-                    Ask::Status { json } => (Query::Status, json),
-                    Ask::Connections { json } => (Query::Connections, json),
+                let action = match ask {
+                    Ask::Status { json } => ClientAction::Print {
+                        query: Query::Status,
+                        json,
+                    },
+                    Ask::Connections { json } => ClientAction::Print {
+                        query: Query::Connections,
+                        json,
+                    },
+                    Ask::Top { interval } => ClientAction::Top { interval },
                 };
                 ClientQuery {
-                    query,
-                    json,
+                    action,
                     socket: cli.socket,
                 }
             }),
@@ -538,11 +566,23 @@ mod tests {
     fn status_and_connections_are_subcommands_beside_the_old_flags() {
         let o = parse(&["status", "--socket", "/run/oi.sock"]).expect("valid");
         let q = o.client.expect("a question");
-        assert_eq!((q.query, q.json), (Query::Status, false));
+        assert_eq!(
+            q.action,
+            ClientAction::Print {
+                query: Query::Status,
+                json: false
+            }
+        );
         assert_eq!(q.socket, Some(PathBuf::from("/run/oi.sock")));
         let o = parse(&["--socket=/s", "connections", "--json"]).expect("valid");
         let q = o.client.expect("a question");
-        assert_eq!((q.query, q.json), (Query::Connections, true));
+        assert_eq!(
+            q.action,
+            ClientAction::Print {
+                query: Query::Connections,
+                json: true
+            }
+        );
         assert_eq!(q.socket, Some(PathBuf::from("/s")));
         assert!(parse(&["status"])
             .expect("valid")
@@ -556,6 +596,17 @@ mod tests {
         assert_eq!(o.conf_file, PathBuf::from("/etc/x.conf"));
         let cli = Cli::try_parse_from(["rinetd", "-f", "-c", "/etc/rinetd.conf"]).expect("valid");
         assert!(RunOptions::from_cli(cli, true).client.is_none());
+        let q = parse(&["top", "--interval=250ms"])
+            .expect("valid")
+            .client
+            .expect("a question");
+        assert_eq!(
+            q.action,
+            ClientAction::Top {
+                interval: Duration::from_millis(250)
+            }
+        );
+        assert!(error(&["top", "--interval=0"]).contains("--interval"));
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod service;
 mod shared;
 pub mod stats;
 mod tcp;
+pub mod top;
 mod udp;
 mod unix;
 

@@ -200,7 +200,11 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match crate::observe::ask(&socket, q.query, q.json) {
+    let (query, json) = match q.action {
+        crate::cli::ClientAction::Print { query, json } => (query, json),
+        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, interval),
+    };
+    match crate::observe::ask(&socket, query, json) {
         Ok(answer) => {
             print!("{answer}");
             ExitCode::SUCCESS

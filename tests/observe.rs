@@ -500,12 +500,18 @@ fn metrics_parse_as_prometheus_text_and_count_the_traffic() {
         0.0
     );
     assert!(value(&samples, "oi_open_descriptors", &[]) > 0.0);
+    assert!(
+        value(&samples, "oi_descriptors_limit", &[])
+            >= value(&samples, "oi_open_descriptors", &[])
+    );
     let b = backend.to_string();
     let bl = [("rule", rule.as_str()), ("backend", b.as_str())];
     assert_eq!(value(&samples, "oi_backend_connections_total", &bl), 1.0);
-    // Anything else is 404; an endless head is cut off unanswered.
+    // The status page and its JSON are served beside /metrics (see
+    // tests/status_page.rs); anything else is 404; an endless head is cut
+    // off unanswered.
+    assert!(http(addr, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
     for req in [
-        "GET / HTTP/1.1\r\n\r\n",
         "POST /metrics HTTP/1.1\r\n\r\n",
         "GET /metricsx HTTP/1.1\r\n\r\n",
     ] {

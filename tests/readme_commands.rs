@@ -36,12 +36,6 @@ enum How {
 
 use How::*;
 
-/// A benchmark's reason.
-const BENCH: &str = "a benchmark: minutes of timed load, run by hand";
-/// The profiling recipe's reason.
-const PROFILING: &str =
-    "the profiling recipe: a profiling build (minutes), perf, and a server run until Ctrl-C";
-
 /// Every command README.md shows, as the test extracts it, and what the test does with it.
 const COMMANDS: &[(&str, How)] = &[
     (
@@ -83,34 +77,15 @@ const COMMANDS: &[(&str, How)] = &[
         NotRun("needs systemd and the installed unit"),
     ),
     ("journalctl -u oi", NotRun("needs systemd's journal")),
+    (
+        "oi -c /etc/rinetd.conf --status-file /run/oi/status.json",
+        Serve,
+    ),
+    ("oi -c /etc/rinetd.conf --metrics 127.0.0.1:9465", Serve),
+    ("oi -c /etc/rinetd.conf --socket /run/oi/oi.sock", Serve),
+    ("oi status --socket /run/oi/oi.sock", WhileServing),
     ("oi connections --socket /run/oi/oi.sock", WhileServing),
-    ("benches/compare.sh", NotRun(BENCH)),
-    (
-        "OI_BASELINE=/path/to/old/oi benches/compare.sh",
-        NotRun(BENCH),
-    ),
-    (
-        "ORIGINAL_OXIDINETD=/path/to/oxidinetd benches/compare.sh",
-        NotRun(BENCH),
-    ),
-    ("THREADS=\"1 2 16 64\" benches/syscalls.sh", NotRun(BENCH)),
-    ("cargo bench --bench pump", NotRun(BENCH)),
-    ("cargo bench --bench parse", NotRun(BENCH)),
-    ("benches/udp.sh", NotRun(BENCH)),
-    (
-        "RUSTFLAGS=\"-C force-frame-pointers=yes\" cargo build --profile profiling --examples --bins",
-        NotRun(PROFILING),
-    ),
-    (
-        "target/profiling/examples/loadgen echo-server 127.0.0.1:9001 &",
-        NotRun(PROFILING),
-    ),
-    (
-        "perf record -g target/profiling/oi -c profiling.conf",
-        NotRun(PROFILING),
-    ),
-    ("perf report --no-children", NotRun(PROFILING)),
-    ("strace -c -f -p \"$(pidof oi)\"", NotRun(PROFILING)),
+    ("oi top --socket /run/oi/oi.sock", WhileServing),
 ];
 
 /// System paths the README's commands name, and the file in the test's
@@ -118,7 +93,11 @@ const COMMANDS: &[(&str, How)] = &[
 const PATHS: &[(&str, &str)] = &[
     ("/etc/rinetd.conf", "rinetd.conf"),
     ("/run/oi/oi.sock", "oi.sock"),
+    ("/run/oi/status.json", "status.json"),
 ];
+
+/// The metrics address the README shows; the test serves on a free port instead.
+const METRICS: &str = "127.0.0.1:9465";
 
 /// `text` without a trailing `# comment` (a `#` after whitespace, outside quotes).
 fn strip_comment(text: &str) -> &str {
@@ -215,6 +194,8 @@ fn every_readme_command_is_run_or_listed_with_a_reason() {
 struct Bench {
     /// The directory (commands run in it).
     dir: tempfile::TempDir,
+    /// The free loopback address that stands for [`METRICS`].
+    metrics: String,
 }
 
 impl Bench {
@@ -231,14 +212,20 @@ impl Bench {
             backend.port()
         );
         std::fs::write(dir.path().join("rinetd.conf"), conf).expect("write conf");
-        Bench { dir }
+        Bench {
+            dir,
+            metrics: format!("127.0.0.1:{}", free_port()),
+        }
     }
 
     /// `command` with the system paths replaced by the prepared files.
     fn mapped(&self, command: &str) -> String {
-        PATHS.iter().fold(command.to_string(), |c, (from, to)| {
-            c.replace(from, &self.dir.path().join(to).display().to_string())
-        })
+        PATHS
+            .iter()
+            .fold(command.to_string(), |c, (from, to)| {
+                c.replace(from, &self.dir.path().join(to).display().to_string())
+            })
+            .replace(METRICS, &self.metrics)
     }
 
     /// `sh -c command` (paths mapped) in the directory, with the built oi first on PATH.
@@ -283,17 +270,20 @@ fn readme_commands_run_as_written() {
     for c in of(|h| matches!(h, Run)) {
         bench.run(c);
     }
-    let servers = of(|h| matches!(h, Serve));
-    let questions = of(|h| matches!(h, WhileServing));
-    assert!(
-        servers.len() == 1 || questions.is_empty(),
-        "WhileServing commands need one Serve command: {servers:?}"
-    );
-    let Some(server) = servers.first() else {
-        return;
-    };
+    // Each server command in turn serves while every WhileServing command
+    // asks it (the prepared configuration names the control socket, so each
+    // server has one).
+    for server in of(|h| matches!(h, Serve)) {
+        serve_and_ask(&bench, server, &of(|h| matches!(h, WhileServing)));
+    }
+}
+
+/// Runs `server` until it reports ready, runs each of `questions` against
+/// it, and checks it is still serving.
+fn serve_and_ask(bench: &Bench, server: &str, questions: &[&String]) {
     // The server tells its service manager it is ready: the test listens.
     let notify_path = bench.dir.path().join("notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
     let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
     notify
         .set_read_timeout(Some(Duration::from_secs(20)))

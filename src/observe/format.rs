@@ -144,6 +144,7 @@ pub fn status_json(s: &Snapshot) -> Value {
             "started": utc(s.started_at),
             "reloads_failed": s.reloads_failed,
             "descriptors": s.descriptors,
+            "descriptors_limit": s.descriptor_limit,
             "totals": counters_json(t),
             "datagram_buffers_pooled": s.datagram_buffers_pooled,
             "pipes": {

@@ -6,8 +6,9 @@
 //! keeping a second set of counters in step with ours.
 //!
 //! The HTTP side is a few lines on purpose: one request per connection,
-//! `GET /metrics` or 404, with bounds on what a client can make it hold
-//! (see [`super::limits`]).
+//! `GET /metrics`, the status page (`GET /`, [`super::page`]) and the JSON it
+//! polls (`GET /status.json`, the status file's document), or 404, with
+//! bounds on what a client can make it hold (see [`super::limits`]).
 
 use super::limits::{self, Gate};
 use crate::shared::Shared;
@@ -167,6 +168,15 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
             fds,
         )?;
     }
+    if let Some(limit) = s.descriptor_limit {
+        single(
+            enc,
+            "oi_descriptors_limit",
+            "The soft open-file limit (RLIMIT_NOFILE) oi_open_descriptors may reach.",
+            Gauge,
+            limit,
+        )?;
+    }
     family(
         enc,
         "oi_buffers_pooled",
@@ -283,6 +293,7 @@ pub(super) async fn serve(
     ex: Rc<LocalExecutor<'static>>,
     listener: Async<TcpListener>,
     registry: Arc<Registry>,
+    shared: Arc<Shared>,
 ) {
     let gate = Gate::new(limits::MAX_CLIENTS);
     loop {
@@ -297,9 +308,10 @@ pub(super) async fn serve(
         // Past the cap the connection is closed at once, unanswered.
         let Some(pass) = gate.enter() else { continue };
         let registry = registry.clone();
+        let shared = shared.clone();
         ex.spawn(async move {
             let _pass = pass;
-            if let Err(e) = answer(stream, &registry).await {
+            if let Err(e) = answer(stream, &registry, &shared).await {
                 log::debug!("metrics request: {e}");
             }
         })
@@ -308,29 +320,47 @@ pub(super) async fn serve(
 }
 
 /// Reads one request head and answers it.
-async fn answer(mut stream: Async<TcpStream>, registry: &Registry) -> std::io::Result<()> {
+async fn answer(
+    mut stream: Async<TcpStream>,
+    registry: &Registry,
+    shared: &Shared,
+) -> std::io::Result<()> {
     let head = limits::read_head(&mut stream, b"\r\n\r\n").await?;
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let (method, target) = (words.next(), words.next());
     let path = target.map(|t| t.split('?').next().unwrap_or(t));
-    let response = if method == Some("GET") && path == Some("/metrics") {
-        let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, registry)
-            .map_err(|_| std::io::Error::other("cannot encode the metrics"))?;
+    let ok = |kind: &str, body: &str| {
         format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+             Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
-    } else {
-        let body = "not found: only GET /metrics is served\n";
-        format!(
-            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
-            body.len()
-        )
+    };
+    let response = match (method, path) {
+        (Some("GET"), Some("/metrics")) => {
+            let mut body = String::new();
+            prometheus_client::encoding::text::encode(&mut body, registry)
+                .map_err(|_| std::io::Error::other("cannot encode the metrics"))?;
+            ok(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                &body,
+            )
+        }
+        (Some("GET"), Some("/")) => ok("text/html; charset=utf-8", super::page::HTML),
+        (Some("GET"), Some("/status.json")) => ok(
+            "application/json",
+            &super::format::status_json(&shared.snapshot()).to_string(),
+        ),
+        _ => {
+            let body = "not found: GET /, /metrics or /status.json\n";
+            format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            )
+        }
     };
     limits::bounded(stream.write_all(response.as_bytes())).await??;
     // One request per connection: shut down our side and let it close.
@@ -399,6 +429,7 @@ mod tests {
                 },
             ],
             descriptors: Some(42),
+            descriptor_limit: Some(1024),
             buffer_size: 65536,
             buffers_pooled: 5,
             datagram_buffers_pooled: 6,

@@ -12,6 +12,7 @@ mod control;
 pub mod format;
 mod limits;
 mod metrics;
+mod page;
 mod status_file;
 
 pub use control::{ask, Query};
@@ -153,7 +154,7 @@ fn run(
         match Async::new(l) {
             Ok(l) => {
                 let registry = Arc::new(metrics::registry(shared.clone()));
-                tasks.push(ex.spawn(metrics::serve(ex.clone(), l, registry)));
+                tasks.push(ex.spawn(metrics::serve(ex.clone(), l, registry, shared.clone())));
             }
             Err(e) => log::error!("metrics endpoint: {e}"),
         }

@@ -189,6 +189,7 @@ impl Stats {
             totals: self.process.values(process_ended, all_from, all_to),
             rules: rule_values,
             descriptors: open_descriptors(),
+            descriptor_limit: descriptor_limit(),
             buffer_size: pools.buffers.buffer_size(),
             buffers_pooled: pools.buffers.pooled(),
             datagram_buffers_pooled: pools.datagrams.pooled(),
@@ -253,6 +254,9 @@ pub struct Snapshot {
     pub rules: Vec<RuleValues>,
     /// Descriptors open (entries of /proc/self/fd), if readable.
     pub descriptors: Option<u64>,
+    /// The soft NOFILE limit: what `descriptors` may reach before accept(2)
+    /// fails with EMFILE (alerts compare the two).
+    pub descriptor_limit: Option<u64>,
     /// Size of each TCP copy buffer.
     pub buffer_size: usize,
     /// Copy buffers waiting in the pool.
@@ -275,6 +279,11 @@ pub struct Snapshot {
     pub log_lines_queued: usize,
     /// Log lines dropped because the queue was full.
     pub log_lines_dropped: u64,
+}
+
+/// The soft open-file limit, if there is one.
+fn descriptor_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }
 
 /// Entries of /proc/self/fd, less the one used to read it.

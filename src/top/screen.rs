@@ -1,0 +1,183 @@
+//! Drawing a [`View`] on the terminal with ratatui. ratatui keeps the last
+//! frame and writes only the cells that changed, so a redraw every interval
+//! does not flicker, and it lays the tables out again for the new size when
+//! the terminal is resized.
+
+use super::model::{human_rate, View, ViewOptions};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style, Stylize};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Row, Table};
+use ratatui::Frame;
+
+/// What the header shows besides the view.
+pub(super) struct Header<'a> {
+    /// The control socket polled.
+    pub socket: &'a str,
+    /// Seconds between polls.
+    pub interval: f64,
+    /// Frozen by `p`.
+    pub paused: bool,
+    /// The last poll's error, if it failed (the last good view stays up).
+    pub error: Option<&'a str>,
+}
+
+/// Draws one frame.
+pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
+    let rule_rows = v.rules.len() as u16;
+    let backend_rows = v.backends.len() as u16;
+    let [head, rules, backends, conns, keys] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Max(rule_rows.saturating_add(3)),
+        Constraint::Max(backend_rows.saturating_add(3)),
+        Constraint::Min(4),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+
+    let state = if h.paused { "  PAUSED" } else { "" };
+    let filter = opts
+        .filter
+        .as_deref()
+        .map_or(String::new(), |r| format!("  rule: {r}"));
+    f.render_widget(
+        ratatui::widgets::Paragraph::new(vec![
+            Line::from(format!(
+                "oi top — {}  every {:.1}s  sort: {}{filter}{state}",
+                h.socket,
+                h.interval,
+                opts.sort.label()
+            ))
+            .bold(),
+            match h.error {
+                Some(e) => Line::from(format!("cannot poll: {e}")).red(),
+                None => Line::from(format!(
+                    "active {}  new {:.1}/s  in {}  out {}  descriptors {}",
+                    v.active,
+                    v.new_per_s,
+                    human_rate(v.in_per_s),
+                    human_rate(v.out_per_s),
+                    v.descriptors
+                )),
+            },
+        ]),
+        head,
+    );
+
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    // Name columns as wide as their longest entry (within bounds), so the
+    // numbers sit next to the names instead of across the screen.
+    let fit = |len: Option<usize>, head: &str| {
+        Constraint::Length(len.unwrap_or(0).max(head.len()).clamp(4, 48) as u16)
+    };
+    let rule_w = fit(v.rules.iter().map(|r| r.name.chars().count()).max(), "RULE");
+    let b_rule_w = fit(
+        v.backends.iter().map(|b| b.rule.chars().count()).max(),
+        "RULE",
+    );
+    let b_name_w = fit(
+        v.backends.iter().map(|b| b.name.chars().count()).max(),
+        "BACKEND",
+    );
+    let c_rule_w = fit(v.conns.iter().map(|c| c.rule.chars().count()).max(), "RULE");
+    let c_client_w = fit(
+        v.conns.iter().map(|c| c.client.chars().count()).max(),
+        "CLIENT",
+    );
+    let c_back_w = fit(
+        v.conns.iter().map(|c| c.backend.chars().count()).max(),
+        "BACKEND",
+    );
+    let table = Table::new(
+        v.rules.iter().map(|r| {
+            Row::new(vec![
+                r.name.clone(),
+                r.active.to_string(),
+                format!("{:.1}", r.new_per_s),
+                human_rate(r.in_per_s),
+                human_rate(r.out_per_s),
+                r.refused.to_string(),
+                r.errors.to_string(),
+            ])
+        }),
+        [
+            rule_w,
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(8),
+            Constraint::Length(7),
+        ],
+    )
+    .header(Row::new(["RULE", "ACTIVE", "NEW/S", "IN", "OUT", "REFUSED", "ERRORS"]).style(bold))
+    .block(Block::bordered().title("Rules"));
+    f.render_widget(table, rules);
+
+    let table = Table::new(
+        v.backends.iter().map(|b| {
+            let row = Row::new(vec![
+                b.rule.clone(),
+                b.name.clone(),
+                if b.up { "up".into() } else { "DOWN".into() },
+                b.active.to_string(),
+                format!("{:.0}%", b.load * 100.0),
+                human_rate(b.bytes_per_s),
+                b.probe_ms.map_or("-".into(), |p| format!("{p:.1}ms")),
+            ]);
+            if b.up {
+                row
+            } else {
+                row.red()
+            }
+        }),
+        [
+            b_rule_w,
+            b_name_w,
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Length(6),
+            Constraint::Length(10),
+            Constraint::Length(8),
+        ],
+    )
+    .header(
+        Row::new([
+            "RULE", "BACKEND", "STATE", "ACTIVE", "LOAD", "BYTES", "PROBE",
+        ])
+        .style(bold),
+    )
+    .block(Block::bordered().title("Backends"));
+    f.render_widget(table, backends);
+
+    let table = Table::new(
+        v.conns.iter().map(|c| {
+            Row::new(vec![
+                c.rule.clone(),
+                c.kind.clone(),
+                c.client.clone(),
+                c.backend.clone(),
+                format!("{:.0}s", c.age),
+                human_rate(c.in_per_s),
+                human_rate(c.out_per_s),
+            ])
+        }),
+        [
+            c_rule_w,
+            Constraint::Length(5),
+            c_client_w,
+            c_back_w,
+            Constraint::Length(7),
+            Constraint::Length(10),
+            Constraint::Length(10),
+        ],
+    )
+    .header(Row::new(["RULE", "KIND", "CLIENT", "BACKEND", "AGE", "IN", "OUT"]).style(bold))
+    .block(Block::bordered().title(format!("Busiest connections ({} live)", v.conns.len())));
+    f.render_widget(table, conns);
+
+    f.render_widget(
+        Line::from("q quit   s sort   f filter by rule   p pause").reversed(),
+        keys,
+    );
+}
