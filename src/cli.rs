@@ -154,6 +154,14 @@ pub enum Ask {
         #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
         interval: Duration,
     },
+    /// Print the configuration (-c, with its includes) in the other format:
+    /// rinetd.conf as YAML, YAML as rinetd.conf; what the other cannot say
+    /// becomes a comment. Reads the file only: no running oi is needed.
+    Convert {
+        /// The format to write (default: the one the file is not in).
+        #[arg(long, value_name = "FORMAT", value_parser = ["yaml", "conf"])]
+        to: Option<String>,
+    },
 }
 
 /// What `oi status`, `oi connections` or `oi top` does with the answers.
@@ -190,6 +198,8 @@ pub struct RunOptions {
     pub conf_file: PathBuf,
     /// Only check the configuration (`--check`).
     pub check: bool,
+    /// Print the configuration in this format and exit (`oi convert`).
+    pub convert: Option<crate::config::Format>,
     /// With `--check`, print nothing on success (`-q`).
     pub quiet: bool,
     /// Fork to the background (`--daemon`, or started as `rinetd`), unless `-f`.
@@ -266,9 +276,20 @@ impl RunOptions {
             .threads
             .or_else(|| NonZeroUsize::new(num_cpus::get().min(MAX_THREADS)))
             .unwrap_or(NonZeroUsize::MIN);
+        let convert = match &cli.command {
+            Some(Ask::Convert { to }) => Some(match to.as_deref() {
+                Some("yaml") => crate::config::Format::Yaml,
+                Some(_) => crate::config::Format::Conf,
+                // The other format than the file's.
+                None if crate::config::is_yaml(&cli.conf_file) => crate::config::Format::Conf,
+                None => crate::config::Format::Yaml,
+            }),
+            _ => None,
+        };
         RunOptions {
             conf_file: cli.conf_file,
             check: cli.check,
+            convert,
             quiet: cli.quiet,
             background: (cli.daemon || as_rinetd) && !cli.foreground,
             rinetd_defaults: cli.daemon || as_rinetd,
@@ -311,7 +332,7 @@ impl RunOptions {
                 control_socket: cli.socket.clone(),
                 ..Default::default()
             },
-            client: cli.command.map(|ask| {
+            client: cli.command.and_then(|ask| {
                 let action = match ask {
                     Ask::Status { json } => ClientAction::Print {
                         query: Query::Status,
@@ -322,11 +343,12 @@ impl RunOptions {
                         json,
                     },
                     Ask::Top { interval } => ClientAction::Top { interval },
+                    Ask::Convert { .. } => return None,
                 };
-                ClientQuery {
+                Some(ClientQuery {
                     action,
                     socket: cli.socket,
-                }
+                })
             }),
         }
     }

@@ -65,6 +65,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     if opts.check {
         return crate::check::run(&opts.conf_file, opts.quiet);
     }
+    if let Some(to) = opts.convert {
+        return convert(&opts.conf_file, to);
+    }
     // Drop-in and daemon mode also report to syslog, as rinetd does.
     diagnostics::init(opts.program, opts.rinetd_defaults);
     // The daemon changes to / before reading anything again: pin the path now.
@@ -211,6 +214,27 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         }
         Err(e) => {
             eprintln!("oi: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `oi convert`: the file (with its includes) in the format `to`, on stdout.
+fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
+    let source = conf_file.display().to_string();
+    match config::load(conf_file) {
+        Ok(c) => {
+            print!(
+                "{}",
+                match to {
+                    config::Format::Yaml => config::convert::to_yaml(&c, &source),
+                    config::Format::Conf => config::convert::to_conf(&c, &source),
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -59,6 +59,7 @@ const COMMANDS: &[(&str, How)] = &[
         NotRun("installs a package on the machine, as root"),
     ),
     ("oi --check -c /etc/rinetd.conf", Run),
+    ("oi convert -c /etc/rinetd.conf --to yaml", Run),
     (
         "cargo build --release",
         NotRun("a release build (minutes); the tests build the same code"),

@@ -5,6 +5,7 @@
 //! socket addresses, which is the only step that blocks.
 
 mod bounded;
+pub mod convert;
 mod hint;
 mod include;
 mod model;

@@ -20,6 +20,17 @@ mod table;
 pub use applies::{is_set, misapplied, warnings, Shape};
 pub use layers::{resolve, resolve_globals};
 pub use store::{globals_set, store, written};
+
+/// The value in `slot` as its option writes it (`30`, `on`, `0660`, `v2`);
+/// `None` when unset. (`oi convert` writes values with it.)
+pub fn shown_value(slot: Slot<'_>, value: Value) -> Option<String> {
+    shown(slot, value)
+}
+
+/// Copies `from` into `to` when `to` is unset (both one setting's storage).
+pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
+    layers::fill(to, from)
+}
 pub use table::{RuleOptions, SETTINGS};
 
 use super::{Config, Globals, Host, IpFilter, ProxyHeader, SpliceMode, StatusFormat};
