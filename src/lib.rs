@@ -34,6 +34,7 @@ mod pipes;
 pub mod proxy;
 mod route;
 mod runtime;
+mod safe_fs;
 mod service;
 mod shared;
 pub mod stats;

@@ -111,6 +111,9 @@ struct Running {
     /// The rule's counters: they live as long as the listener, so a reload
     /// that keeps the listener keeps them.
     stats: Arc<RuleStats>,
+    /// A unix listener's socket file, so a reload's new `mode=` is applied
+    /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
+    file: Option<crate::unix::SocketFile>,
 }
 
 impl Running {
@@ -196,6 +199,10 @@ impl Listeners {
             stats.set_pool(route.pool.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
+            let file = match &socket {
+                BoundSocket::Unix(u) => u.bound.file.clone(),
+                _ => None,
+            };
             let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
                 Ok(t) => t,
                 Err(e) => {
@@ -210,6 +217,7 @@ impl Listeners {
                     tasks,
                     stats,
                     limits,
+                    file,
                 },
             );
         }
@@ -298,9 +306,10 @@ impl Listeners {
                     warn_over_limit(&running, &route);
                     // A kept unix socket keeps its file: a new `mode` is
                     // applied to it, as a fresh bind would.
-                    if let (BindAddr::Unix(addr), Some(mode)) = (&key.0, route.options.mode) {
+                    if let (Some(file), Some(mode)) = (&running.file, route.options.mode) {
                         if running.route.load().options.mode != Some(mode) {
-                            if let Err(e) = crate::unix::set_mode(addr, mode) {
+                            if let Err(e) = file.set_mode(mode) {
+                                let addr = file.path().display();
                                 errors.push(format!("cannot change the mode of {addr}: {e}"));
                             }
                         }

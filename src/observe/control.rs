@@ -12,7 +12,6 @@ use async_io::Async;
 use futures_lite::AsyncWriteExt;
 use smol::LocalExecutor;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::rc::Rc;
@@ -28,30 +27,22 @@ pub enum Query {
     Connections,
 }
 
-/// Binds the control socket at `path`, mode 0600. A socket file left by an
-/// oi that died is replaced; one that still answers (another oi) is not.
-pub(super) fn bind(path: &Path) -> io::Result<UnixListener> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{} is in use by a running server", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path)?;
-    // Connecting needs write permission on the socket; under the usual umask
-    // (022) nobody else had it between bind and this chmod either.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+/// Binds the control socket at `path`, mode 0600 from its creation (the
+/// umask is set around `bind`; connecting needs write permission). A socket
+/// file left by an oi that died is replaced; one that still answers
+/// (another oi) is not, nor anything else at the path. The returned file is
+/// removed when dropped, only if the path still names the socket bound here.
+pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::unix::SocketFile)> {
+    let addr = crate::config::UnixAddr::Path(path.to_path_buf());
+    let bound = crate::unix::bind(&addr, Some(0o600), BACKLOG)?;
+    let file = bound
+        .file
+        .ok_or_else(|| io::Error::other("a control socket path made no file"))?;
+    Ok((bound.listener, file))
 }
+
+/// Connections the kernel queues for the control socket before oi accepts.
+const BACKLOG: i32 = 128;
 
 /// Answers requests forever on the observer thread.
 pub(super) async fn serve(
