@@ -1,0 +1,155 @@
+//! Issue 21, through the binary: what one remote peer or one bad reload can
+//! take from everyone else on a shared host. Each test states the bound it holds.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A script that runs oi under `ulimit -n nofile` (soft and hard: oi cannot
+/// raise it).
+fn low_limit_oi(dir: &Path, nofile: u32) -> PathBuf {
+    let script = dir.join(format!("oi-nofile-{nofile}"));
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nulimit -n {nofile} && exec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_oi")
+        ),
+    )
+    .expect("write script");
+    let mut perm = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).expect("chmod");
+    script
+}
+
+/// `n` rules, each on its own loopback address 127.0.B.C at `port`.
+fn rules_on_addresses(first: usize, n: usize, port: u16, backend: SocketAddr) -> String {
+    (first..first + n)
+        .map(|i| {
+            let (b, c) = (1 + i / 250, 1 + i % 250);
+            format!("127.0.{b}.{c} {port} {} {}\n", backend.ip(), backend.port())
+        })
+        .collect()
+}
+
+/// The address of rule `i` from [`rules_on_addresses`].
+fn rule_addr(i: usize, port: u16) -> SocketAddr {
+    let (b, c) = (1 + i / 250, 1 + i % 250);
+    SocketAddr::from(([127, 0, b as u8, c as u8], port))
+}
+
+/// One echo round trip through `addr`.
+fn echoes(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut b = [0u8; 4];
+    s.write_all(b"ping").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"ping"
+}
+
+/// Case 4: at a descriptor limit of 1,024 (budget: 512 listeners), serving
+/// 100 ports, a reload to 1,500 is refused as a whole and every kept port
+/// forwards. Before, the reload bound until descriptors ran out, logged a
+/// line per failed bind, and the kept ports forwarded 0 of 5.
+#[test]
+fn a_reload_past_the_descriptor_budget_is_refused_and_every_kept_port_serves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    write_atomic(&conf, &rules_on_addresses(0, 100, port, backend));
+    let oi = OiProcess::start_program(&low_limit_oi(dir.path(), 1024), dir.path(), &conf, &[]);
+    let sample = [0, 25, 50, 75, 99];
+    for i in sample {
+        assert!(echoes(rule_addr(i, port)), "rule {i} before the reload");
+    }
+    write_atomic(&conf, &rules_on_addresses(0, 1500, port, backend));
+    oi.reload();
+    let forwarded = sample
+        .iter()
+        .filter(|&&i| echoes(rule_addr(i, port)))
+        .count();
+    let new_refused = [100, 700, 1499]
+        .iter()
+        .filter(|&&i| !echoes(rule_addr(i, port)))
+        .count();
+    // Port in use for 60 of the new rules: reported, capped at 20 and a count.
+    let held: Vec<std::net::TcpListener> = (0..60)
+        .map(|i| std::net::TcpListener::bind(rule_addr(200 + i, port)).expect("hold"))
+        .collect();
+    write_atomic(&conf, &rules_on_addresses(0, 260, port, backend));
+    oi.reload();
+    let after_second = sample
+        .iter()
+        .filter(|&&i| echoes(rule_addr(i, port)))
+        .count();
+    drop(held);
+    let (_, stderr) = oi.stop();
+    assert_eq!(
+        forwarded, 5,
+        "kept ports after the refused reload\n{stderr}"
+    );
+    assert_eq!(new_refused, 3, "the refused reload bound nothing\n{stderr}");
+    assert_eq!(
+        after_second, 5,
+        "kept ports after the second reload\n{stderr}"
+    );
+    assert!(
+        stderr.contains("1500 listeners do not fit the descriptor budget of 512"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("reload refused"), "{stderr}");
+    assert!(
+        stderr.contains("and 40 more listeners that could not be bound"),
+        "{stderr}"
+    );
+    let cannot_bind = stderr.matches("cannot bind").count();
+    assert_eq!(cannot_bind, 20, "bind errors shown on reload\n{stderr}");
+}
+
+/// The same budget at start-up: 600 listeners at a limit of 1,024 do not
+/// start (exit 1, one line saying why), rather than start with no
+/// descriptors left for connections.
+#[test]
+fn start_up_past_the_descriptor_budget_fails_with_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let port = free_port();
+    let backend: SocketAddr = "127.0.0.1:9".parse().expect("literal");
+    write_atomic(&conf, &rules_on_addresses(0, 600, port, backend));
+    let mut child = std::process::Command::new(low_limit_oi(dir.path(), 1024))
+        .arg("-c")
+        .arg(&conf)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run oi");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("oi started with 600 listeners at a limit of 1,024 (still running after 20 s)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut stderr));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("600 listeners do not fit the descriptor budget of 512"),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() <= 3, "{stderr}");
+}
