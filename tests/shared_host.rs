@@ -153,3 +153,86 @@ fn start_up_past_the_descriptor_budget_fails_with_one_line() {
     );
     assert!(stderr.lines().count() <= 3, "{stderr}");
 }
+
+/// A connection to `to` from the loopback address `from`.
+fn connect_from(from: [u8; 4], to: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.bind(&SocketAddr::from((from, 0)).into())?;
+    s.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    Ok(s.into())
+}
+
+/// Case 6: 127.0.0.1 holds 100 idle connections to the metrics endpoint and
+/// reopens each as soon as it is closed; every one of 10 scrapes from
+/// 127.0.0.2 is answered. Before (8 slots for everyone, the newest refused),
+/// 8 idle sockets kept every scrape out: 0 of 28 answered in 15 s.
+#[test]
+fn one_address_holding_100_idle_connections_cannot_blind_a_scrape_from_another() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0");
+    write_atomic(
+        &conf,
+        &format!("127.0.0.1 {} 127.0.0.1 {}\n", free_port(), backend.port()),
+    );
+    let metrics = local(free_port());
+    let oi = OiProcess::start(dir.path(), &conf, &["--metrics", &metrics.to_string()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        std::thread::spawn(move || {
+            let mut held: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                for slot in held.iter_mut() {
+                    let closed = slot.as_ref().is_none_or(|s| {
+                        let mut b = [0u8; 1];
+                        !matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                    });
+                    if closed {
+                        *slot = connect_from([127, 0, 0, 1], metrics).ok();
+                        if let Some(s) = slot {
+                            let _ = s.set_nonblocking(true);
+                            opened.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let flooding = holds_within(Duration::from_secs(30), || {
+        opened.load(Ordering::Relaxed) >= 200
+    });
+    let mut answered = 0;
+    for _ in 0..10 {
+        let Ok(mut s) = connect_from([127, 0, 0, 2], metrics) else {
+            continue;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut reply = Vec::new();
+        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: oi\r\n\r\n")
+            .is_ok()
+            && s.read_to_end(&mut reply).is_ok()
+            && reply.starts_with(b"HTTP/1.1 200")
+        {
+            answered += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.join().expect("flood thread");
+    let reopened = opened.load(Ordering::Relaxed);
+    let (_, stderr) = oi.stop();
+    assert!(
+        flooding,
+        "the flood opened only {reopened} connections\n{stderr}"
+    );
+    assert_eq!(
+        answered, 10,
+        "scrapes answered while 127.0.0.1 floods\n{stderr}"
+    );
+}

@@ -6,10 +6,12 @@
 //! both always agree on the layout.
 
 use super::format;
-use super::limits::{self, Gate};
+use super::limits;
+use super::request;
+use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use async_io::Async;
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::LocalExecutor;
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -50,7 +52,7 @@ pub(super) async fn serve(
     listener: Async<UnixListener>,
     shared: Arc<Shared>,
 ) {
-    let gate = Gate::new(limits::MAX_CLIENTS);
+    let slots = Slots::new();
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -60,11 +62,24 @@ pub(super) async fn serve(
                 continue;
             }
         };
-        let Some(pass) = gate.enter() else { continue };
+        // A peer is a user id (the socket is 0600, so usually root's); a
+        // few slots each, the oldest idle one evicted (see `slots`).
+        let uid = rustix::net::sockopt::socket_peercred(stream.get_ref())
+            .map_or(u32::MAX, |c| c.uid.as_raw());
+        let Some(slot) = slots.admit(uid) else {
+            continue;
+        };
         let shared = shared.clone();
         ex.spawn(async move {
-            let _pass = pass;
-            if let Err(e) = answer(stream, &shared).await {
+            let answered = answer(stream, &shared, &slot)
+                .or(async {
+                    slot.evicted().await;
+                    Err(io::Error::other(
+                        "evicted: its user opened more connections",
+                    ))
+                })
+                .await;
+            if let Err(e) = answered {
                 log::debug!("control socket request: {e}");
             }
         })
@@ -72,15 +87,21 @@ pub(super) async fn serve(
     }
 }
 
-/// Reads one request line and writes its answer.
-async fn answer(mut stream: Async<UnixStream>, shared: &Shared) -> io::Result<()> {
+/// Reads one request line and writes its answer; `slot` is marked busy
+/// (no longer evictable) once the line is complete.
+async fn answer(
+    mut stream: Async<UnixStream>,
+    shared: &Shared,
+    slot: &Slot<u32>,
+) -> io::Result<()> {
     let head = limits::read_head(&mut stream, b"\n").await?;
-    let line = String::from_utf8_lossy(&head);
-    let mut words = line.split_whitespace();
-    let (what, how) = (words.next(), words.next());
-    let json = how == Some("json");
+    slot.busy();
+    let (what, json) = match request::control_request(&head) {
+        Some((q, json)) => (Some(q), json),
+        None => (None, false),
+    };
     let text = match what {
-        Some("status") => {
+        Some(Query::Status) => {
             let s = shared.snapshot();
             if json {
                 format::status_json(&s).to_string()
@@ -88,7 +109,7 @@ async fn answer(mut stream: Async<UnixStream>, shared: &Shared) -> io::Result<()
                 format::status_text(&s)
             }
         }
-        Some("connections") => {
+        Some(Query::Connections) => {
             let rows = format::connections_json(&shared.stats.connections());
             if json {
                 rows.to_string()

@@ -9,11 +9,13 @@
 //! `GET /metrics` or 404, with bounds on what a client can make it hold
 //! (see [`super::limits`]).
 
-use super::limits::{self, Gate};
+use super::limits;
+use super::request;
+use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use crate::stats::Snapshot;
 use async_io::Async;
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncWriteExt, FutureExt};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -327,38 +329,49 @@ pub(super) async fn serve(
     listener: Async<TcpListener>,
     registry: Arc<Registry>,
 ) {
-    let gate = Gate::new(limits::MAX_CLIENTS);
+    let slots = Slots::new();
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
                 log::debug!("metrics accept: {e}");
                 async_io::Timer::after(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
-        // Past the cap the connection is closed at once, unanswered.
-        let Some(pass) = gate.enter() else { continue };
+        // A slot per connection, a few per peer address (see `slots`); only
+        // when every candidate is busy answering is this one closed unanswered.
+        let Some(slot) = slots.admit(peer.ip()) else {
+            continue;
+        };
         let registry = registry.clone();
         ex.spawn(async move {
-            let _pass = pass;
-            if let Err(e) = answer(stream, &registry).await {
-                log::debug!("metrics request: {e}");
+            let answered = answer(stream, &registry, &slot)
+                .or(async {
+                    slot.evicted().await;
+                    Err(std::io::Error::other(
+                        "evicted: its peer opened more connections",
+                    ))
+                })
+                .await;
+            if let Err(e) = answered {
+                log::debug!("metrics request from {peer}: {e}");
             }
         })
         .detach();
     }
 }
 
-/// Reads one request head and answers it.
-async fn answer(mut stream: Async<TcpStream>, registry: &Registry) -> std::io::Result<()> {
+/// Reads one request head and answers it; `slot` is marked busy (no longer
+/// evictable) once the head is complete.
+async fn answer(
+    mut stream: Async<TcpStream>,
+    registry: &Registry,
+    slot: &Slot<std::net::IpAddr>,
+) -> std::io::Result<()> {
     let head = limits::read_head(&mut stream, b"\r\n\r\n").await?;
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split_whitespace();
-    let (method, target) = (words.next(), words.next());
-    let path = target.map(|t| t.split('?').next().unwrap_or(t));
-    let response = if method == Some("GET") && path == Some("/metrics") {
+    slot.busy();
+    let response = if request::metrics_request(&head) == request::MetricsRequest::Metrics {
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, registry)
             .map_err(|_| std::io::Error::other("cannot encode the metrics"))?;

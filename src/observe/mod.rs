@@ -12,6 +12,8 @@ mod control;
 pub mod format;
 mod limits;
 mod metrics;
+pub mod request;
+mod slots;
 mod status_file;
 
 pub use control::{ask, Query};
