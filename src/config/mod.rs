@@ -476,7 +476,8 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
     if meta.len() > MAX_CONFIG_BYTES {
         return Err(too_large());
     }
-    let mut bytes = Vec::new();
+    // Sized once (at most the cap and a byte), not grown by doubling.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
     // One byte past the cap tells "exactly at the cap" from "too large".
     (&file)
         .take(MAX_CONFIG_BYTES + 1)
