@@ -340,3 +340,55 @@ fn a_refused_16_mib_reload_peaks_under_64_mib_and_gives_its_memory_back() {
     }
     println!("{}", report.join("\n"));
 }
+
+/// Case 9: a path in rinetd.conf is the exact bytes written (as rinetd
+/// opens it), and bytes that are not UTF-8 elsewhere are an error naming the
+/// file and line. Before, `logfile .../x\xff.log` passed `--check` and oi
+/// wrote `x\u{FFFD}.log`, a different file.
+#[test]
+fn bytes_that_are_not_utf8_are_kept_in_paths_and_refused_elsewhere() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let mut text = b"logfile ".to_vec();
+    text.extend_from_slice(dir.path().as_os_str().as_bytes());
+    text.extend_from_slice(b"/x\xff.log\n# caf\xe9 (a Latin-1 comment)\n");
+    text.extend_from_slice(format!("127.0.0.1 {port} 127.0.0.1 {}\n", backend.port()).as_bytes());
+    std::fs::write(&conf, &text).expect("conf");
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    ping(port).expect("forwards");
+    let (_, stderr) = oi.stop();
+    let mut exact = dir.path().as_os_str().as_bytes().to_vec();
+    exact.extend_from_slice(b"/x\xff.log");
+    let exact = std::path::PathBuf::from(std::ffi::OsString::from(std::ffi::OsStr::from_bytes(
+        &exact,
+    )));
+    let log = std::fs::read_to_string(&exact).unwrap_or_default();
+    assert!(
+        log.contains("127.0.0.1"),
+        "the exact path holds the log\n{stderr}"
+    );
+    assert!(!dir.path().join("x\u{FFFD}.log").exists(), "{stderr}");
+
+    std::fs::write(&conf, b"127.0.0.1 80 h\xe9st 80\n").expect("conf");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["--check", "-c"])
+        .arg(&conf)
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("oi.conf:1: not UTF-8 outside a path"), "{err}");
+    let yaml = dir.path().join("oi.yaml");
+    std::fs::write(&yaml, b"rules: []\n# \xff\n").expect("yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["--check", "-c"])
+        .arg(&yaml)
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("oi.yaml:2: not UTF-8 (YAML is text)"), "{err}");
+}

@@ -35,7 +35,6 @@ use super::{
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The file name `parse` puts in its errors; [`super::load`] replaces it with the path.
@@ -461,7 +460,8 @@ impl Parser<'_> {
             "controlsocket" => &mut self.config.globals.control_socket,
             _ => &mut self.config.pidlogfile,
         };
-        *slot = Some(PathBuf::from(path));
+        // The exact bytes written (see `bytes`).
+        *slot = Some(super::bytes::path(path));
         self.note_repeat(line, text, word);
     }
 
