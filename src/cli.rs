@@ -117,6 +117,16 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
 
+    /// After binding, run as this user (name or uid), keeping only
+    /// CAP_NET_BIND_SERVICE so a reload can still bind ports below 1024
+    /// (or the configuration's `user`).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// With --user: the group to run as (default: the user's primary group).
+    #[arg(long, value_name = "GROUP", requires = "user")]
+    pub group: Option<String>,
+
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
@@ -184,6 +194,10 @@ pub struct RunOptions {
     pub buffer_size_given: bool,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
+    /// `--user`: who to become after binding (see `privileges`).
+    pub user: Option<String>,
+    /// `--group`: the group to become with it.
+    pub group: Option<String>,
 }
 
 /// Which watching flags were given on the command line (they win over the
@@ -282,6 +296,8 @@ impl RunOptions {
                 }
             },
             buffer_size_given: cli.buffer_size.is_some(),
+            user: cli.user,
+            group: cli.group,
             observe_given: ObserveGiven {
                 status_interval: cli.status_interval.is_some(),
                 status_format: cli.status_format.is_some(),

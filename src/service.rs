@@ -108,6 +108,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
+    // Every listener is bound and the pid file written: no more root.
+    // Before the first thread starts (the calls are per thread).
+    if let Err(e) = drop_privileges(&opts, &cfg) {
+        diagnostics::report(&format!("cannot start: {e}"));
+        return ExitCode::FAILURE;
+    }
     let log = match LogHandle::start() {
         Ok(l) => l,
         Err(e) => {
@@ -205,6 +211,20 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Becomes `--user` (or the configuration's `user`), if one is given.
+fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
+    let g = &cfg.config.globals;
+    let (user, group) = match &opts.user {
+        Some(u) => (u, opts.group.as_deref()),
+        None => match &g.user {
+            Some(u) => (u, g.group.as_deref()),
+            None => return Ok(()),
+        },
+    };
+    let target = crate::privileges::resolve(user, group)?;
+    crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
 }
 
 /// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:

@@ -392,3 +392,64 @@ fn bytes_that_are_not_utf8_are_kept_in_paths_and_refused_elsewhere() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("oi.yaml:2: not UTF-8 (YAML is text)"), "{err}");
 }
+
+/// `--user`: started as root, oi binds, then runs as the user with only
+/// CAP_NET_BIND_SERVICE (CapEff 0x400), and a reload still binds a port
+/// below 1024. Needs root (skipped otherwise, saying so) and a `nobody` user.
+#[test]
+fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    // The harness's notify socket is made by root; nobody must reach it.
+    let mut perm = std::fs::metadata(dir.path()).expect("dir").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(dir.path(), perm).expect("chmod");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    write_atomic(
+        &conf,
+        &format!("127.0.0.1 {port} 127.0.0.1 {}\n", backend.port()),
+    );
+    // The harness's notify socket must be writable by nobody: made under umask 0.
+    let old = rustix::process::umask(rustix::fs::Mode::empty());
+    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody"]);
+    rustix::process::umask(old);
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", oi.child.id())).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    let uid = field("Uid:");
+    let cap_eff = field("CapEff:");
+    let cap_prm = field("CapPrm:");
+    ping(port).expect("forwards as nobody");
+    // A free port below 1024 (bounded search).
+    let low = (900..1024)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below 1024");
+    write_atomic(
+        &conf,
+        &format!(
+            "127.0.0.1 {port} 127.0.0.1 {b}\n127.0.0.1 {low} 127.0.0.1 {b}\n",
+            b = backend.port()
+        ),
+    );
+    oi.reload();
+    let low_serves = ping(low).is_ok();
+    let (_, stderr) = oi.stop();
+    assert_eq!(uid, "65534 65534 65534 65534", "{stderr}");
+    assert_eq!(
+        cap_eff, "0000000000000400",
+        "only cap_net_bind_service\n{stderr}"
+    );
+    assert_eq!(cap_prm, "0000000000000400", "{stderr}");
+    assert!(low_serves, "the reload bound port {low}\n{stderr}");
+}

@@ -253,8 +253,19 @@ impl Listeners {
                 };
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
                 let mut fds = Vec::with_capacity(executors.len());
+                let mut executors = executors;
                 for _ in 1..executors.len() {
-                    fds.push(bind::sibling(&l, route.load().listen_backlog)?);
+                    match bind::sibling(&l, route.load().listen_backlog) {
+                        Ok(fd) => fds.push(fd),
+                        // A listener bound as root before `--user` took
+                        // effect: the kernel lets only its owner's sockets
+                        // join its SO_REUSEPORT group, so it gets one loop.
+                        Err(e) if e.kind() == io::ErrorKind::AddrInUse && fds.is_empty() => {
+                            executors.truncate(1);
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 fds.push(l);
                 let failing = self.accept_failing.clone();

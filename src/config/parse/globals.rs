@@ -8,7 +8,7 @@ use crate::config::{
 use std::time::Duration;
 
 /// The global keywords this module parses (each takes one value).
-pub(crate) const GLOBAL_KEYWORDS: [&str; 15] = [
+pub(crate) const GLOBAL_KEYWORDS: [&str; 17] = [
     "maxconn",
     "metrics",
     "buffersize",
@@ -24,6 +24,8 @@ pub(crate) const GLOBAL_KEYWORDS: [&str; 15] = [
     "statusinterval",
     "statusformat",
     "statsloginterval",
+    "user",
+    "group",
 ];
 
 /// Smallest and largest `buffersize` (as rinetd-uv).
@@ -121,6 +123,8 @@ pub(crate) fn set_global(globals: &mut Globals, word: &str, value: &str) -> Resu
             })?;
             globals.metrics.replace(addr).is_some()
         }
+        "user" => globals.user.replace(value.to_string()).is_some(),
+        "group" => globals.group.replace(value.to_string()).is_some(),
         _ => return Err(format!("unknown keyword '{}'", Shown(word))),
     };
     Ok(repeated)
