@@ -40,6 +40,8 @@ mod service;
 mod shared;
 pub mod stats;
 mod tcp;
+#[cfg(test)]
+mod tests_safe_fs;
 mod udp;
 mod unix;
 

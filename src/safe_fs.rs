@@ -323,5 +323,4 @@ fn clear_stale(at: &Entry, path: &Path, sockaddr: &SocketAddrUnix) -> io::Result
     }
 }
 
-#[cfg(test)]
-mod tests;
+// Tested through every site that uses it: src/tests_safe_fs.rs.

@@ -1,11 +1,17 @@
-//! Each site that writes or removes a configured path, against what someone
-//! who can write to its directory plants there: a symlink to a victim file,
-//! a FIFO, a file of their own. None may be followed, blocked on or removed.
+//! Tests of `safe_fs` through each site that writes or removes a configured
+//! path, against what someone who can write to its directory plants there:
+//! a symlink to a victim file, a FIFO, a file of their own. None may be
+//! followed, blocked on or removed. A module of its own (test builds only),
+//! so the sites it drives (daemon, observe, unix) are not imports of `safe_fs`.
 
-use super::*;
 use crate::config::UnixAddr;
+use crate::safe_fs::open_append;
+use rustix::fs::Mode;
+use std::io::Write;
 use std::os::unix::fs::{symlink, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A victim file outside the directory, with known contents and mode 0600.
@@ -294,6 +300,7 @@ fn no_other_module_writes_or_removes_files_by_path() {
         "fs::copy",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // Test-only files (`tests.rs`, `tests_*.rs`, this one) may write files.
     let mut stack = vec![src.clone()];
     let mut found = Vec::new();
     let mut files = 0;
