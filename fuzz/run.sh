@@ -23,7 +23,7 @@ if [ -z "${2:-}" ]; then
     for t in "${targets[@]}"; do
         name=$(basename "$t" .rs)
         echo "== fuzz/run.sh: $name for $share s"
-        "$0" "$share" "$name"
+        "$here/run.sh" "$share" "$name"
     done
     exit 0
 fi
