@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Bounded fuzzing run of the config parser, for CI and for people.
+# Bounded fuzzing run of every target, for CI and for people.
 #
-#   fuzz/run.sh [SECONDS] [TARGET]      # defaults: 60 s, config_parse
+#   fuzz/run.sh [SECONDS] [TARGET]      # defaults: 60 s shared by every target
 #
+# Without TARGET, every target in fuzz_targets/ gets an equal share of
+# SECONDS (at least 5 s each): the config parsers, the PROXY decoder and the
+# request parsers of the metrics endpoint and the control socket.
 # Installs cargo-fuzz if missing. cargo-fuzz needs nightly-only compiler flags
 # (-Zsanitizer=address); with only a stable toolchain, RUSTC_BOOTSTRAP=1 lets
 # stable accept them. The generated corpus lives in fuzz/corpus/TARGET (not
@@ -11,9 +14,20 @@
 set -euo pipefail
 
 seconds="${1:-60}"
-target="${2:-config_parse}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
+if [ -z "${2:-}" ]; then
+    targets=(fuzz_targets/*.rs)
+    share=$(( seconds / ${#targets[@]} ))
+    (( share >= 5 )) || share=5
+    for t in "${targets[@]}"; do
+        name=$(basename "$t" .rs)
+        echo "== fuzz/run.sh: $name for $share s"
+        "$here/run.sh" "$share" "$name"
+    done
+    exit 0
+fi
+target="$2"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "run.sh: installing cargo-fuzz" >&2

@@ -124,25 +124,52 @@ fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
 /// (identical addresses are already a `duplicate listener` error). With
 /// `dual_stack` (Linux's default, `net.ipv6.bindv6only = 0`), `::` also
 /// covers every IPv4 address.
+///
+/// Linear in the rules: one map keyed on protocol and port holds, for each,
+/// the first earlier rule of each kind (IPv4 or IPv6, wildcard or not), and
+/// the first rule a later one overlaps is the earliest of the kinds that can
+/// cover it or that it covers. A scan of every earlier rule made `--check`
+/// quadratic: 20k/40k/80k rules took 0.3/1.4/6.2 s (`benches/check.sh`).
 fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<config::ConfigError> {
-    let covers = |wide: SocketAddr, other: SocketAddr| {
-        wide.ip().is_unspecified()
-            && wide.ip() != other.ip()
-            && (wide.is_ipv4() == other.is_ipv4() || (dual_stack && wide.is_ipv6()))
+    use std::collections::HashMap;
+    /// Index of the first rule of each kind: IPv4 wildcard, IPv6 wildcard,
+    /// IPv4 address, IPv6 address.
+    type Firsts = [Option<usize>; 4];
+    const V4_ANY: usize = 0;
+    const V6_ANY: usize = 1;
+    const V4_ONE: usize = 2;
+    const V6_ONE: usize = 3;
+    let kind = |a: SocketAddr| match (a.is_ipv4(), a.ip().is_unspecified()) {
+        (true, true) => V4_ANY,
+        (false, true) => V6_ANY,
+        (true, false) => V4_ONE,
+        (false, false) => V6_ONE,
     };
+    let mut seen: HashMap<(Proto, u16), Firsts> = HashMap::new();
     let mut errors = Vec::new();
     for (i, later) in resolved.rules.iter().enumerate() {
         // Unix socket listeners never overlap: the same path is a duplicate.
         let Some(later_ip) = later.bind.ip() else {
             continue;
         };
-        let earlier = resolved.rules[..i].iter().find(|r| {
-            r.bind.ip().is_some_and(|ip| {
-                r.rule.bind.proto == later.rule.bind.proto
-                    && ip.port() == later_ip.port()
-                    && (covers(ip, later_ip) || covers(later_ip, ip))
-            })
-        });
+        let firsts = seen
+            .entry((later.rule.bind.proto, later_ip.port()))
+            .or_default();
+        // The kinds of earlier listener that overlap this one (a wildcard
+        // takes the port on every address of its family; with dual stack
+        // `::` takes IPv4 too). Identical addresses are duplicates, not here.
+        let overlapping: &[usize] = match (kind(later_ip), dual_stack) {
+            (V4_ONE, true) => &[V4_ANY, V6_ANY],
+            (V4_ONE, false) => &[V4_ANY],
+            (V4_ANY, true) => &[V4_ONE, V6_ANY],
+            (V4_ANY, false) => &[V4_ONE],
+            (V6_ONE, _) => &[V6_ANY],
+            (_, true) => &[V6_ONE, V4_ANY, V4_ONE],
+            (_, false) => &[V6_ONE],
+        };
+        let first = overlapping.iter().filter_map(|&k| firsts[k]).min();
+        firsts[kind(later_ip)].get_or_insert(i);
+        let earlier = first.map(|e| &resolved.rules[e]);
         if let Some(earlier) = earlier {
             errors.push(config::ConfigError {
                 file: later.rule.file.clone(),

@@ -123,6 +123,16 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
 
+    /// After binding, run as this user (name or uid), keeping only
+    /// CAP_NET_BIND_SERVICE so a reload can still bind ports below 1024
+    /// (or the configuration's `user`).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// With --user: the group to run as (default: the user's primary group).
+    #[arg(long, value_name = "GROUP", requires = "user")]
+    pub group: Option<String>,
+
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
@@ -226,6 +236,10 @@ pub struct RunOptions {
     pub command_line: crate::config::RuleOptions,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
+    /// `--user`: who to become after binding (see `privileges`).
+    pub user: Option<String>,
+    /// `--group`: the group to become with it.
+    pub group: Option<String>,
 }
 
 impl RunOptions {
@@ -332,6 +346,8 @@ impl RunOptions {
                 control_socket: cli.socket.clone(),
                 ..Default::default()
             },
+            user: cli.user,
+            group: cli.group,
             client: cli.command.and_then(|ask| {
                 let action = match ask {
                     Ask::Status { json } => ClientAction::Print {

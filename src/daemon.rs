@@ -14,9 +14,11 @@ use std::path::Path;
 /// Where rinetd writes its pid when the configuration names no `pidlogfile`.
 pub(crate) const DEFAULT_PIDFILE: &str = "/var/run/rinetd.pid";
 
-/// Writes our pid, with a newline, replacing the file's contents.
+/// Writes our pid, with a newline, replacing the file: a temporary file
+/// renamed over it ([`crate::safe_fs::replace`]), so a symlink or FIFO
+/// planted at the path is replaced, never followed or waited on.
 pub(crate) fn write_pidfile(path: &Path) -> io::Result<()> {
-    std::fs::write(path, format!("{}\n", std::process::id()))
+    crate::safe_fs::replace(path, format!("{}\n", std::process::id()).as_bytes())
 }
 
 /// Forks into the background. Returns only in the daemon; the original

@@ -31,13 +31,17 @@ mod notify;
 pub mod observe;
 mod peer;
 mod pipes;
+mod privileges;
 pub mod proxy;
 mod route;
 mod runtime;
+mod safe_fs;
 mod service;
 mod shared;
 pub mod stats;
 mod tcp;
+#[cfg(test)]
+mod tests_safe_fs;
 pub mod top;
 mod udp;
 mod unix;

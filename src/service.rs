@@ -81,19 +81,15 @@ pub fn run(opts: RunOptions) -> ExitCode {
         }
     };
     raise_nofile();
+    if let Err(e) = listen::check_budget(&file, cfg.rules.len()) {
+        diagnostics::report(&e);
+        return ExitCode::FAILURE;
+    }
     let sockets = match listen::bind_all(&cfg, &file) {
         Ok(s) => s,
         Err(errors) => {
-            // A 10,000-port range at a low descriptor limit failed with
-            // 8,981 lines; the first few say it all.
-            for e in errors.iter().take(MAX_BIND_ERRORS_SHOWN) {
-                diagnostics::report(e);
-            }
-            if errors.len() > MAX_BIND_ERRORS_SHOWN {
-                let more = errors.len() - MAX_BIND_ERRORS_SHOWN;
-                diagnostics::report(&format!(
-                    "and {more} more listeners that could not be bound"
-                ));
+            for e in capped(&errors) {
+                diagnostics::report(&e);
             }
             return ExitCode::FAILURE;
         }
@@ -112,6 +108,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
         write_pid()
     };
     if let Err(e) = started {
+        diagnostics::report(&format!("cannot start: {e}"));
+        return ExitCode::FAILURE;
+    }
+    // Every listener is bound and the pid file written: no more root.
+    // Before the first thread starts (the calls are per thread).
+    if let Err(e) = drop_privileges(&opts, &cfg) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
@@ -238,6 +240,33 @@ fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Becomes `--user` (or the configuration's `user`), if one is given.
+fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
+    let g = &cfg.config.globals;
+    let (user, group) = match &opts.user {
+        Some(u) => (u, opts.group.as_deref()),
+        None => match &g.user {
+            Some(u) => (u, g.group.as_deref()),
+            None => return Ok(()),
+        },
+    };
+    let target = crate::privileges::resolve(user, group)?;
+    crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
+}
+
+/// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:
+/// a 10,000-port range at a low descriptor limit failed with 8,981 lines
+/// (10,014 on a reload); the first few say it all.
+fn capped(errors: &[String]) -> impl Iterator<Item = String> + '_ {
+    let more = errors.len().saturating_sub(MAX_BIND_ERRORS_SHOWN);
+    let tail = (more > 0).then(|| format!("and {more} more listeners that could not be bound"));
+    errors
+        .iter()
+        .take(MAX_BIND_ERRORS_SHOWN)
+        .cloned()
+        .chain(tail)
 }
 
 /// The pid file to write: `pidlogfile`, else rinetd's default in drop-in mode.
@@ -375,19 +404,10 @@ impl Service {
         let logfile = cfg.config.logfile.clone();
         let format = log_format(&cfg);
         let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
-        let reopened = smol::unblock(move || {
-            let reopened = log.reopen(logfile, format);
-            write_pidfile(pidfile.as_deref());
-            reopened
-        })
-        .await;
-        if let Err(e) = reopened {
-            log::error!("cannot reopen the log file: {e}");
-        }
         let status = format!("serving {} rule(s)", cfg.rules.len());
-        // The global `maxconn` follows the file; open connections stay.
-        self.shared
-            .set_max_connections(cfg.config.globals.max_connections);
+        let max_connections = cfg.config.globals.max_connections;
+        // The listeners first: a configuration they refuse changes nothing,
+        // the log file and the global maxconn included.
         let (done, errors) = async_channel::bounded(1);
         let command = Command::Reload {
             config: cfg,
@@ -397,8 +417,32 @@ impl Service {
         if self.commands.send(command).await.is_err() {
             return "reload failed: the server has stopped".into();
         }
-        for e in errors.recv().await.unwrap_or_default() {
-            log::error!("{e}");
+        match errors.recv().await {
+            Ok(Ok(errors)) => {
+                for e in capped(&errors) {
+                    log::error!("{e}");
+                }
+            }
+            Ok(Err(refused)) => {
+                for e in capped(&refused) {
+                    log::error!("{e}");
+                }
+                log::error!("reload refused: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                return "reload refused: previous configuration still serving".into();
+            }
+            Err(_) => return "reload failed: the server has stopped".into(),
+        }
+        // The global `maxconn` follows the file; open connections stay.
+        self.shared.set_max_connections(max_connections);
+        let reopened = smol::unblock(move || {
+            let reopened = log.reopen(logfile, format);
+            write_pidfile(pidfile.as_deref());
+            reopened
+        })
+        .await;
+        if let Err(e) = reopened {
+            log::error!("cannot reopen the log file: {e}");
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);

@@ -28,14 +28,13 @@
 use crate::config::UnixAddr;
 use async_io::{Async, Timer};
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use rustix::net::{SocketAddrUnix, SocketFlags};
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+pub(crate) use crate::safe_fs::{stream_socket, SocketFile};
 
 /// The kernel's address for `addr`.
 fn socket_addr(addr: &UnixAddr) -> io::Result<SocketAddrUnix> {
@@ -44,17 +43,6 @@ fn socket_addr(addr: &UnixAddr) -> io::Result<SocketAddrUnix> {
         UnixAddr::Abstract(name) => SocketAddrUnix::new_abstract_name(name.as_bytes()),
     }
     .map_err(io::Error::from)
-}
-
-/// A new non-blocking, close-on-exec unix stream socket.
-fn stream_socket() -> io::Result<OwnedFd> {
-    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
-    Ok(rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        flags,
-        None,
-    )?)
 }
 
 /// A listening unix socket and, for a path (not an abstract name), the
@@ -66,118 +54,27 @@ pub(crate) struct UnixBound {
     pub(crate) file: Option<SocketFile>,
 }
 
-/// The socket file a listener made: removed when dropped, so closing the
-/// listener (exit, or a reload that drops the rule) removes it. Only the
-/// file this listener made is removed: if the path now names another file
-/// (someone replaced it), it is left alone.
-pub(crate) struct SocketFile {
-    /// Where the file is.
-    path: PathBuf,
-    /// Its device and inode right after bind: the identity checked before removal.
-    id: (u64, u64),
-}
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        let ours = std::fs::symlink_metadata(&self.path)
-            .is_ok_and(|m| m.file_type().is_socket() && (m.dev(), m.ino()) == self.id);
-        if ours {
-            if let Err(e) = std::fs::remove_file(&self.path) {
-                log::warn!("cannot remove socket file {}: {e}", self.path.display());
-            }
-        }
-    }
-}
-
-/// Binds and listens on `addr` with `backlog`. For a path: a stale socket
-/// file (a socket nothing answers on, left by a process that died) is
-/// removed first; anything else at the path is refused and left alone: a
-/// socket something listens on, a regular file, a directory, a symlink.
-/// `mode` is applied to the new file before `listen`, so no client can
-/// connect while the file still has the umask's permissions.
+/// Binds and listens on `addr` with `backlog`. For a path (see
+/// [`crate::safe_fs::bind_unix`]): a stale socket file (a socket nothing
+/// answers on, left by a process that died) is removed first; anything else
+/// at the path is refused and left alone: a socket something listens on, a
+/// regular file, a directory, a symlink. The file is created with `mode`
+/// (the umask is set around `bind`), so no client can connect while it has
+/// wider permissions, and nothing is changed by path afterwards.
 pub(crate) fn bind(addr: &UnixAddr, mode: Option<u32>, backlog: i32) -> io::Result<UnixBound> {
-    let sockaddr = socket_addr(addr)?;
-    if let UnixAddr::Path(path) = addr {
-        clear_stale(path, &sockaddr)?;
-    }
     let fd = stream_socket()?;
-    rustix::net::bind(&fd, &sockaddr)?;
     let file = match addr {
-        UnixAddr::Path(path) => {
-            // The file was just made by this bind: if it cannot even be
-            // looked at, it is still ours to remove.
-            let meta = std::fs::symlink_metadata(path).inspect_err(|_| {
-                let _ = std::fs::remove_file(path);
-            })?;
-            let file = SocketFile {
-                path: path.clone(),
-                id: (meta.dev(), meta.ino()),
-            };
-            if let Some(mode) = mode {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-            }
-            Some(file)
+        UnixAddr::Path(path) => Some(crate::safe_fs::bind_unix(&fd, path, mode)?),
+        UnixAddr::Abstract(_) => {
+            rustix::net::bind(&fd, &socket_addr(addr)?)?;
+            None
         }
-        UnixAddr::Abstract(_) => None,
     };
     rustix::net::listen(&fd, backlog)?;
     Ok(UnixBound {
         listener: UnixListener::from(fd),
         file,
     })
-}
-
-/// Sets the permissions of the socket file of a listener a reload keeps
-/// (abstract sockets have none). Only a socket is touched: if something
-/// replaced the file meanwhile, it is left alone and the error says so.
-pub(crate) fn set_mode(addr: &UnixAddr, mode: u32) -> io::Result<()> {
-    let UnixAddr::Path(path) = addr else {
-        return Ok(());
-    };
-    if !std::fs::symlink_metadata(path)?.file_type().is_socket() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the path is no longer a socket (left alone)",
-        ));
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-}
-
-/// Removes a stale socket file at `path`, or says why the path cannot be used.
-fn clear_stale(path: &Path, sockaddr: &SocketAddrUnix) -> io::Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !meta.file_type().is_socket() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!(
-                "{} exists and is not a socket (left alone; remove it or choose another path)",
-                path.display()
-            ),
-        ));
-    }
-    // A socket file: stale unless something accepts connections on it. A
-    // non-blocking connect to a unix socket never waits: it succeeds, is
-    // refused (nothing listens: stale), or says the backlog is full
-    // (EAGAIN: something listens).
-    let probe = stream_socket()?;
-    match rustix::net::connect(&probe, sockaddr) {
-        Err(Errno::CONNREFUSED) => {
-            log::info!("removing stale socket file {}", path.display());
-            match std::fs::remove_file(path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
-        }
-        Ok(()) | Err(Errno::AGAIN) => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!("another process is listening on {}", path.display()),
-        )),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Accepts one client: the connected stream as the data path carries it
@@ -224,6 +121,8 @@ pub(crate) async fn connect(addr: &UnixAddr, timeout: Duration) -> io::Result<As
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
 
     fn dir() -> PathBuf {
         let d = std::env::temp_dir().join(format!(

@@ -24,9 +24,10 @@ fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
     let text = settings::shown_value(slot, value)?;
     Some(match (yaml, value) {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),
-        (true, Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode) => {
-            quoted(&text)
-        }
+        (
+            true,
+            Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode | Value::Name,
+        ) => quoted(&text),
         (false, Value::Path) if text.contains([' ', '\t']) => format!("\"{text}\""),
         _ => text,
     })

@@ -110,7 +110,16 @@ impl IncludeSource for FsIncludes {
 
     fn read(&mut self, file: &IncludedFile) -> Result<String, String> {
         let bytes = super::read_limited(Path::new(&file.name))?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        super::bytes::decode(&bytes, false)
+            .map(|t| t.into_owned())
+            .map_err(|e| {
+                format!(
+                    "line {}: {}: '{}'",
+                    e.line,
+                    e.message,
+                    super::Shown(&e.text)
+                )
+            })
     }
 }
 

@@ -5,6 +5,7 @@
 //! socket addresses, which is the only step that blocks.
 
 mod bounded;
+mod bytes;
 pub mod convert;
 mod hint;
 mod include;
@@ -448,7 +449,8 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
     if meta.len() > MAX_CONFIG_BYTES {
         return Err(too_large());
     }
-    let mut bytes = Vec::new();
+    // Sized once (at most the cap and a byte), not grown by doubling.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
     // One byte past the cap tells "exactly at the cap" from "too large".
     (&file)
         .take(MAX_CONFIG_BYTES + 1)
@@ -482,8 +484,21 @@ pub fn load_partial(path: &Path) -> Result<(Config, Option<ConfigErrors>), Confi
     let file = path.display().to_string();
     let text = read_limited(path)
         .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
-    // rinetd reads bytes; a stray Latin-1 comment must not make the file unreadable.
-    let text = String::from_utf8_lossy(&text);
+    // rinetd reads bytes: paths keep theirs, a stray Latin-1 comment is
+    // fine, and bytes that are not UTF-8 anywhere else are an error naming
+    // the line (before, they became U+FFFD silently).
+    let text = bytes::decode(&text, is_yaml(path)).map_err(|e| ConfigErrors {
+        file: file.clone(),
+        errors: vec![ConfigError {
+            file: None,
+            line: e.line,
+            column: 0,
+            message: e.message,
+            text: Shown(&e.text).to_string(),
+            more: 0,
+        }],
+        omitted: 0,
+    })?;
     if is_yaml(path) {
         return parse_yaml(&text)
             .map(|c| (c, None))

@@ -247,6 +247,10 @@ pub struct Globals {
     pub stats_log_interval: Option<Duration>,
     /// `maxconn N` (oi, 1 to 1,000,000): most TCP connections open at once over all rules.
     pub max_connections: Option<usize>,
+    /// `user NAME` (oi): who to run as after binding (`--user` wins; see `privileges`).
+    pub user: Option<String>,
+    /// `group NAME` (oi): the group to run as with it (`--group` wins).
+    pub group: Option<String>,
     /// `metrics ADDR` (oi): where the Prometheus `/metrics` listener binds (`--metrics` wins).
     pub metrics: Option<std::net::SocketAddr>,
     /// `controlsocket PATH` (oi): the socket `oi status` and `oi connections` ask (`--socket` wins).

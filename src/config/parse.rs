@@ -35,7 +35,6 @@ use super::{
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The file name `parse` puts in its errors; [`super::load`] replaces it with the path.
@@ -462,7 +461,8 @@ impl Parser<'_> {
         let Some(Slot::Path(slot)) = slot else {
             return self.error(line, format!("unknown keyword '{}'", Shown(word)), text);
         };
-        *slot = Some(PathBuf::from(path));
+        // The exact bytes written (see `bytes`).
+        *slot = Some(super::bytes::path(path));
         self.note_repeat(line, text, word);
     }
 

@@ -100,6 +100,8 @@ pub enum Value {
     Address,
     /// A file path (quoted in rinetd.conf when it contains spaces).
     Path,
+    /// A name taken as written (a user or group).
+    Name,
     /// An address pattern (`10.0.0.*`, `10.0.0.0/8`); the line may repeat.
     Pattern,
     /// A file name or glob (`include`).
@@ -187,6 +189,8 @@ pub enum Slot<'a> {
     Address(&'a mut Option<SocketAddr>),
     /// A path.
     Path(&'a mut Option<PathBuf>),
+    /// A name taken as written (`user`, `group`).
+    Text(&'a mut Option<String>),
 }
 
 /// Which file format a value is read from: they spell switches and a few
@@ -248,6 +252,7 @@ impl Setting {
             Value::Host => "an IPv4 or IPv6 address or a host name".into(),
             Value::Address => "an address and port, such as 127.0.0.1:9465 or [::1]:9465".into(),
             Value::Path => "a path (quoted if it contains spaces)".into(),
+            Value::Name => "a name or number, as written".into(),
             Value::Pattern => "an address pattern: wildcards (* and ?) or a CIDR block".into(),
             Value::Glob => "a file name or glob, relative to the including file".into(),
             Value::Other(text) => text.into(),

@@ -57,7 +57,7 @@ pub(crate) fn parse_unix(text: &str) -> Result<Endpoint, String> {
             Shown(text)
         ));
     } else {
-        UnixAddr::Path(PathBuf::from(rest))
+        UnixAddr::Path(super::bytes::path(rest))
     };
     if rest.contains('\0') {
         return Err(format!(

@@ -48,14 +48,16 @@ pub enum Command {
     /// Apply a new configuration: unchanged listeners keep their sockets and
     /// take the new route, removed ones close, new ones are bound; open
     /// connections are untouched. Once every removed listener is closed, one
-    /// message per listener that could not be bound goes back on `done`.
+    /// message per listener that could not be bound goes back on `done`. A
+    /// configuration past the descriptor budget changes nothing (see `apply`).
     Reload {
         /// The configuration to serve from now on.
         config: ResolvedConfig,
         /// The file name messages should name.
         file: String,
-        /// Receives the bind errors when the reload is complete.
-        done: Sender<Vec<String>>,
+        /// Receives the bind errors when the reload is complete (`Ok`), or
+        /// why it was refused as a whole (`Err`: nothing changed).
+        done: Sender<Result<Vec<String>, Vec<String>>>,
     },
 }
 
@@ -79,6 +81,7 @@ pub fn serve(
         shared,
         serving: HashMap::new(),
         udp_cap_logged: None,
+        accept_failing: Arc::default(),
     };
     listeners.start(sockets)?;
     listeners.share_descriptors_with_udp();
@@ -112,6 +115,9 @@ struct Running {
     /// The rule's counters: they live as long as the listener, so a reload
     /// that keeps the listener keeps them.
     stats: Arc<RuleStats>,
+    /// A unix listener's socket file, so a reload's new `mode=` is applied
+    /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
+    file: Option<crate::unix::SocketFile>,
 }
 
 impl Running {
@@ -138,6 +144,10 @@ struct Listeners {
     /// either; not keyed on the cap itself, which moves by a descriptor or
     /// two whenever a TCP listener comes or goes (every reload of the soak test).
     udp_cap_logged: Option<(usize, u64)>,
+    /// Set while accepting fails on any TCP listener (descriptors run out
+    /// for all of them at once), so the episode is logged once, not once
+    /// per listener: 9,991 `accept failed` lines before.
+    accept_failing: Arc<AtomicBool>,
 }
 
 impl Listeners {
@@ -197,6 +207,10 @@ impl Listeners {
             stats.set_pool(route.pool.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
+            let file = match &socket {
+                BoundSocket::Unix(u) => u.bound.file.clone(),
+                _ => None,
+            };
             let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
                 Ok(t) => t,
                 Err(e) => {
@@ -211,6 +225,7 @@ impl Listeners {
                     tasks,
                     stats,
                     limits,
+                    file,
                 },
             );
         }
@@ -239,11 +254,22 @@ impl Listeners {
                 };
                 // Duplicates first, so a failure (EMFILE) leaves nothing running.
                 let mut fds = Vec::with_capacity(executors.len());
+                let mut executors = executors;
                 for _ in 1..executors.len() {
-                    fds.push(bind::sibling(&l, route.load().listen_backlog)?);
+                    match bind::sibling(&l, route.load().listen_backlog) {
+                        Ok(fd) => fds.push(fd),
+                        // A listener bound as root before `--user` took
+                        // effect: the kernel lets only its owner's sockets
+                        // join its SO_REUSEPORT group, so it gets one loop.
+                        Err(e) if e.kind() == io::ErrorKind::AddrInUse && fds.is_empty() => {
+                            executors.truncate(1);
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 fds.push(l);
-                let failing = Arc::new(AtomicBool::new(false));
+                let failing = self.accept_failing.clone();
                 let mut tasks = Vec::with_capacity(fds.len());
                 for (own, fd) in executors.into_iter().zip(fds) {
                     let accept = AcceptLoop {
@@ -293,37 +319,80 @@ impl Listeners {
     /// See [`Command::Reload`]. Removed listeners are closed before this
     /// returns (not merely scheduled to close), so once the service manager
     /// hears READY=1 the old ports refuse.
-    async fn apply(&mut self, cfg: &ResolvedConfig, file: &str) -> Vec<String> {
-        let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
+    ///
+    /// A configuration whose listeners do not fit [`listener_budget`] (the
+    /// budget start-up holds), or whose new listeners run out of descriptors
+    /// while binding, is refused as a whole (`Err`): nothing was changed, the
+    /// new sockets are closed, and every listener serves on as before.
+    /// Before, a reload from 10,000 to 30,000 ports at a limit of 20,000 took
+    /// every descriptor: the kept ports forwarded 0 of 5 afterwards.
+    async fn apply(
+        &mut self,
+        cfg: &ResolvedConfig,
+        file: &str,
+    ) -> Result<Vec<String>, Vec<String>> {
+        let soft = nofile_soft();
+        let budget = listener_budget(soft);
+        if cfg.rules.len() > budget {
+            return Err(vec![over_budget(file, cfg.rules.len(), soft)]);
+        }
+        // New sockets first, while nothing has changed: if descriptors run
+        // out, dropping them is all it takes to refuse.
         let mut errors = Vec::new();
         let mut fresh = Vec::new();
+        let mut kept = Vec::new();
+        let mut out_of_descriptors = false;
         for (r, route) in cfg.rules.iter().zip(Route::all(cfg)) {
             let key = (r.bind.clone(), r.rule.bind.proto);
-            match self.serving.remove(&key) {
-                Some(running) => {
-                    warn_over_limit(&running, &route);
-                    // A kept unix socket keeps its file: a new `mode` is
-                    // applied to it, as a fresh bind would.
-                    if let (BindAddr::Unix(addr), Some(mode)) = (&key.0, route.socket_mode()) {
-                        if running.route.load().socket_mode() != Some(mode) {
-                            if let Err(e) = crate::unix::set_mode(addr, mode) {
-                                errors.push(format!("cannot change the mode of {addr}: {e}"));
-                            }
-                        }
-                    }
-                    // Backends the new file keeps keep their health and load.
-                    route.pool.keep_state_of(&running.route.load().pool);
-                    running.stats.set_backends(&route.backend_addrs());
-                    self.watch_names(&route, &running.stats);
-                    running.stats.set_pool(route.pool.clone());
-                    running.route.store(Arc::new(route));
-                    keep.insert(key, running);
-                }
-                None => match bind(r) {
-                    Ok(s) => fresh.push((s, route)),
-                    Err(e) => errors.push(bind::bind_error(file, r, &e)),
-                },
+            if self.serving.contains_key(&key) {
+                kept.push((key, route));
+                continue;
             }
+            match bind(r) {
+                Ok(s) => fresh.push((s, route)),
+                Err(e) => {
+                    out_of_descriptors |= matches!(
+                        e.raw_os_error(),
+                        Some(n) if n == rustix::io::Errno::MFILE.raw_os_error()
+                            || n == rustix::io::Errno::NFILE.raw_os_error()
+                    );
+                    errors.push(bind::bind_error(file, r, &e));
+                }
+            }
+        }
+        if out_of_descriptors {
+            drop(fresh);
+            errors.insert(
+                0,
+                format!(
+                    "{file}: out of descriptors binding the new listeners (open-file limit {soft})"
+                ),
+            );
+            return Err(errors);
+        }
+        let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
+        for (key, route) in kept {
+            let Some(running) = self.serving.remove(&key) else {
+                continue;
+            };
+            warn_over_limit(&running, &route);
+            // A kept unix socket keeps its file: a new `mode` is
+            // applied to it, as a fresh bind would.
+            if let (Some(file), Some(mode)) = (&running.file, route.socket_mode()) {
+                if running.route.load().socket_mode() != Some(mode) {
+                    if let Err(e) = file.set_mode(mode) {
+                        let addr = file.path().display();
+                        errors.push(format!("cannot change the mode of {addr}: {e}"));
+                    }
+                }
+            }
+            // Backends the new file keeps keep their health and load.
+            route.pool.keep_state_of(&running.route.load().pool);
+            running.stats.set_backends(&route.backend_addrs());
+            self.watch_names(&route, &running.stats);
+            running.stats.set_pool(route.pool.clone());
+            running.route.store(Arc::new(route));
+            keep.insert(key, running);
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
@@ -335,7 +404,7 @@ impl Listeners {
             errors.push(format!("cannot start a listener: {e}"));
         }
         self.share_descriptors_with_udp();
-        errors
+        Ok(errors)
     }
 
     /// Sets how many associations each `/udp` listener may hold so that all
@@ -401,6 +470,34 @@ fn udp_assoc_share(soft: u64, listener_fds: usize, udp_listeners: usize) -> usiz
     let half = usize::try_from(soft / 2).unwrap_or(usize::MAX);
     let share = half.saturating_sub(listener_fds) / udp_listeners.max(1);
     share.max(1)
+}
+
+/// Listeners (one descriptor each, before duplicates) a configuration may
+/// have, at start-up and on reload: half the open-file soft limit, so
+/// connections keep the other half. A start-up or a reload past it is
+/// refused as a whole.
+pub(crate) fn listener_budget(soft: u64) -> usize {
+    usize::try_from(soft / 2).unwrap_or(usize::MAX)
+}
+
+/// The message for a configuration of `n` listeners past [`listener_budget`].
+pub(crate) fn over_budget(file: &str, n: usize, soft: u64) -> String {
+    format!(
+        "{file}: {n} listeners do not fit the descriptor budget of {} (half the \
+         open-file limit {soft}; the other half is kept for connections): raise \
+         LimitNOFILE or forward fewer ports",
+        listener_budget(soft)
+    )
+}
+
+/// Checks a configuration of `n` listeners against [`listener_budget`] at
+/// the current soft limit (start-up, after raising it).
+pub(crate) fn check_budget(file: &str, n: usize) -> Result<(), String> {
+    let soft = nofile_soft();
+    if n > listener_budget(soft) {
+        return Err(over_budget(file, n, soft));
+    }
+    Ok(())
 }
 
 /// Duplicated listening descriptors the server may hold: a sixteenth of the
@@ -471,6 +568,7 @@ mod tests {
             shared,
             serving: HashMap::new(),
             udp_cap_logged: None,
+            accept_failing: Arc::default(),
         };
         let mut sockets = Vec::new();
         let mut addrs = Vec::new();
@@ -527,6 +625,7 @@ mod tests {
             shared: shared.clone(),
             serving: HashMap::new(),
             udp_cap_logged: None,
+            accept_failing: Arc::default(),
         };
         let bind_at: SocketAddr = "127.0.0.1:0".parse().expect("literal");
         let mut r = ResolvedRule::between(bind_at, Proto::Tcp, backend_addr, Proto::Tcp);
@@ -545,7 +644,7 @@ mod tests {
                 runtime.block_on(async move {
                     while let Ok(Step::Reload(cfg, done)) = next.recv().await {
                         let errors = listeners.apply(&cfg, "test.conf").await;
-                        assert!(errors.is_empty(), "{errors:?}");
+                        assert_eq!(errors, Ok(Vec::new()));
                         let running = &listeners.serving[&(BindAddr::Ip(addr), Proto::Tcp)];
                         running.route.store(Arc::new(limited(&r)));
                         let counts = (running.limits.open(), running.limits.refused());

@@ -14,6 +14,10 @@
 //!   is dropped and counted. Regular files (where the flag means nothing)
 //!   get it cleared. Before, a FIFO without a reader blocked the open on
 //!   the reload path, and SIGTERM and SIGHUP were never read;
+//! - the file is opened with `O_NOFOLLOW`: a symlink at the path is refused
+//!   (logrotate moves or truncates log files, it never makes them links),
+//!   so whoever can write to the log directory cannot make root append to
+//!   another file;
 //! - [`LogHandle::flush`] (exit) and [`LogHandle::reopen`] (start-up,
 //!   reload) wait for the writer at most [`WRITER_WAIT`];
 //! - write errors (a full disk wrote about 96 lines a second) are reported

@@ -2,10 +2,9 @@
 //! batches, and writes whole lines without ever blocking on the file.
 
 use super::{format_line, Format, Msg, Queue, PIPE_BUF, WARN_EVERY};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -20,28 +19,11 @@ struct LogFile {
 }
 
 /// Opens a log file for appending, creating it if needed, without ever
-/// blocking in open(2) (see the module documentation).
-fn open_append(path: &PathBuf) -> std::io::Result<LogFile> {
+/// blocking in open(2) and without following a symlink (see the module
+/// documentation and [`crate::safe_fs::open_append`]).
+fn open_append(path: &std::path::Path) -> std::io::Result<LogFile> {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{}: a FIFO nobody reads (oi does not wait for a reader)",
-                        path.display()
-                    ),
-                )
-            } else {
-                e
-            }
-        })?;
+    let file = crate::safe_fs::open_append(path)?;
     let nonblocking = !file.metadata()?.file_type().is_file();
     if !nonblocking {
         // O_NONBLOCK means nothing for a regular file; cleared so it is what it looks like.

@@ -6,13 +6,14 @@
 //! both always agree on the layout.
 
 use super::format;
-use super::limits::{self, Gate};
+use super::limits;
+use super::request;
+use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use async_io::Async;
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::LocalExecutor;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::rc::Rc;
@@ -28,30 +29,22 @@ pub enum Query {
     Connections,
 }
 
-/// Binds the control socket at `path`, mode 0600. A socket file left by an
-/// oi that died is replaced; one that still answers (another oi) is not.
-pub(super) fn bind(path: &Path) -> io::Result<UnixListener> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{} is in use by a running server", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path)?;
-    // Connecting needs write permission on the socket; under the usual umask
-    // (022) nobody else had it between bind and this chmod either.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+/// Binds the control socket at `path`, mode 0600 from its creation (the
+/// umask is set around `bind`; connecting needs write permission). A socket
+/// file left by an oi that died is replaced; one that still answers
+/// (another oi) is not, nor anything else at the path. The returned file is
+/// removed when dropped, only if the path still names the socket bound here.
+pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::unix::SocketFile)> {
+    let addr = crate::config::UnixAddr::Path(path.to_path_buf());
+    let bound = crate::unix::bind(&addr, Some(0o600), BACKLOG)?;
+    let file = bound
+        .file
+        .ok_or_else(|| io::Error::other("a control socket path made no file"))?;
+    Ok((bound.listener, file))
 }
+
+/// Connections the kernel queues for the control socket before oi accepts.
+const BACKLOG: i32 = 128;
 
 /// Answers requests forever on the observer thread.
 pub(super) async fn serve(
@@ -59,7 +52,7 @@ pub(super) async fn serve(
     listener: Async<UnixListener>,
     shared: Arc<Shared>,
 ) {
-    let gate = Gate::new(limits::MAX_CLIENTS);
+    let slots = Slots::new();
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -69,11 +62,24 @@ pub(super) async fn serve(
                 continue;
             }
         };
-        let Some(pass) = gate.enter() else { continue };
+        // A peer is a user id (the socket is 0600, so usually root's); a
+        // few slots each, the oldest idle one evicted (see `slots`).
+        let uid = rustix::net::sockopt::socket_peercred(stream.get_ref())
+            .map_or(u32::MAX, |c| c.uid.as_raw());
+        let Some(slot) = slots.admit(uid) else {
+            continue;
+        };
         let shared = shared.clone();
         ex.spawn(async move {
-            let _pass = pass;
-            if let Err(e) = answer(stream, &shared).await {
+            let answered = answer(stream, &shared, &slot)
+                .or(async {
+                    slot.evicted().await;
+                    Err(io::Error::other(
+                        "evicted: its user opened more connections",
+                    ))
+                })
+                .await;
+            if let Err(e) = answered {
                 log::debug!("control socket request: {e}");
             }
         })
@@ -81,15 +87,21 @@ pub(super) async fn serve(
     }
 }
 
-/// Reads one request line and writes its answer.
-async fn answer(mut stream: Async<UnixStream>, shared: &Shared) -> io::Result<()> {
+/// Reads one request line and writes its answer; `slot` is marked busy
+/// (no longer evictable) once the line is complete.
+async fn answer(
+    mut stream: Async<UnixStream>,
+    shared: &Shared,
+    slot: &Slot<u32>,
+) -> io::Result<()> {
     let head = limits::read_head(&mut stream, b"\n").await?;
-    let line = String::from_utf8_lossy(&head);
-    let mut words = line.split_whitespace();
-    let (what, how) = (words.next(), words.next());
-    let json = how == Some("json");
+    slot.busy();
+    let (what, json) = match request::control_request(&head) {
+        Some((q, json)) => (Some(q), json),
+        None => (None, false),
+    };
     let text = match what {
-        Some("status") => {
+        Some(Query::Status) => {
             let s = shared.snapshot();
             if json {
                 format::status_json(&s).to_string()
@@ -97,7 +109,7 @@ async fn answer(mut stream: Async<UnixStream>, shared: &Shared) -> io::Result<()
                 format::status_text(&s)
             }
         }
-        Some("connections") => {
+        Some(Query::Connections) => {
             let rows = format::connections_json(&shared.stats.connections());
             if json {
                 rows.to_string()

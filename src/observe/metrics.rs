@@ -10,11 +10,13 @@
 //! polls (`GET /status.json`, the status file's document), or 404, with
 //! bounds on what a client can make it hold (see [`super::limits`]).
 
-use super::limits::{self, Gate};
+use super::limits;
+use super::request;
+use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncWriteExt, FutureExt};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -295,42 +297,50 @@ pub(super) async fn serve(
     registry: Arc<Registry>,
     shared: Arc<Shared>,
 ) {
-    let gate = Gate::new(limits::MAX_CLIENTS);
+    let slots = Slots::new();
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
                 log::debug!("metrics accept: {e}");
                 async_io::Timer::after(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
-        // Past the cap the connection is closed at once, unanswered.
-        let Some(pass) = gate.enter() else { continue };
+        // A slot per connection, a few per peer address (see `slots`); only
+        // when every candidate is busy answering is this one closed unanswered.
+        let Some(slot) = slots.admit(peer.ip()) else {
+            continue;
+        };
         let registry = registry.clone();
         let shared = shared.clone();
         ex.spawn(async move {
-            let _pass = pass;
-            if let Err(e) = answer(stream, &registry, &shared).await {
-                log::debug!("metrics request: {e}");
+            let answered = answer(stream, &registry, &shared, &slot)
+                .or(async {
+                    slot.evicted().await;
+                    Err(std::io::Error::other(
+                        "evicted: its peer opened more connections",
+                    ))
+                })
+                .await;
+            if let Err(e) = answered {
+                log::debug!("metrics request from {peer}: {e}");
             }
         })
         .detach();
     }
 }
 
-/// Reads one request head and answers it.
+/// Reads one request head and answers it; `slot` is marked busy (no longer
+/// evictable) once the head is complete.
 async fn answer(
     mut stream: Async<TcpStream>,
     registry: &Registry,
     shared: &Shared,
+    slot: &Slot<std::net::IpAddr>,
 ) -> std::io::Result<()> {
     let head = limits::read_head(&mut stream, b"\r\n\r\n").await?;
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split_whitespace();
-    let (method, target) = (words.next(), words.next());
-    let path = target.map(|t| t.split('?').next().unwrap_or(t));
+    slot.busy();
     let ok = |kind: &str, body: &str| {
         format!(
             "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
@@ -338,8 +348,8 @@ async fn answer(
             body.len()
         )
     };
-    let response = match (method, path) {
-        (Some("GET"), Some("/metrics")) => {
+    let response = match request::metrics_request(&head) {
+        request::MetricsRequest::Metrics => {
             let mut body = String::new();
             prometheus_client::encoding::text::encode(&mut body, registry)
                 .map_err(|_| std::io::Error::other("cannot encode the metrics"))?;
@@ -348,12 +358,12 @@ async fn answer(
                 &body,
             )
         }
-        (Some("GET"), Some("/")) => ok("text/html; charset=utf-8", super::page::HTML),
-        (Some("GET"), Some("/status.json")) => ok(
+        request::MetricsRequest::Page => ok("text/html; charset=utf-8", super::page::HTML),
+        request::MetricsRequest::StatusJson => ok(
             "application/json",
             &super::format::status_json(&shared.snapshot()).to_string(),
         ),
-        _ => {
+        request::MetricsRequest::NotFound => {
             let body = "not found: GET /, /metrics or /status.json\n";
             format!(
                 "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\

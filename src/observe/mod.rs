@@ -13,6 +13,8 @@ pub mod format;
 mod limits;
 mod metrics;
 mod page;
+pub mod request;
+mod slots;
 mod status_file;
 
 pub use control::{ask, Query};
@@ -79,8 +81,9 @@ pub struct Observer {
     stop: async_channel::Sender<()>,
     /// The observer thread.
     thread: Option<JoinHandle<()>>,
-    /// The control socket to remove on exit.
-    control_socket: Option<PathBuf>,
+    /// The control socket's file, removed on exit if it is still the one
+    /// bound (another oi may have bound the path since).
+    control_socket: Option<crate::unix::SocketFile>,
 }
 
 impl Observer {
@@ -100,17 +103,19 @@ impl Observer {
             None => None,
         };
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
-        let control = match &settings.control_socket {
-            Some(path) => Some(control::bind(path).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot create the control socket {}: {e}", path.display()),
-                )
-            })?),
-            None => None,
+        let (control, control_socket) = match &settings.control_socket {
+            Some(path) => {
+                let (l, file) = control::bind(path).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot create the control socket {}: {e}", path.display()),
+                    )
+                })?;
+                (Some(l), Some(file))
+            }
+            None => (None, None),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
-        let control_socket = settings.control_socket.clone();
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
             .spawn(move || run(shared, settings, metrics, control, stopped))?;
@@ -134,9 +139,9 @@ impl Drop for Observer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        if let Some(path) = &self.control_socket {
-            let _ = std::fs::remove_file(path);
-        }
+        // After the thread (and its listener) is gone: removes the file
+        // only if it is still the socket bound at start.
+        self.control_socket.take();
     }
 }
 

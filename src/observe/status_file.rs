@@ -1,10 +1,12 @@
 //! The status file, replaced whole on every write: written to a temporary
 //! file in the same directory, then renamed over the old one, so a reader
-//! sees the previous file or the new one, never part of one.
+//! sees the previous file or the new one, never part of one. The temporary
+//! file's name is random and it is created exclusively, without following a
+//! symlink (see [`crate::safe_fs`]).
 
 use super::{format, StatusFormat};
 use crate::stats::Snapshot;
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,21 +55,9 @@ impl StatusFile {
         }
     }
 
-    /// Temporary file beside the target, then rename(2) over it.
+    /// A temporary file beside the target, then rename(2) over it; see
+    /// [`crate::safe_fs::replace`] for why nothing planted there is followed.
     fn replace(&self, bytes: &[u8]) -> io::Result<()> {
-        let name = self
-            .path
-            .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = self.path.with_file_name(tmp_name);
-        let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes));
-        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &self.path)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        Ok(())
+        crate::safe_fs::replace(&self.path, bytes)
     }
 }

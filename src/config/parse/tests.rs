@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::{Pattern, PatternKind};
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 fn ok(text: &str) -> Config {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::config::{IncludedFile, IpFilter, MemIncludes, StatusFormat};
+use std::path::PathBuf;
 use std::time::Duration;
 
 fn ok(text: &str) -> Config {

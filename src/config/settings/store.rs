@@ -106,6 +106,12 @@ pub fn store(
             }
             s.replace(PathBuf::from(value)).is_some()
         }
+        Slot::Text(s) => {
+            if value.is_empty() {
+                return Err(format!("{name} must not be empty"));
+            }
+            s.replace(value.to_string()).is_some()
+        }
     })
 }
 
@@ -158,6 +164,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Mode(m) => m.map(|m| format!("{m:04o}")),
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        Slot::Text(t) => t.clone(),
     }
 }
 

@@ -556,6 +556,36 @@ pub static SETTINGS: &[Setting] = &[
         global: Some(|c| Slot::Path(&mut c.globals.control_socket)),
         ..BASE
     },
+    Setting {
+        conf: Some("user"),
+        yaml: Some("user"),
+        yaml_place: Place::Global,
+        flag: Some("--user"),
+        value: Value::Name,
+        default: Default::Unset("oi keeps the user it was started as"),
+        place: Place::Global,
+        doc: "Run as this user once every listener is bound, keeping only the \
+              capability to bind ports below 1024 (CAP_NET_BIND_SERVICE), so a \
+              reload can still bind a low port. For the drop-in mode that \
+              Debian's rinetd unit starts as root; the shipped oi unit has its \
+              own sandbox and does not need it.",
+        check: Some("the user oi runs as after binding (--user wins)"),
+        global: Some(|c| Slot::Text(&mut c.globals.user)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("group"),
+        yaml: Some("group"),
+        yaml_place: Place::Global,
+        flag: Some("--group"),
+        value: Value::Name,
+        default: Default::Unset("the user's own group"),
+        place: Place::Global,
+        doc: "The group to run as with user (supplementary groups are dropped).",
+        check: Some("the group oi runs as after binding (--group wins)"),
+        global: Some(|c| Slot::Text(&mut c.globals.group)),
+        ..BASE
+    },
     // ---- YAML pools and backends ----
     Setting {
         yaml: Some("load_balancing.algorithm"),

@@ -13,6 +13,7 @@ fn sample(s: &Setting) -> String {
         Value::Host => "127.0.0.1".into(),
         Value::Address => "127.0.0.1:9465".into(),
         Value::Path => "/run/oi/x".into(),
+        Value::Name => "nobody".into(),
         Value::Pattern => "10.0.0.*".into(),
         Value::Glob | Value::Other(_) => String::new(),
     }

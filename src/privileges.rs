@@ -1,0 +1,142 @@
+//! Dropping root after binding (`--user`/`--group`, or `user`/`group` lines):
+//! for the drop-in mode that Debian's rinetd unit runs as root. Every
+//! listener is bound first; then the process becomes the user, keeping only
+//! `CAP_NET_BIND_SERVICE`, so a reload can still bind a port below 1024,
+//! and sets `no_new_privs`. The shipped unit keeps its own sandbox and needs
+//! none of this.
+//!
+//! The calls are rustix's per-thread ones (Linux keeps credentials per
+//! thread; libc's wrappers broadcast to every thread, rustix's do not), so
+//! this runs while the process has one thread, before the log writer,
+//! executors and observer exist; with more, it refuses rather than leave a
+//! thread running as root. What runs after (log file, status file, control
+//! socket, a reload's reopen) runs as the user: those paths must be the
+//! user's to write.
+//!
+//! Names are looked up in `/etc/passwd` and `/etc/group` (numeric ids work
+//! too); NSS sources such as LDAP are not consulted.
+
+use rustix::thread::{CapabilitySet, CapabilitySets, Gid, Uid};
+use std::io;
+
+/// Who to become.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The user id.
+    uid: u32,
+    /// The group id: `--group`, else the user's primary group.
+    gid: u32,
+    /// As given, for messages.
+    name: String,
+}
+
+/// The id of `name` in a `name:x:id:...` file (`/etc/passwd`, `/etc/group`),
+/// and the field after it (the primary group, in `/etc/passwd`).
+fn lookup(file: &str, text: &str, name: &str) -> Result<(u32, Option<u32>), String> {
+    for line in text.lines() {
+        let mut f = line.split(':');
+        if f.next() != Some(name) {
+            continue;
+        }
+        let id = f.nth(1).and_then(|v| v.parse().ok());
+        let next = f.next().and_then(|v| v.parse().ok());
+        return id
+            .map(|id| (id, next))
+            .ok_or_else(|| format!("{file}: malformed entry for '{name}'"));
+    }
+    Err(format!("no '{name}' in {file}"))
+}
+
+/// Resolves `user` (and `group`) to ids, from the two files' text.
+pub(crate) fn resolve_in(
+    user: &str,
+    group: Option<&str>,
+    passwd: &str,
+    groups: &str,
+) -> Result<Target, String> {
+    let (uid, primary) = match user.parse::<u32>() {
+        Ok(uid) => (uid, None),
+        Err(_) => lookup("/etc/passwd", passwd, user)?,
+    };
+    let gid = match group {
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => lookup("/etc/group", groups, g)?.0,
+        },
+        None => {
+            primary.ok_or_else(|| format!("user {user} is numeric: give its group with --group"))?
+        }
+    };
+    if uid == 0 {
+        return Err(format!("user '{user}' is root: nothing to drop"));
+    }
+    Ok(Target {
+        uid,
+        gid,
+        name: user.to_string(),
+    })
+}
+
+/// Resolves `user` (and `group`) from `/etc/passwd` and `/etc/group`.
+pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Target, String> {
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+    resolve_in(user, group, &read("/etc/passwd")?, &read("/etc/group")?)
+}
+
+/// Becomes `t`, keeping only `CAP_NET_BIND_SERVICE`. Must run while the
+/// process has a single thread (see the module documentation).
+pub(crate) fn drop_to(t: &Target) -> io::Result<()> {
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::other(format!(
+            "cannot drop privileges with {threads} threads running"
+        )));
+    }
+    let gid = Gid::from_raw(t.gid);
+    let uid = Uid::from_raw(t.uid);
+    // Keep the permitted set across the uid change, then narrow it.
+    rustix::thread::set_keep_capabilities(true)?;
+    rustix::thread::set_thread_groups(&[gid])?;
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    rustix::thread::set_keep_capabilities(false)?;
+    let bind = CapabilitySet::NET_BIND_SERVICE;
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: bind,
+            permitted: bind,
+            inheritable: CapabilitySet::empty(),
+        },
+    )?;
+    rustix::thread::set_no_new_privs(true)?;
+    log::info!(
+        "running as user {} (uid {}, gid {}) with CAP_NET_BIND_SERVICE only",
+        t.name,
+        t.uid,
+        t.gid
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_numbers_resolve_and_root_is_refused() {
+        let passwd = "root:x:0:0::/root:/bin/sh\noi:x:998:997::/:/usr/sbin/nologin\n";
+        let group = "root:x:0:\noi:x:997:\nnet:x:42:\n";
+        let t = resolve_in("oi", None, passwd, group).expect("oi");
+        assert_eq!((t.uid, t.gid), (998, 997));
+        let t = resolve_in("oi", Some("net"), passwd, group).expect("group");
+        assert_eq!(t.gid, 42);
+        let t = resolve_in("1234", Some("5"), passwd, group).expect("numeric");
+        assert_eq!((t.uid, t.gid), (1234, 5));
+        assert!(resolve_in("1234", None, passwd, group).is_err());
+        assert!(resolve_in("nobody", None, passwd, group)
+            .expect_err("missing")
+            .contains("no 'nobody' in /etc/passwd"));
+        assert!(resolve_in("root", None, passwd, group).is_err());
+    }
+}
