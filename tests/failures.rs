@@ -74,9 +74,7 @@ fn failing_peers_end_promptly_and_leak_nothing() {
         }
     });
     // A closed port: bind, note the port, close.
-    let closed_addr = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind");
+    let closed_addr = local(free_port());
     // A backend whose accept queue is full: further SYNs are dropped, connect never completes.
     let silent = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
     silent

@@ -26,9 +26,7 @@ fn traffic(format: Format) -> (Vec<String>, u16, u16, u16) {
             let _ = c.read_to_end(&mut rest);
         }
     });
-    let refused = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port");
+    let refused = local(free_port());
     let srv = start(
         vec![tcp_rule(backend), tcp_rule(refused)],
         Settings::default(),

@@ -121,9 +121,7 @@ fn acl_refusals_are_counted_by_reason() {
 
 #[test]
 fn backend_connect_failures_are_counted_by_reason() {
-    let closed = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    let closed = local(free_port());
     let (silent, _keep) = unaccepting_backend();
     let settings = Settings {
         connect_timeout: Duration::from_millis(200),

@@ -162,9 +162,7 @@ fn a_backend_dying_mid_run_costs_no_client_its_connection() {
 fn a_down_backend_is_tried_again_after_recovery_timeout() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Backend 1's port refuses at first.
-    let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let first = dead.local_addr().expect("addr");
-    drop(dead);
+    let first = local(free_port());
     let backends = [item(first, 1), item(id_backend(2, None, None), 1)];
     let port = free_port();
     let oi = start(
@@ -191,9 +189,7 @@ fn a_down_backend_is_tried_again_after_recovery_timeout() {
 #[test]
 fn the_binds_of_one_rule_share_one_pool() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let first = dead.local_addr().expect("addr");
-    drop(dead);
+    let first = local(free_port());
     let (a, b) = (free_port(), free_port());
     let text = format!(
         "rules:\n  - name: shared\n    bind: [127.0.0.1:{a}/tcp, 127.0.0.1:{b}/tcp]\n    connect:\n      - {}\n      - {}\n    load_balancing:\n      health_threshold: 1\n      recovery_timeout: 60\n",
@@ -216,9 +212,7 @@ fn the_binds_of_one_rule_share_one_pool() {
 #[test]
 fn the_status_file_shows_each_backend_up_or_down_and_the_algorithm() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let first = dead.local_addr().expect("addr");
-    drop(dead);
+    let first = local(free_port());
     let second = id_backend(2, None, None);
     let port = free_port();
     let status = dir.path().join("status.json");

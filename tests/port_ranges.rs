@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -60,18 +60,6 @@ fn bad_ranges_are_errors_naming_the_line() {
     }
 }
 
-/// `count` consecutive TCP ports that were free a moment ago, below the ephemeral range.
-fn free_block(count: u16) -> u16 {
-    for attempt in 0..40u16 {
-        let base = 20_000 + (std::process::id() as u16 % 7) * 300 + attempt * 250;
-        let all_free = (base..base + count).all(|p| TcpListener::bind(local(p)).is_ok());
-        if all_free {
-            return base;
-        }
-    }
-    panic!("no block of {count} free ports");
-}
-
 /// Lets this process (and the oi it starts) open enough descriptors for the ranges.
 fn raise_nofile() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
@@ -89,7 +77,7 @@ fn raise_nofile() {
 #[test]
 fn a_thousand_port_range_serves_every_port_and_reloads_without_refusing_the_ports_that_stay() {
     raise_nofile();
-    let base = free_block(1500);
+    let base = free_port_run(1500);
     let backend = echo_backend("127.0.0.1:0").port();
     let dir = tempfile::tempdir().expect("tempdir");
     let conf = dir.path().join("oi.conf");

@@ -5,11 +5,13 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod peers;
+pub mod ports;
 pub mod process;
 pub mod server;
 pub mod wait;
 
 pub use peers::*;
+pub use ports::*;
 pub use process::*;
 pub use server::*;
 pub use wait::*;

@@ -10,23 +10,6 @@ pub fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A port that was free a moment ago (for configurations of the real binary,
-/// which cannot take port 0).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// A UDP port that was free a moment ago.
-pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("free UDP port")
-}
-
 /// An echo backend: one thread per connection, echoes until EOF, then closes.
 pub fn echo_backend(bind: &str) -> SocketAddr {
     let l = TcpListener::bind(bind).expect("bind echo backend");

@@ -51,9 +51,17 @@ pub fn wait_lines(path: &Path, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Descriptors this process has open (the directory handle used to count them excluded).
+/// Descriptors this process has open (the directory handle used to count
+/// them and the port reservation locks of `free_port` excluded).
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1))
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| {
+        d.flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path()).map_or(true, |t| !super::ports::is_port_lock(&t))
+            })
+            .count()
+            .saturating_sub(1)
+    })
 }
 
 /// What each open descriptor of this process points at, for failure messages.
