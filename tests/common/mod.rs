@@ -4,12 +4,14 @@
 //! ([`wait`]).
 #![allow(dead_code, unused_imports)]
 
+pub mod isolate;
 pub mod peers;
 pub mod ports;
 pub mod process;
 pub mod server;
 pub mod wait;
 
+pub use isolate::*;
 pub use peers::*;
 pub use ports::*;
 pub use process::*;
