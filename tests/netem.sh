@@ -16,7 +16,7 @@
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, or the
 # kernel has no netem). On kernels without netem, and in CI, the same faults
 # and more go through oi over the user-space fault link of tests/faults
-# (`cargo test --test faults -- --ignored --nocapture`), which needs only TUN.
+# (`cargo test --test integration -- --ignored --nocapture faults::`), which needs only TUN.
 #
 # Every wait is bounded; everything created is removed on exit.
 set -euo pipefail

@@ -2,9 +2,7 @@
 //! file that is a FIFO (with no reader, or a reader that never reads),
 //! SIGUSR1, a pid file that cannot be written.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rustix::process::Signal;
 use std::io::{Read, Write};
 use std::net::SocketAddr;

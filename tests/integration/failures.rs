@@ -4,9 +4,7 @@
 //! One test function runs the scenarios in order: descriptor counts of the
 //! process are only meaningful when nothing else runs in it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::LogHandle;
 use oxidinetd::Settings;
 use socket2::{Domain, Socket, Type};

@@ -3,9 +3,7 @@
 //!
 //! Alone in its own test binary, because it counts this process's descriptors.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::Proto;
 use oxidinetd::Settings;
 

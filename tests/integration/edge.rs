@@ -3,9 +3,7 @@
 //! in-process server. Headers are checked twice: against bytes the test
 //! writes itself from the specification, and with oi's own decoder.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::{AclRules, Pattern, PatternKind, Proto, SpliceMode};
 use oxidinetd::proxy::{self, Header, Parsed, ProxyVersion, Transport};
 use oxidinetd::{LogHandle, Settings, PROXY_HEADER_TIMEOUT};
@@ -198,7 +196,7 @@ fn send_proxy_gives_the_backend_the_real_client_over_copy_and_splice_v4_and_v6()
 }
 
 fn pattern_bytes(len: usize) -> Vec<u8> {
-    common::pattern(len, 14)
+    crate::common::pattern(len, 14)
 }
 
 #[test]

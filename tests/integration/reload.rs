@@ -1,8 +1,6 @@
 //! SIGHUP reloads through the real binary: nothing breaks, nothing is refused.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

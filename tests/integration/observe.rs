@@ -3,9 +3,7 @@
 //! through a strict text-format parser, and `oi status` / `oi connections`
 //! through the binary.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::{self, services::Services, Proto};
 use oxidinetd::observe::{ObserveSettings, Observer, StatusFormat};
 use oxidinetd::stats::{ConnKind, ConnState, CounterValues};

@@ -1,9 +1,7 @@
 //! SIGTERM: stop accepting at once; exit at once, or after open connections
 //! finish when `--drain` allows it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //!
 //! Alone in its own test binary: it lowers the process's RLIMIT_NOFILE.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::Settings;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};

@@ -6,9 +6,7 @@
 //! the status file, `oi connections` and a PROXY header; and what `--check`
 //! says about their ACLs.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::linux::net::SocketAddrExt;

@@ -3,9 +3,7 @@
 //! test rewrites, so a backend name moves from 127.0.0.2 to 127.0.0.3.
 //! New connections follow the name; open ones keep their backend.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,6 @@
 //! Bytes go through oi exactly, in both directions, with half-close honoured.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::LogHandle;
 use oxidinetd::Settings;
 use std::io::{Read, Write};

@@ -1,9 +1,7 @@
 //! The test harness itself: when oi does not become ready, the failure says
 //! why (its exit status and its stderr), instead of only that READY=1 never came.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::net::TcpListener;
 
 #[test]

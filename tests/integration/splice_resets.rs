@@ -4,9 +4,7 @@
 //! Alone in its own test binary (one test): it counts the process's open
 //! descriptors, which other tests running in parallel would disturb.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::SpliceMode;
 use std::net::TcpListener;
 use std::sync::mpsc;

@@ -3,9 +3,7 @@
 //! behaviour is checked with splice on and off, so the copy path is held to the
 //! same standard.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::SpliceMode;
 use oxidinetd::LogHandle;
 use oxidinetd::{Settings, Shared};

@@ -1,8 +1,6 @@
 //! Startup failures: clear messages, exit 1, nothing left bound.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::net::TcpListener;
 use std::process::Command;
 

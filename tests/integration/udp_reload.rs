@@ -1,9 +1,7 @@
 //! SIGHUP with `/udp` rules, through the real binary: the reload never waits
 //! for a datagram, open associations carry on, new ones take the new route.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

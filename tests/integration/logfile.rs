@@ -1,8 +1,6 @@
 //! The rinetd log file: both formats, byte for byte apart from time and ports.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::Settings;
 use oxidinetd::{Format, LogHandle};
 use std::io::{Read, Write};

@@ -2,9 +2,7 @@
 //! and `load_balancing:`): each algorithm's distribution, failover when a
 //! backend dies mid-run, recovery after `recovery_timeout`, affinity.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};

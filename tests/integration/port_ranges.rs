@@ -2,9 +2,7 @@
 //! apply to every port, and a reload to another range keeps the ports that
 //! stay without a moment of refusal.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

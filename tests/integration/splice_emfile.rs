@@ -4,9 +4,7 @@
 //!
 //! Alone in its own test binary (one test): it lowers the process's RLIMIT_NOFILE.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::SpliceMode;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use socket2::{Domain, Socket, Type};

@@ -1,9 +1,7 @@
 //! `oi --check` catches what start-up would fail on beyond syntax: listeners
 //! that overlap, and warns about files it cannot write; `-q` for scripts.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 /// Runs the binary with `args` on a configuration holding `text`; returns (exit code, stdout, stderr).

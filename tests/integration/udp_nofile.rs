@@ -3,9 +3,7 @@
 //!
 //! Alone in its own test binary: it lowers the process's RLIMIT_NOFILE.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::Proto;
 use oxidinetd::{LogHandle, Settings};
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};

@@ -1,9 +1,7 @@
 //! UDP forwarding through an in-process server: associations, expiry, large
 //! datagrams and the two cross-protocol directions.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::Proto;
 use oxidinetd::LogHandle;
 use oxidinetd::Settings;

@@ -1,8 +1,6 @@
 //! Drop-in mode: started as `rinetd`, oi forks like rinetd does.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::Read;
 use std::process::{Command, Stdio};
 

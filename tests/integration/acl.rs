@@ -1,8 +1,6 @@
 //! allow/deny through a running server: who gets through, and what the log says.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use oxidinetd::config::{self, services::Services};
 use oxidinetd::Settings;
 use oxidinetd::{Format, LogHandle};

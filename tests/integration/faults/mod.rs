@@ -7,18 +7,16 @@
 //! minute, so they are ignored by default; `.ci/run` runs them:
 //!
 //! ```sh
-//! cargo test --test faults -- --ignored --nocapture
+//! cargo test --test integration -- --ignored --nocapture faults::
 //! ```
 //!
 //! Each prints `FAULTS|` lines: impairment, splice mode, direction, bytes
 //! moved and seconds taken (docs/faults.md has the table).
 
-#[path = "../common/mod.rs"]
-mod common;
 mod link;
 mod peers;
 
-use common::*;
+use crate::common::*;
 use link::{Impairment, Net};
 use peers::*;
 use std::net::{Ipv4Addr, SocketAddr};

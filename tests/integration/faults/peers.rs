@@ -8,8 +8,8 @@
 //! writable after the backend's FIN, sends `ACK <sha256>`, which the backend
 //! checks and reports.
 
+use super::link::Net;
 use crate::common::{pattern, sha256};
-use crate::link::Net;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

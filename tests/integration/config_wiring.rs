@@ -2,9 +2,7 @@
 //! server: each is written in a file, started through the real binary, and
 //! observed from outside.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;

@@ -1,9 +1,7 @@
 //! `include` and YAML files through the real binary: a start serves included
 //! rules and YAML rules, and SIGHUP re-reads every included file.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn reload_rereads_included_files() {
