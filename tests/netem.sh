@@ -14,9 +14,9 @@
 #     the backend must still receive (half-close, backend side).
 #
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, or the
-# kernel has no netem). With OI_NETEM_FALLBACK=1 and no netem, it runs with
-# 1% loss from iptables' statistic match instead, and says so: no delay, no
-# reordering, no duplication.
+# kernel has no netem). On kernels without netem, and in CI, the same faults
+# and more go through oi over the user-space fault link of tests/faults
+# (`cargo test --test integration -- --ignored --nocapture faults::`), which needs only TUN.
 #
 # Every wait is bounded; everything created is removed on exit.
 set -euo pipefail
@@ -109,24 +109,6 @@ apply_faults() {
             return 1
         fi
     done
-}
-
-fallback_faults() {
-    # 1% loss on every packet sent, in every namespace: as netem on each
-    # interface's egress, each hop drops 1% in each direction.
-    for ns in "$ns_c" "$ns_o" "$ns_b"; do
-        ip netns exec "$ns" iptables -A OUTPUT -p tcp -m statistic --mode random --probability 0.01 -j DROP
-    done
-}
-
-# Packets the fallback rules dropped, all namespaces together: proof the loss happened.
-fallback_drops() {
-    local ns total=0 n
-    for ns in "$ns_c" "$ns_o" "$ns_b"; do
-        n="$(ip netns exec "$ns" iptables -L OUTPUT -v -n -x | awk '$3 == "DROP" { s += $1 } END { print s + 0 }')"
-        total=$((total + n))
-    done
-    echo "$total"
 }
 
 cat >"$work/peer.py" <<'PY'
@@ -306,35 +288,21 @@ ip netns exec "$ns_b" python3 "$work/peer.py" server 10.0.2.2 9001 "$work/result
 pids+=($!)
 wait_for_file "$work/ready" 100
 
-runs=()
-if err="$(apply_faults "")"; then
-    runs=("netem:" "netem-dup:$netem_dup")
-else
-    log "tc netem is not available: $err"
-    if [[ "${OI_NETEM_FALLBACK:-0}" != 1 ]]; then
-        log "skipped (set OI_NETEM_FALLBACK=1 to run with iptables 1% loss only)"
-        exit 77
-    fi
-    command -v iptables >/dev/null || { log "skipped: no iptables for the fallback (apt-get install -y iptables)"; exit 77; }
-    log "FALLBACK: 1% loss via iptables statistic; no delay, reordering or duplication"
-    fallback_faults
-    runs=("loss-only:")
+if ! err="$(apply_faults "")"; then
+    log "skipped: tc netem is not available: $err (tests/faults needs only TUN)"
+    exit 77
 fi
+runs=("netem:" "netem-dup:$netem_dup")
 
 failed=0
 for run in "${runs[@]}"; do
     label="${run%%:*}" extra="${run#*:}"
-    if [[ "$label" == netem* ]]; then
-        apply_faults "$extra" >/dev/null
-        log "faults: $netem_delay $netem_loss $netem_reorder $extra"
-    fi
+    apply_faults "$extra" >/dev/null
+    log "faults: $netem_delay $netem_loss $netem_reorder $extra"
     for splice in on off; do
         ln -sfn "$work/results-$label-$splice" "$work/results"
         run_case "$splice" "$label" || failed=1
     done
 done
-if [[ "${runs[0]}" == loss-only:* ]]; then
-    log "fallback dropped $(fallback_drops) packets in all"
-fi
 log "done in $(($(date +%s) - start)) s"
 exit "$failed"

@@ -1,0 +1,221 @@
+//! `oi top` on a real terminal: tmux runs it in a detached session of a set
+//! size, the test reads the screen with `capture-pane` and types with
+//! `send-keys`, while traffic flows through the oi it watches. Without tmux
+//! the test says so and passes, unless OI_REQUIRE_TOOLS is set (CI sets it,
+//! and installs tmux).
+
+
+use crate::common::*;
+use std::io::{Read, Write};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A tmux server of the test's own (`-L`), killed when the test ends.
+struct Tmux {
+    /// The server's socket name, unique to this test process.
+    name: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.name)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    fn screen(&self) -> String {
+        let out = self.run(&["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `cond`; fails showing the last screen.
+    fn wait_for(&self, what: &str, cond: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let s = self.screen();
+            if cond(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until {what}; the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn keys(&self, keys: &str) {
+        assert!(self.run(&["send-keys", "-t", "top", keys]).status.success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+fn tmux_present() -> bool {
+    let ok = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
+            "tmux is missing and OI_REQUIRE_TOOLS is set"
+        );
+        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+    }
+    ok
+}
+
+/// Sends and reads back through `addr` until `stop` is set (at most a minute).
+fn traffic(addr: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = connect(addr);
+        let chunk = vec![7u8; 32 * 1024];
+        let mut back = vec![0u8; chunk.len()];
+        let end = Instant::now() + Duration::from_secs(60);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+            c.write_all(&chunk).expect("write");
+            c.read_exact(&mut back).expect("read back");
+        }
+    })
+}
+
+#[test]
+fn top_shows_rules_and_reacts_to_keys_while_traffic_flows() {
+    if !tmux_present() {
+        return;
+    }
+    let backend = echo_backend("127.0.0.1:0");
+    let (udp_backend, _datagrams) = udp_echo_backend("127.0.0.1:0");
+    let (tcp_port, udp_port) = (free_port(), free_udp_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "127.0.0.1 {tcp_port} 127.0.0.1 {}\n127.0.0.1 {udp_port}/udp 127.0.0.1 {}/udp\n",
+            backend.port(),
+            udp_backend.port()
+        ),
+    )
+    .expect("conf");
+    let sock = dir.path().join("oi.sock");
+    let sock_arg = sock.to_str().expect("utf-8 path");
+    let _oi = OiProcess::start(dir.path(), &conf, &["--socket", sock_arg]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flow = traffic(local(tcp_port), stop.clone());
+
+    let tmux = Tmux {
+        name: format!("oi-top-test-{}", std::process::id()),
+    };
+    let cmd = format!(
+        "{} top --socket {sock_arg} --interval 200ms",
+        env!("CARGO_BIN_EXE_oi")
+    );
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "150",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    assert!(
+        started.status.success(),
+        "tmux new-session: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let tcp_rule = format!("127.0.0.1:{tcp_port}/tcp");
+    let udp_rule = format!("127.0.0.1:{udp_port}/udp");
+
+    // Both rules, the backend, the live connection, and a rate that is moving.
+    tmux.wait_for("both rules and the live connection show with a rate", |s| {
+        s.contains(&tcp_rule)
+            && s.contains(&udp_rule)
+            && s.contains(&format!("127.0.0.1:{}", backend.port()))
+            && s.contains("Busiest connections (1 live)")
+            && s.contains("M/s")
+    });
+    // s: the order changes and the header says which.
+    tmux.keys("s");
+    tmux.wait_for("the sort key is shown", |s| s.contains("sort: active"));
+    // f: only the first rule, then only the second.
+    tmux.keys("f");
+    tmux.wait_for("the filter shows only the TCP rule", |s| {
+        s.contains(&format!("rule: {tcp_rule}")) && !s.contains(&udp_rule)
+    });
+    tmux.keys("f");
+    tmux.wait_for("the filter shows only the UDP rule", |s| {
+        s.contains(&format!("rule: {udp_rule}")) && !s.contains(&format!("│{tcp_rule}"))
+    });
+    // p: frozen, and it says so.
+    tmux.keys("p");
+    tmux.wait_for("paused", |s| s.contains("PAUSED"));
+    // A resize lays the screen out again at the new width.
+    assert!(tmux
+        .run(&["resize-window", "-t", "top", "-x", "100", "-y", "30"])
+        .status
+        .success());
+    tmux.wait_for("the frame fits the new width", |s| {
+        s.lines()
+            .any(|l| l.starts_with("└") && l.chars().count() == 100)
+    });
+    // q: oi top exits and the session with it.
+    tmux.keys("q");
+    let deadline = Instant::now() + PATIENCE;
+    while tmux.run(&["has-session", "-t", "top"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "oi top did not quit on q:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Not a terminal: one table, rates over one interval.
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["top", "--socket", sock_arg, "--interval", "200ms"])
+        .output()
+        .expect("run oi top");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("RULE") && text.contains(&tcp_rule) && text.contains(&udp_rule),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "no terminal escapes in a pipe: {text:?}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    flow.join().expect("traffic thread");
+}
+
+#[test]
+fn top_without_a_server_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("none.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["top", "--socket", sock.to_str().expect("utf-8")])
+        .output()
+        .expect("run oi top");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("control socket"), "{err}");
+}
