@@ -123,6 +123,10 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
 
+    /// Reload by itself when the configuration file or an included file changes, as SIGHUP does (default: the configuration's `watch`, else off).
+    #[arg(long)]
+    pub watch: bool,
+
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
@@ -309,6 +313,7 @@ impl RunOptions {
                 stats_log_interval: cli.stats_log_interval,
                 metrics: cli.metrics,
                 control_socket: cli.socket.clone(),
+                watch: cli.watch.then_some(true),
                 ..Default::default()
             },
             client: cli.command.map(|ask| {

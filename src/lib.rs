@@ -41,6 +41,7 @@ mod tcp;
 pub mod top;
 mod udp;
 mod unix;
+mod watch;
 
 pub use buffers::BufferPool;
 pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;
