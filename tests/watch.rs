@@ -225,3 +225,33 @@ fn without_watch_a_change_waits_for_sighup() {
     assert!(!stderr.contains("watching"), "{stderr}");
     assert!(!stderr.contains("changed: reloading"), "{stderr}");
 }
+
+#[test]
+fn check_shows_the_setting_and_refuses_a_bad_value() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |name: &str, text: &str| {
+        let conf = dir.path().join(name);
+        std::fs::write(&conf, text).expect("write");
+        std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+            .arg("--check")
+            .arg("-c")
+            .arg(&conf)
+            .output()
+            .expect("run oi --check")
+    };
+    let shown = "watch on: reload when this file or an included one changes (--watch wins)";
+    let out = check("a.conf", "watch on\n127.0.0.1 1234 127.0.0.1 80\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(shown), "{stdout}");
+    let yaml = "global:\n  watch: true\nrules:\n  - name: a\n    bind: \"127.0.0.1:1234\"\n    connect: \"127.0.0.1:80\"\n";
+    let out = check("a.yaml", yaml);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(shown), "{stdout}");
+    let out = check("b.conf", "watch maybe\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("b.conf:1: watch must be on or off, not 'maybe'"),
+        "{stderr}"
+    );
+}
