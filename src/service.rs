@@ -71,6 +71,10 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
+    // What the files held before the load: a watcher started later compares
+    // its first look with this, so a change made while oi was starting is
+    // not lost (a few reads of what the load reads anyway).
+    let loaded = crate::watch::digest(&conf);
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
@@ -163,7 +167,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // change made right after readiness is seen.
     let (changed, changes) = async_channel::bounded(1);
     let watcher = watch_wanted(&opts.flags, &cfg.config.globals)
-        .then(|| start_watcher(&conf, &changed))
+        .then(|| start_watcher(&conf, &changed, Some(loaded)))
         .flatten();
     let (commands, received) = async_channel::bounded(1);
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
@@ -304,10 +308,12 @@ enum Wakeup {
     Changed,
 }
 
-/// Starts a watcher on the configuration at `path`; a failure (no inotify
-/// descriptor left, say) is logged and oi serves on, reloading on SIGHUP.
-fn start_watcher(path: &Path, changed: &Sender<()>) -> Option<Watcher> {
-    match Watcher::start(path.to_path_buf(), changed.clone()) {
+/// Starts a watcher on the configuration at `path` (`loaded`: the digest
+/// of the files the running configuration was read from, when known); a
+/// failure (no inotify descriptor left, say) is logged and oi serves on,
+/// reloading on SIGHUP.
+fn start_watcher(path: &Path, changed: &Sender<()>, loaded: Option<u64>) -> Option<Watcher> {
+    match Watcher::start(path.to_path_buf(), changed.clone(), loaded) {
         Ok(w) => Some(w),
         Err(e) => {
             log::error!(
@@ -401,7 +407,7 @@ impl Service {
     /// files' new include list.
     fn set_watching(&mut self, on: bool) {
         match (on, self.watcher.is_some()) {
-            (true, false) => self.watcher = start_watcher(&self.path, &self.changed),
+            (true, false) => self.watcher = start_watcher(&self.path, &self.changed, None),
             (false, true) => {
                 // Waits for the thread, which ends at once (at most one scan).
                 self.watcher = None;

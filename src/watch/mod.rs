@@ -72,6 +72,12 @@ fn watch_flags() -> WatchFlags {
         | WatchFlags::EXCL_UNLINK
 }
 
+/// The digest of everything a reload of the configuration at `path` would
+/// read (real paths, glob listings, contents).
+pub(crate) fn digest(path: &std::path::Path) -> u64 {
+    scan(path).digest
+}
+
 /// A running watcher. Dropping it stops the thread (closing the pipe wakes
 /// it) and waits for it, which takes at most one scan.
 pub(crate) struct Watcher {
@@ -86,7 +92,13 @@ impl Watcher {
     /// includes; each change sends one `()` down `changed` (a full channel
     /// already holds a reload request, which is enough). The watches are in
     /// place when this returns, so a change right after READY=1 is seen.
-    pub(crate) fn start(path: PathBuf, changed: Sender<()>) -> std::io::Result<Watcher> {
+    /// `loaded` is [`digest`] taken before the running configuration was
+    /// read: when the files differ from it now, a reload is asked for at once.
+    pub(crate) fn start(
+        path: PathBuf,
+        changed: Sender<()>,
+        loaded: Option<u64>,
+    ) -> std::io::Result<Watcher> {
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let first = scan(&path);
@@ -98,6 +110,13 @@ impl Watcher {
             digest: first.digest,
         };
         state.rewatch(first.dirs);
+        if loaded.is_some_and(|d| d != first.digest) {
+            log::info!(
+                "{} changed while oi started: reloading",
+                state.path.display()
+            );
+            let _ = changed.try_send(());
+        }
         log::info!(
             "watching {} ({} file(s), {} director{}) for changes",
             state.path.display(),
