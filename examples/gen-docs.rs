@@ -31,7 +31,9 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
         "SIGHUP re-reads the configuration file. If it has errors they are logged \
          and the running configuration stays in force; listeners whose address, port \
          and protocol are unchanged keep their sockets; open connections are not \
-         touched; the log file is reopened and the pid file rewritten.\n\n\
+         touched; the log file is reopened and the pid file rewritten. With --watch \
+         (or watch on in the file), a change to the file or an included file reloads \
+         it the same way.\n\n\
          SIGTERM and SIGINT close the listeners and exit 0 once open connections \
          end or after --drain seconds.",
     ),

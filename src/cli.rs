@@ -133,6 +133,10 @@ pub struct Cli {
     #[arg(long, value_name = "GROUP", requires = "user")]
     pub group: Option<String>,
 
+    /// Reload by itself when the configuration file or an included file changes, as SIGHUP does (default: the configuration's `watch`, else off).
+    #[arg(long)]
+    pub watch: bool,
+
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
@@ -344,6 +348,7 @@ impl RunOptions {
                 stats_log_interval: cli.stats_log_interval,
                 metrics: cli.metrics,
                 control_socket: cli.socket.clone(),
+                watch: cli.watch.then_some(true),
                 ..Default::default()
             },
             user: cli.user,

@@ -45,6 +45,7 @@ mod tests_safe_fs;
 pub mod top;
 mod udp;
 mod unix;
+mod watch;
 
 pub use buffers::BufferPool;
 pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;

@@ -17,10 +17,11 @@ use crate::observe::Observer;
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
-use async_channel::Sender;
+use crate::watch::Watcher;
+use async_channel::{Receiver, Sender};
 use async_signal::{Signal, Signals};
 use futures_lite::{FutureExt, StreamExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +74,10 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
+    // What the files held before the load: a watcher started later compares
+    // its first look with this, so a change made while oi was starting is
+    // not lost (a few reads of what the load reads anyway).
+    let loaded = crate::watch::digest(&conf);
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
@@ -163,6 +168,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Before READY=1: the watches are in place when `start` returns, so a
+    // change made right after readiness is seen.
+    let (changed, changes) = async_channel::bounded(1);
+    let watcher = watch_wanted(&opts.flags, &cfg.config.globals)
+        .then(|| start_watcher(&conf, &changed, Some(loaded)))
+        .flatten();
     let (commands, received) = async_channel::bounded(1);
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
@@ -180,6 +191,10 @@ pub fn run(opts: RunOptions) -> ExitCode {
         rinetd_defaults: opts.rinetd_defaults,
         drain: opts.drain,
         command_line: opts.command_line.clone(),
+        flags: opts.flags.clone(),
+        watcher,
+        changed,
+        changes,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
@@ -296,6 +311,14 @@ fn log_format(cfg: &ResolvedConfig) -> Format {
     }
 }
 
+/// Whether to reload when the files change: `--watch`, else the file's
+/// `watch`, else off (the one order of `config::settings`).
+fn watch_wanted(flags: &config::Globals, file: &config::Globals) -> bool {
+    config::settings::resolve_globals(flags, file)
+        .watch
+        .unwrap_or(false)
+}
+
 /// Pairs bound sockets with their rules' routes.
 fn routes(cfg: &ResolvedConfig, sockets: Vec<BoundSocket>) -> Vec<(BoundSocket, Route)> {
     sockets.into_iter().zip(Route::all(cfg)).collect()
@@ -319,24 +342,71 @@ struct Service {
     drain: Duration,
     /// The command line's flags that override rule options, applied to every reload too.
     command_line: config::RuleOptions,
+    /// The command line's flags that override globals (`--watch`), for
+    /// deciding after each reload whether to watch the files.
+    flags: config::Globals,
+    /// The file watcher, while `--watch` or the file's `watch on` asks for one.
+    watcher: Option<Watcher>,
+    /// Given to each watcher: it sends here when the files change.
+    changed: Sender<()>,
+    /// Where file changes arrive: a reload, as SIGHUP's.
+    changes: Receiver<()>,
+}
+
+/// What woke the service loop.
+enum Wakeup {
+    /// A signal (`None`: the signal stream ended).
+    Signal(Option<std::io::Result<Signal>>),
+    /// The watcher saw the configuration change.
+    Changed,
+}
+
+/// Starts a watcher on the configuration at `path` (`loaded`: the digest
+/// of the files the running configuration was read from, when known); a
+/// failure (no inotify descriptor left, say) is logged and oi serves on,
+/// reloading on SIGHUP.
+fn start_watcher(path: &Path, changed: &Sender<()>, loaded: Option<u64>) -> Option<Watcher> {
+    match Watcher::start(path.to_path_buf(), changed.clone(), loaded) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log::error!(
+                "cannot watch {} for changes: {e}; SIGHUP still reloads",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 impl Service {
     /// Serves until SIGINT or SIGTERM, reloading on SIGHUP; then stops the
     /// listeners, drains, and flushes the log.
-    async fn until_stopped(self, server: smol::Task<()>, mut signals: Signals) -> ExitCode {
-        while let Some(sig) = signals.next().await {
-            match sig {
-                Ok(Signal::Hup) => {
+    /// A change the watcher saw takes the SIGHUP path.
+    async fn until_stopped(mut self, server: smol::Task<()>, mut signals: Signals) -> ExitCode {
+        loop {
+            let wakeup = async { Wakeup::Signal(signals.next().await) }
+                .or(async {
+                    // Never closed: `self.changed` is a sender.
+                    let _ = self.changes.recv().await;
+                    Wakeup::Changed
+                })
+                .await;
+            match wakeup {
+                Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
                     notify::reloading();
-                    let status = self.reload().await;
+                    let (status, watch) = self.reload().await;
                     notify::ready(&status);
+                    if let Some(watch) = watch {
+                        self.set_watching(watch);
+                    }
                 }
-                Ok(Signal::Usr1) => self.status(),
-                Ok(_) => break,
-                Err(e) => log::warn!("signal stream: {e}"),
+                Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(_)) | None) => break,
+                Wakeup::Signal(Some(Err(e))) => log::warn!("signal stream: {e}"),
             }
         }
+        // Stops the watcher thread before the drain.
+        self.watcher = None;
         // A status request that arrived together with the stop is still
         // answered (the stream does not promise the order of signals that
         // are pending at once). Bounded: only what is already there.
@@ -385,9 +455,25 @@ impl Service {
         );
     }
 
+    /// Starts or stops the watcher after a reload, as the new file's `watch`
+    /// (under `--watch`) says; a running watcher has already followed the
+    /// files' new include list.
+    fn set_watching(&mut self, on: bool) {
+        match (on, self.watcher.is_some()) {
+            (true, false) => self.watcher = start_watcher(&self.path, &self.changed, None),
+            (false, true) => {
+                // Waits for the thread, which ends at once (at most one scan).
+                self.watcher = None;
+                log::info!("no longer watching {} for changes", self.file);
+            }
+            _ => {}
+        }
+    }
+
     /// Re-reads the configuration and applies it; on error keeps the old one
-    /// running. Returns a status line for the service manager.
-    async fn reload(&self) -> String {
+    /// running. Returns a status line for the service manager and, when the
+    /// reload succeeded, whether the files are now to be watched.
+    async fn reload(&self) -> (String, Option<bool>) {
         let path = self.path.clone();
         let cfg = match smol::unblock(move || config::load_resolved(&path)).await {
             Ok(cfg) => cfg.with_command_line(&self.command_line),
@@ -397,7 +483,8 @@ impl Service {
                 }
                 log::error!("reload failed: keeping the previous configuration");
                 self.shared.stats.reloaded(false);
-                return "reload failed: previous configuration still serving".into();
+                let status = "reload failed: previous configuration still serving";
+                return (status.into(), None);
             }
         };
         let log = self.shared.log.clone();
@@ -406,6 +493,7 @@ impl Service {
         let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let max_connections = cfg.config.globals.max_connections;
+        let watch = watch_wanted(&self.flags, &cfg.config.globals);
         // The listeners first: a configuration they refuse changes nothing,
         // the log file and the global maxconn included.
         let (done, errors) = async_channel::bounded(1);
@@ -415,7 +503,7 @@ impl Service {
             done,
         };
         if self.commands.send(command).await.is_err() {
-            return "reload failed: the server has stopped".into();
+            return ("reload failed: the server has stopped".into(), None);
         }
         match errors.recv().await {
             Ok(Ok(errors)) => {
@@ -429,9 +517,10 @@ impl Service {
                 }
                 log::error!("reload refused: keeping the previous configuration");
                 self.shared.stats.reloaded(false);
-                return "reload refused: previous configuration still serving".into();
+                let status = "reload refused: previous configuration still serving";
+                return (status.into(), None);
             }
-            Err(_) => return "reload failed: the server has stopped".into(),
+            Err(_) => return ("reload failed: the server has stopped".into(), None),
         }
         // The global `maxconn` follows the file; open connections stay.
         self.shared.set_max_connections(max_connections);
@@ -446,6 +535,6 @@ impl Service {
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
-        status
+        (status, Some(watch))
     }
 }

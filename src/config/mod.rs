@@ -18,6 +18,7 @@ mod unix;
 mod yaml;
 
 pub use bounded::Shown;
+pub(crate) use include::has_wildcards;
 pub use include::{
     FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
 };

@@ -255,6 +255,8 @@ pub struct Globals {
     pub metrics: Option<std::net::SocketAddr>,
     /// `controlsocket PATH` (oi): the socket `oi status` and `oi connections` ask (`--socket` wins).
     pub control_socket: Option<PathBuf>,
+    /// `watch on|off` (oi; YAML `watch`): reload when the file or an included one changes (`--watch` wins).
+    pub watch: Option<bool>,
 }
 
 /// One `include` line and what it brought in, for `--check` and messages.

@@ -42,3 +42,4 @@ mod udp_flood;
 mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
+mod watch;

@@ -1,7 +1,6 @@
 //! Issue 21, through the binary: what one remote peer or one bad reload can
 //! take from everyone else on a shared host. Each test states the bound it holds.
 
-
 use crate::common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -6,7 +6,6 @@
 //! the test says so and passes, unless OI_REQUIRE_TOOLS is set (CI sets it,
 //! and installs chromium).
 
-
 use crate::common::*;
 use std::io::{Read, Write};
 use std::process::Command;

@@ -4,7 +4,6 @@
 //! the test says so and passes, unless OI_REQUIRE_TOOLS is set (CI sets it,
 //! and installs tmux).
 
-
 use crate::common::*;
 use std::io::{Read, Write};
 use std::process::Command;

@@ -586,6 +586,27 @@ pub static SETTINGS: &[Setting] = &[
         global: Some(|c| Slot::Text(&mut c.globals.group)),
         ..BASE
     },
+    Setting {
+        conf: Some("watch"),
+        yaml: Some("watch"),
+        yaml_place: Place::Global,
+        flag: Some("--watch"),
+        value: Value::Switch,
+        default: Default::Is("off"),
+        place: Place::Global,
+        doc: "Reload by itself when the configuration file or a file it includes \
+              changes (an oi extension), exactly as SIGHUP does: a file with errors \
+              is logged and the running configuration stays. oi watches the \
+              directories the files are in, so a file rewritten in place, replaced \
+              by rename or swapped behind a symbolic link (a Kubernetes ConfigMap's \
+              ..data) is seen, and a new file matching an include glob too. A reload \
+              follows 200 ms after the last change (at most 2 s after the first); \
+              the watched set follows each reload's includes. The --watch flag turns \
+              it on whatever the file says.",
+        global: Some(|c| Slot::Switch(&mut c.globals.watch)),
+        check: Some("reload when this file or an included one changes (--watch wins)"),
+        ..BASE
+    },
     // ---- YAML pools and backends ----
     Setting {
         yaml: Some("load_balancing.algorithm"),
