@@ -31,6 +31,7 @@ mod notify;
 pub mod observe;
 mod peer;
 mod pipes;
+mod probe;
 pub mod proxy;
 mod route;
 mod runtime;

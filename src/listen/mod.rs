@@ -150,7 +150,8 @@ impl Listeners {
     }
 
     /// Has the server's DNS refresher keep `route`'s backend names fresh,
-    /// updating the backends `stats` lists when their addresses change.
+    /// updating the backends `stats` lists when their addresses change, and
+    /// its prober probe them when the rule has a health check.
     fn watch_names(&self, route: &Route, stats: &Arc<RuleStats>) {
         let stats = Arc::downgrade(stats);
         let on_change = Box::new(move |addrs: &[SocketAddr]| {
@@ -159,6 +160,7 @@ impl Listeners {
             }
         });
         self.shared.dns.watch(&route.pool, on_change);
+        self.shared.probes.watch(&route.pool);
     }
 
     /// Starts serving already-bound sockets, each with its route.

@@ -106,7 +106,66 @@ pub fn store(
             }
             s.replace(PathBuf::from(value)).is_some()
         }
+        Slot::Text(s) => {
+            let bytes = unescape(value).map_err(|e| format!("{name}: {e}"))?;
+            let max = match setting.value {
+                Value::Text(max) => max,
+                _ => usize::MAX,
+            };
+            if bytes.is_empty() || bytes.len() > max {
+                return Err(format!(
+                    "{name} must be 1 to {max} bytes, not {} ('{}')",
+                    bytes.len(),
+                    Shown(value)
+                ));
+            }
+            s.replace(value.to_string()).is_some()
+        }
     })
+}
+
+/// The bytes `text` stands for: `\r`, `\n`, `\t`, `\0`, `\\` and `\xHH`
+/// are escapes (rinetd.conf splits options at commas and spaces, so
+/// `\x2c` and `\x20` write those); every other character is itself, in
+/// UTF-8. An unknown or cut escape is an error naming it.
+pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
+        }
+        let byte = match chars.next() {
+            Some('r') => b'\r',
+            Some('n') => b'\n',
+            Some('t') => b'\t',
+            Some('0') => 0,
+            Some('\\') => b'\\',
+            Some('x') => {
+                let hex: String = chars.by_ref().take(2).collect();
+                match u8::from_str_radix(&hex, 16) {
+                    Ok(b) if hex.len() == 2 && hex.bytes().all(|h| h.is_ascii_hexdigit()) => b,
+                    _ => {
+                        return Err(format!(
+                            "bad escape '\\x{}' (expected two hex digits)",
+                            Shown(&hex)
+                        ))
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown escape '\\{}' (use \\r, \\n, \\t, \\0, \\\\ or \\xHH)",
+                    Shown(&other.to_string())
+                ))
+            }
+            None => return Err("a '\\' ends the text (write \\\\ for a backslash)".into()),
+        };
+        out.push(byte);
+    }
+    Ok(out)
 }
 
 /// `NAME must be a, b or c, not 'VALUE'`.
@@ -158,6 +217,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Mode(m) => m.map(|m| format!("{m:04o}")),
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        Slot::Text(t) => t.clone(),
     }
 }
 
