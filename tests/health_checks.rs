@@ -65,21 +65,28 @@ fn listener() -> (TcpListener, SocketAddr) {
     (l, addr)
 }
 
-/// Writes a YAML rule on `port` over `backends` with a health check
-/// (interval 1 s, timeout 1 s, rise 2, fall 2, PING/+PONG) and starts oi
-/// with `/metrics` (and the status JSON) on `metrics`.
-fn start(dir: &tempfile::TempDir, port: u16, backends: &[SocketAddr], metrics: u16) -> OiProcess {
+/// A YAML rule on `port` over `backends`, with a health check (interval
+/// 1 s, timeout 1 s, rise `rise`, fall 2, PING/+PONG) unless `rise` is `None`.
+fn config(port: u16, backends: &[SocketAddr], rise: Option<u32>) -> String {
     let mut text =
         format!("rules:\n  - name: pool\n    bind: 127.0.0.1:{port}/tcp\n    connect:\n");
     for b in backends {
         text.push_str(&format!("      - {b}/tcp\n"));
     }
-    text.push_str(
-        "    health_check:\n      interval: 1\n      timeout: 1\n      rise: 2\n      fall: 2\n      \
-         send: 'PING\\r\\n'\n      expect: '+PONG'\n",
-    );
+    if let Some(rise) = rise {
+        text.push_str(&format!(
+            "    health_check:\n      interval: 1\n      timeout: 1\n      rise: {rise}\n      \
+             fall: 2\n      send: 'PING\\r\\n'\n      expect: '+PONG'\n"
+        ));
+    }
+    text
+}
+
+/// Writes [`config`] with rise 2 and starts oi on it with `/metrics` (and
+/// the status JSON) on `metrics`.
+fn start(dir: &tempfile::TempDir, port: u16, backends: &[SocketAddr], metrics: u16) -> OiProcess {
     let conf = dir.path().join("oi.yaml");
-    write_atomic(&conf, &text);
+    write_atomic(&conf, &config(port, backends, Some(2)));
     let metrics = format!("127.0.0.1:{metrics}");
     OiProcess::start(dir.path(), &conf, &["--metrics", &metrics])
 }
@@ -97,18 +104,23 @@ fn get(metrics: u16, path: &str) -> String {
         .unwrap_or(out)
 }
 
-/// The status document's entry for backend `addr`: (healthy, probe_ms).
-fn health(metrics: u16, addr: SocketAddr) -> (bool, Option<f64>) {
+/// The status document's entry for backend `addr`.
+fn entry(metrics: u16, addr: SocketAddr) -> serde_json::Value {
     let body = get(metrics, "/status.json");
     let doc: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    let b = doc["rules"][0]["backends"]
+    doc["rules"][0]["backends"]
         .as_array()
         .and_then(|list| {
             list.iter()
                 .find(|b| b["address"] == serde_json::json!(addr.to_string()))
         })
         .unwrap_or_else(|| panic!("{addr} not in {body}"))
-        .clone();
+        .clone()
+}
+
+/// A probed backend's (healthy, probe_ms) in the status document.
+fn health(metrics: u16, addr: SocketAddr) -> (bool, Option<f64>) {
+    let b = entry(metrics, addr);
     assert!(
         b.get("probe_ms").is_some(),
         "a probed backend has probe_ms: {b}"
@@ -269,5 +281,41 @@ fn a_pool_of_three_with_one_dead_sends_no_client_to_it() {
         scrape.contains(&dead_total),
         "{dead_total} not in\n{scrape}"
     );
+    drop(oi);
+}
+
+#[test]
+fn a_reload_keeps_the_health_of_kept_backends_and_the_probes_follow_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (good_l, good) = listener();
+    let (silent_l, silent) = listener();
+    backend(good_l, 1, true);
+    let silent_seen = backend(silent_l, 2, false);
+    let (port, metrics) = (free_port(), free_port());
+    let oi = start(&dir, port, &[good, silent], metrics);
+    wait_until("the silent backend is marked down", || {
+        !health(metrics, silent).0
+    });
+
+    // Same backends, another rise: the new pool starts with the old health.
+    let conf = dir.path().join("oi.yaml");
+    write_atomic(&conf, &config(port, &[good, silent], Some(3)));
+    oi.reload();
+    assert!(
+        !health(metrics, silent).0,
+        "still down right after the reload"
+    );
+    for _ in 0..20 {
+        assert_eq!(client(port), 1);
+    }
+    assert_eq!(silent_seen.clients.load(Ordering::SeqCst), 0);
+
+    // No health check any more: no probe_ms, and a probe's "down" is over
+    // (nothing would end it): the backend is tried again, passive only.
+    write_atomic(&conf, &config(port, &[good, silent], None));
+    oi.reload();
+    let b = entry(metrics, silent);
+    assert!(b.get("probe_ms").is_none(), "{b}");
+    assert_eq!(b["healthy"], serde_json::json!(true), "{b}");
     drop(oi);
 }

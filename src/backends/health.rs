@@ -118,6 +118,18 @@ impl MemberState {
         }
     }
 
+    /// Forgets what probes said, for a pool that no longer probes: a member
+    /// down by its probes may be tried again from `now` (ms since the
+    /// pool's epoch), as after a passive recovery time.
+    pub(crate) fn forget_probes(&self, now: u64) {
+        self.probe_fails.store(0, Ordering::Relaxed);
+        self.probe_oks.store(0, Ordering::Relaxed);
+        self.probe_us.store(NO_PROBE, Ordering::Relaxed);
+        let _ =
+            self.down_until
+                .compare_exchange(PROBE_DOWN, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// The last good probe's round trip; `None` before one, or after a failed probe.
     pub(crate) fn last_probe(&self) -> Option<Duration> {
         match self.probe_us.load(Ordering::Relaxed) {
@@ -191,6 +203,22 @@ mod tests {
         assert_eq!(s.down_until.load(Ordering::Relaxed), PROBE_DOWN);
         assert_eq!(s.probe_passed(1, Duration::ZERO), Change::Up(1));
         assert_eq!(s.failures.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_pool_without_checks_ends_a_probe_down() {
+        let s = state();
+        assert_eq!(s.probe_failed(1), Change::Down(1));
+        s.forget_probes(42);
+        assert_eq!(s.down_until.load(Ordering::Relaxed), 42);
+        assert!(
+            s.was_down.load(Ordering::Relaxed),
+            "the next good connect says it is up"
+        );
+        // A passive down keeps its own recovery time.
+        s.down_until.store(1_000, Ordering::Relaxed);
+        s.forget_probes(42);
+        assert_eq!(s.down_until.load(Ordering::Relaxed), 1_000);
     }
 
     #[test]

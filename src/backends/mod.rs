@@ -310,13 +310,18 @@ impl BackendPool {
 
     /// Takes over the health and load of `old`'s members that this pool
     /// has too (same backend, same address when expanded): what a reload
-    /// that keeps a backend keeps.
+    /// that keeps a backend keeps. A reload that removes the health check
+    /// ends a probe's "down" (nothing would end it any more): the member is
+    /// tried again, as after a passive recovery time.
     pub(crate) fn keep_state_of(&self, old: &BackendPool) {
         let old_members = old.members.load();
         for group in &self.groups {
             let mut members = lock(&group.members);
             for m in members.iter_mut() {
                 if let Some(o) = old_members.iter().find(|o| o.key == m.key) {
+                    if self.check.is_none() {
+                        o.state.forget_probes(now_ms());
+                    }
                     *m = Arc::new(Member {
                         label: m.label.clone(),
                         key: m.key.clone(),
