@@ -26,8 +26,11 @@ INTERVAL=${INTERVAL:-1}
 SECONDS_PER_MODE=${SECONDS_PER_MODE:-30}
 WARMUP=${WARMUP:-3}
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-OI=$PWD/target/release/oi
+# OI=/path/to/oi runs that binary instead of building the release one.
+if [[ -z ${OI:-} ]]; then
+  cargo build --release --quiet
+  OI=$PWD/target/release/oi
+fi
 ulimit -n 8192
 TMP=$(mktemp -d)
 HELPER_PID=""

@@ -16,9 +16,11 @@
 //! runs. At most one probe per member is in flight. Members are spread
 //! over the interval (each new one starts at a golden-ratio offset), so a
 //! thousand backends at 1 s are a probe a millisecond, not a burst. The
-//! thread holds pools weakly: a pool a reload dropped is forgotten when
-//! its next probe is due; the pool that replaced it shares its members'
-//! health (`BackendPool::keep_state_of`) and brings its own schedule.
+//! thread holds pools weakly: a pool a reload replaced or removed (retired)
+//! is forgotten when its next probe is due, even while connections from
+//! before the reload still use it; the pool that replaced it shares its
+//! members' health (`BackendPool::keep_state_of`) and brings its own
+//! schedule.
 
 use crate::backends::{reply, BackendPool, Change, Check, Member, Reply};
 use async_io::Timer;
@@ -143,6 +145,10 @@ async fn schedule(inbox: async_channel::Receiver<Weak<BackendPool>>, ex: Rc<Loca
             let Some(check) = pool.check().cloned() else {
                 continue;
             };
+            // Replaced by a reload; connections from before may still use it.
+            if pool.retired() {
+                continue;
+            }
             if member.state().start_probe() {
                 in_flight.set(in_flight.get() + 1);
                 let (in_flight, freed) = (in_flight.clone(), freed.clone());
@@ -196,7 +202,9 @@ async fn schedule(inbox: async_channel::Receiver<Weak<BackendPool>>, ex: Rc<Loca
 /// changed since the last look; each starts at a golden-ratio fraction of
 /// the interval, so however many there are, they are spread evenly.
 fn add_members(w: &mut Watched, heap: &mut BinaryHeap<Due>, seq: &mut u64, now: Instant) {
-    let Some(pool) = w.pool.upgrade() else { return };
+    let Some(pool) = w.pool.upgrade().filter(|p| !p.retired()) else {
+        return;
+    };
     let Some(check) = pool.check() else { return };
     let generation = pool.generation();
     if generation == w.generation {

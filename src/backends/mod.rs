@@ -67,6 +67,10 @@ pub(crate) struct BackendPool {
     /// Set once the pool is handed to the prober, so the `bind:` entries
     /// sharing it hand it over once.
     probed: AtomicBool,
+    /// Set when a reload replaced or removed the pool: connections that
+    /// started before may still use it, but its probes stop (the pool that
+    /// replaced it probes the members it kept).
+    retired: AtomicBool,
     /// Bumped whenever the member list changes, so the prober knows when to
     /// look for new members.
     generation: AtomicU64,
@@ -294,6 +298,7 @@ impl BackendPool {
         let pool = BackendPool {
             check: check_of(rule),
             probed: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             balance: rule.rule.balance.clone(),
             groups,
@@ -314,6 +319,7 @@ impl BackendPool {
     /// ends a probe's "down" (nothing would end it any more): the member is
     /// tried again, as after a passive recovery time.
     pub(crate) fn keep_state_of(&self, old: &BackendPool) {
+        old.retire();
         let old_members = old.members.load();
         for group in &self.groups {
             let mut members = lock(&group.members);
@@ -380,6 +386,16 @@ impl BackendPool {
     /// Whether this is the first call: the prober takes a pool once.
     pub(crate) fn start_probing(&self) -> bool {
         !self.probed.swap(true, Ordering::Relaxed)
+    }
+
+    /// Stops the pool's probes: a reload replaced or removed it.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a reload replaced or removed the pool.
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// How many times the member list has changed.

@@ -329,6 +329,7 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
+            running.route.load().pool.retire();
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}", key.0.with_proto(key.1));
