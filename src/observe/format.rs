@@ -342,7 +342,7 @@ pub fn status_text(s: &Snapshot) -> String {
             for b in &r.backends {
                 let probe = match (b.probed, b.probe_us) {
                     (false, _) => String::new(),
-                    (true, None) => ", probe=failed".to_string(),
+                    (true, None) => ", probe=-".to_string(),
                     (true, Some(us)) => format!(", probe={:.1}ms", us as f64 / 1000.0),
                 };
                 let _ = writeln!(
