@@ -200,7 +200,9 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
 ///   reads them (the usual slip is a forgotten `accept-proxy`);
 /// - `maxconn` or `maxconn-per-client` on a `/udp` listener: the limits are
 ///   checked in the TCP accept path only, so they never refuse a datagram;
-///   a UDP rule's associations are capped by `maxassoc`.
+///   a UDP rule's associations are capped by `maxassoc`;
+/// - a health check's parts (`check-rise`, `check-expect`, ...) without
+///   `check-interval`: no probe runs, so they do nothing.
 ///
 /// `proxy=v1` on a rule with a `/udp` side is an error of the parsers, not
 /// a warning here: oi could only send version 2, which is not what the file
@@ -239,6 +241,21 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
         }
         if !accept_proxy && !r.acl.trust_proxy.is_empty() {
             warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
+        }
+        let o = &r.options;
+        let check_parts = [
+            ("check-timeout", o.check_timeout.is_some()),
+            ("check-rise", o.check_rise.is_some()),
+            ("check-fall", o.check_fall.is_some()),
+            ("check-send", o.check_send.is_some()),
+            ("check-expect", o.check_expect.is_some()),
+        ];
+        if o.check_interval.is_none() {
+            for (name, _) in check_parts.iter().filter(|(_, set)| *set) {
+                warn(format!(
+                    "option '{name}' without check-interval: no health check runs; ignored"
+                ));
+            }
         }
         if r.bind.proto == Proto::Udp {
             // The connection limits: the table's TCP-listener settings.
@@ -707,6 +724,27 @@ mod tests {
             .into_iter()
             .map(|w| (w.line, w.message))
             .collect()
+    }
+
+    #[test]
+    fn health_check_parts_without_an_interval_are_warnings() {
+        let found = edge("127.0.0.1 8080 10.0.0.1 80 [check-rise=3, check-expect=+OK]\n");
+        assert_eq!(
+            found,
+            [
+                (
+                    1,
+                    "option 'check-rise' without check-interval: no health check runs; ignored"
+                        .to_string()
+                ),
+                (
+                    1,
+                    "option 'check-expect' without check-interval: no health check runs; ignored"
+                        .to_string()
+                ),
+            ]
+        );
+        assert!(edge("127.0.0.1 8080 10.0.0.1 80 [check-interval=1, check-rise=3]\n").is_empty());
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod observe;
 mod peer;
 mod pipes;
 mod privileges;
+mod probe;
 pub mod proxy;
 mod route;
 mod runtime;

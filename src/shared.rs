@@ -92,6 +92,8 @@ pub struct Shared {
     pub(crate) limits: GlobalLimit,
     /// Looks backend names up again, on a thread of its own (`dns-refresh`).
     pub(crate) dns: Refresher,
+    /// Probes backends of rules with `check-interval`, on a thread of its own.
+    pub(crate) probes: crate::probe::Prober,
 }
 
 impl Shared {
@@ -119,6 +121,7 @@ impl Shared {
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
             dns: Refresher::default(),
+            probes: crate::probe::Prober::default(),
         })
     }
 

@@ -40,8 +40,9 @@ while True:
 ')
 pids+=($!)
 read -r -t 20 echo_port <&3
+# A health check (connect only), so oi_backend_probe_seconds has data.
 cat > "$work/oi.conf" <<CONF
-127.0.0.1 $fwd_port 127.0.0.1 $echo_port
+127.0.0.1 $fwd_port 127.0.0.1 $echo_port [check-interval=1]
 CONF
 "$oi" -c "$work/oi.conf" --metrics "127.0.0.1:$metrics_port" 2>"$work/oi.err" &
 oi_pid=$!

@@ -12,18 +12,23 @@
 //! them are eligible again (fail open): refusing every client is never
 //! better than trying.
 //!
+//! Active health checks (`check-interval`, off by default) add probes:
+//! `health.rs` holds what a probe result does, `crate::probe` runs them.
+//!
 //! A rule with one backend (almost every rinetd.conf rule) takes a path with
 //! no lock and no allocation: the pool is only consulted to count health.
 
 mod affinity;
 mod choose;
 mod dns;
+mod health;
 
 pub(crate) use dns::Refresher;
 #[cfg(test)]
 pub(crate) use dns::{Lookup, OnChange};
+pub(crate) use health::{reply, Change, Check, Reply};
 
-use crate::config::{Algorithm, Balance, Host, IpFilter, ResolvedRule, UnixAddr};
+use crate::config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use affinity::Affinity;
 use arc_swap::ArcSwap;
 use std::net::{IpAddr, SocketAddr};
@@ -56,6 +61,19 @@ pub(crate) struct BackendPool {
     /// Where to ask for a lookup after repeated failures; set once the pool
     /// is watched by a [`Refresher`].
     refresher: OnceLock<dns::Poke>,
+    /// The active health check (`check-interval` set, TCP or unix backends);
+    /// `None`: passive health only, as rinetd-uv.
+    check: Option<Arc<Check>>,
+    /// Set once the pool is handed to the prober, so the `bind:` entries
+    /// sharing it hand it over once.
+    probed: AtomicBool,
+    /// Set when a reload replaced or removed the pool: connections that
+    /// started before may still use it, but its probes stop (the pool that
+    /// replaced it probes the members it kept).
+    retired: AtomicBool,
+    /// Bumped whenever the member list changes, so the prober knows when to
+    /// look for new members.
+    generation: AtomicU64,
 }
 
 /// One configured backend: what a DNS refresh needs to redo its members.
@@ -105,7 +123,6 @@ pub(crate) struct Member {
 }
 
 /// What a pool knows about a member beyond its configuration.
-#[derive(Default)]
 pub(crate) struct MemberState {
     /// Consecutive connect failures.
     failures: AtomicU32,
@@ -115,6 +132,29 @@ pub(crate) struct MemberState {
     was_down: AtomicBool,
     /// Connections and associations using it now (least connections).
     active: AtomicUsize,
+    /// Failed probes in a row.
+    probe_fails: AtomicU32,
+    /// Good probes in a row since the last failure, probe or client connect.
+    probe_oks: AtomicU32,
+    /// The last good probe's round trip in µs; [`health::NO_PROBE`] when none.
+    probe_us: AtomicU64,
+    /// A probe is in flight (at most one per member).
+    probing: AtomicBool,
+}
+
+impl Default for MemberState {
+    fn default() -> Self {
+        MemberState {
+            failures: AtomicU32::new(0),
+            down_until: AtomicU64::new(0),
+            was_down: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            probe_fails: AtomicU32::new(0),
+            probe_oks: AtomicU32::new(0),
+            probe_us: AtomicU64::new(health::NO_PROBE),
+            probing: AtomicBool::new(false),
+        }
+    }
 }
 
 /// The instant health times are counted from.
@@ -161,6 +201,11 @@ impl Member {
     fn active(&self) -> usize {
         self.state.active.load(Ordering::Relaxed)
     }
+
+    /// Its health, which probes update (see `health.rs`).
+    pub(crate) fn state(&self) -> &MemberState {
+        &self.state
+    }
 }
 
 /// One member as the status file shows it.
@@ -172,6 +217,10 @@ pub(crate) struct MemberHealth {
     /// The name it was expanded from, for members made by
     /// `dns-multi-ip-expand` (rinetd-uv's implicit backends).
     pub(crate) parent: Option<String>,
+    /// Whether the pool probes it (`check-interval`).
+    pub(crate) probed: bool,
+    /// The last good probe's round trip, if probed and the last probe passed.
+    pub(crate) probe: Option<Duration>,
 }
 
 /// A member chosen for one connection; counts the connection as using it
@@ -247,6 +296,10 @@ impl BackendPool {
             ))
         });
         let pool = BackendPool {
+            check: check_of(rule),
+            probed: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
             balance: rule.rule.balance.clone(),
             groups,
             members: ArcSwap::from_pointee(Vec::new()),
@@ -262,13 +315,19 @@ impl BackendPool {
 
     /// Takes over the health and load of `old`'s members that this pool
     /// has too (same backend, same address when expanded): what a reload
-    /// that keeps a backend keeps.
+    /// that keeps a backend keeps. A reload that removes the health check
+    /// ends a probe's "down" (nothing would end it any more): the member is
+    /// tried again, as after a passive recovery time.
     pub(crate) fn keep_state_of(&self, old: &BackendPool) {
+        old.retire();
         let old_members = old.members.load();
         for group in &self.groups {
             let mut members = lock(&group.members);
             for m in members.iter_mut() {
                 if let Some(o) = old_members.iter().find(|o| o.key == m.key) {
+                    if self.check.is_none() {
+                        o.state.forget_probes(now_ms());
+                    }
                     *m = Arc::new(Member {
                         label: m.label.clone(),
                         key: m.key.clone(),
@@ -313,8 +372,35 @@ impl BackendPool {
                     label: m.label.clone(),
                     healthy: m.eligible(now),
                     parent: group.and_then(|g| g.name.clone()).filter(|_| expanded),
+                    probed: self.check.is_some(),
+                    probe: self.check.as_ref().and_then(|_| m.state.last_probe()),
                 }
             })
+    }
+
+    /// The active health check, if the rule has one.
+    pub(crate) fn check(&self) -> Option<&Arc<Check>> {
+        self.check.as_ref()
+    }
+
+    /// Whether this is the first call: the prober takes a pool once.
+    pub(crate) fn start_probing(&self) -> bool {
+        !self.probed.swap(true, Ordering::Relaxed)
+    }
+
+    /// Stops the pool's probes: a reload replaced or removed it.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a reload replaced or removed the pool.
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+
+    /// How many times the member list has changed.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// How the pool chooses.
@@ -335,6 +421,7 @@ impl BackendPool {
             .flat_map(|g| lock(&g.members).clone())
             .collect();
         self.members.store(Arc::new(all));
+        self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The members `client`'s connection tries, best first: the one the
@@ -392,7 +479,9 @@ impl BackendPool {
         if s.failures.load(Ordering::Relaxed) != 0 {
             s.failures.store(0, Ordering::Relaxed);
         }
-        if s.down_until.load(Ordering::Relaxed) != 0 {
+        let until = s.down_until.load(Ordering::Relaxed);
+        // Down by its probes: only probes bring it back (see `health.rs`).
+        if until != 0 && until != health::PROBE_DOWN {
             s.down_until.store(0, Ordering::Relaxed);
             if s.was_down.swap(false, Ordering::Relaxed) {
                 log::info!("backend {} is up again", member.label);
@@ -406,7 +495,9 @@ impl BackendPool {
     pub(crate) fn failed(&self, member: &Member) {
         let s = &member.state;
         let failures = s.failures.fetch_add(1, Ordering::Relaxed).saturating_add(1);
-        if failures >= self.balance.health_threshold {
+        s.probe_oks.store(0, Ordering::Relaxed);
+        let probe_down = s.down_until.load(Ordering::Relaxed) == health::PROBE_DOWN;
+        if failures >= self.balance.health_threshold && !probe_down {
             let recovery =
                 u64::try_from(self.balance.recovery_timeout.as_millis()).unwrap_or(u64::MAX);
             s.down_until
@@ -479,6 +570,33 @@ impl Group {
             })
             .collect()
     }
+}
+
+/// `rule`'s active health check: set when it has a `check-interval` and its
+/// backends are streams (a TCP connect says nothing of a UDP service).
+fn check_of(rule: &ResolvedRule) -> Option<Arc<Check>> {
+    if rule
+        .rule
+        .backends
+        .iter()
+        .any(|b| b.endpoint.proto == Proto::Udp)
+    {
+        return None;
+    }
+    let o = rule.settings();
+    let bytes = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| crate::config::settings::unescape(t).ok())
+            .unwrap_or_default()
+    };
+    Some(Arc::new(Check {
+        interval: o.check_interval?,
+        timeout: o.check_timeout.unwrap_or(Duration::from_secs(2)),
+        rise: o.check_rise.unwrap_or(2).max(1),
+        fall: o.check_fall.unwrap_or(3).max(1),
+        send: bytes(&o.check_send),
+        expect: bytes(&o.check_expect),
+    }))
 }
 
 /// Whether `filter` keeps `addr` when a name is expanded.

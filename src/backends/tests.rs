@@ -254,6 +254,8 @@ fn reload_keeps_the_health_of_backends_it_keeps() {
         !kept.members()[0].eligible(now_ms()),
         "still down after reload"
     );
+    assert!(old.retired(), "the replaced pool's probes stop");
+    assert!(!kept.retired());
     let changed = pool(&yaml(&["'127.0.0.1:3/tcp'", "'127.0.0.1:2/tcp'"], ""));
     changed.keep_state_of(&old);
     assert!(

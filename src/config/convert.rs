@@ -29,6 +29,8 @@ fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
             Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode | Value::Name,
         ) => quoted(&text),
         (false, Value::Path) if text.contains([' ', '\t']) => format!("\"{text}\""),
+        // Escapes are oi's, not YAML's: single quotes keep the backslashes.
+        (true, Value::Text(_)) => format!("'{}'", text.replace('\'', "''")),
         _ => text,
     })
 }
@@ -287,15 +289,20 @@ fn rule_yaml(c: &Config, binds: &[Rule], out: &mut String) {
     // Rule options YAML keeps on each backend instead (`src`, `dns_refresh`).
     let mut per_backend: Vec<(&Setting, String)> = Vec::new();
     let mut rule_keys = String::new();
+    // Keys of a rule's section (`health_check.interval`), by section.
+    let mut nested: Vec<(&str, String)> = Vec::new();
     for s in SETTINGS {
         let Some(at) = s.rule else { continue };
         let Some(v) = value_of(at(&mut options), s.value, true) else {
             continue;
         };
         match (s.yaml, s.yaml_place) {
-            (Some(key), Place::Rule | Place::RuleAndGlobal) => {
-                let _ = writeln!(rule_keys, "    {key}: {v}");
-            }
+            (Some(key), Place::Rule | Place::RuleAndGlobal) => match key.split_once('.') {
+                Some((parent, leaf)) => nested.push((parent, format!("{leaf}: {v}"))),
+                None => {
+                    let _ = writeln!(rule_keys, "    {key}: {v}");
+                }
+            },
             (Some(_), Place::Backend) => per_backend.push((s, v)),
             (Some(_), Place::Global) if backend_key(s).is_some() => {
                 per_backend.extend(backend_key(s).map(|b| (b, v)));
@@ -303,6 +310,14 @@ fn rule_yaml(c: &Config, binds: &[Rule], out: &mut String) {
             (Some(_), Place::Global) | (None, _) => {
                 let _ = writeln!(rule_keys, "    # not in YAML: {}={}", s.name(), v);
             }
+        }
+    }
+    let mut parents: Vec<&str> = nested.iter().map(|(p, _)| *p).collect();
+    parents.dedup();
+    for parent in parents {
+        let _ = writeln!(rule_keys, "    {parent}:");
+        for (_, line) in nested.iter().filter(|(p, _)| *p == parent) {
+            let _ = writeln!(rule_keys, "      {line}");
         }
     }
     let _ = writeln!(out, "    connect:");

@@ -19,7 +19,7 @@ mod table;
 
 pub use applies::{is_set, misapplied, warnings, Shape};
 pub use layers::{resolve, resolve_globals};
-pub use store::{globals_set, store, written};
+pub use store::{globals_set, store, unescape, written};
 
 /// The value in `slot` as its option writes it (`30`, `on`, `0660`, `v2`);
 /// `None` when unset. (`oi convert` writes values with it.)
@@ -106,6 +106,9 @@ pub enum Value {
     Pattern,
     /// A file name or glob (`include`).
     Glob,
+    /// Text with escapes (`\r`, `\n`, `\t`, `\\`, `\xHH`), at most this
+    /// many bytes once unescaped.
+    Text(usize),
     /// Something with a shape of its own, described in the doc.
     Other(&'static str),
 }
@@ -189,7 +192,8 @@ pub enum Slot<'a> {
     Address(&'a mut Option<SocketAddr>),
     /// A path.
     Path(&'a mut Option<PathBuf>),
-    /// A name taken as written (`user`, `group`).
+    /// Text as written: a name (`user`, `group`), or bytes written with
+    /// escapes (`PING\r\n`, [`Value::Text`]), which [`unescape`] gives.
     Text(&'a mut Option<String>),
 }
 
@@ -255,6 +259,9 @@ impl Setting {
             Value::Name => "a name or number, as written".into(),
             Value::Pattern => "an address pattern: wildcards (* and ?) or a CIDR block".into(),
             Value::Glob => "a file name or glob, relative to the including file".into(),
+            Value::Text(max) => format!(
+                "text, at most {max} bytes; \\r, \\n, \\t, \\\\ and \\xHH (\\x2c for a comma in rinetd.conf) are escapes"
+            ),
             Value::Other(text) => text.into(),
         }
     }
@@ -334,12 +341,30 @@ pub fn yaml_global_keys(prefix: &str) -> Vec<&'static str> {
 }
 
 /// The YAML keys of a rule that are options (the table's), in table order.
+/// A section's name stands for its keys (`health_check` for
+/// `health_check.interval`, ...), once.
 pub fn yaml_rule_keys() -> Vec<&'static str> {
+    let mut keys: Vec<&'static str> = Vec::new();
+    for s in SETTINGS.iter().filter(|s| s.yaml_on_rule()) {
+        let Some(key) = s.yaml else { continue };
+        if key.contains('[') || (key.contains('.') && s.rule.is_none()) {
+            continue;
+        }
+        let top = key.split('.').next().unwrap_or(key);
+        if !keys.contains(&top) {
+            keys.push(top);
+        }
+    }
+    keys
+}
+
+/// The keys of a rule's section `section` (`interval` of
+/// `health_check.interval`), in table order.
+pub fn yaml_rule_section_keys(section: &str) -> Vec<&'static str> {
     SETTINGS
         .iter()
-        .filter(|s| s.yaml_on_rule())
-        .filter_map(|s| s.yaml)
-        .filter(|k| !k.contains('.') && !k.contains('['))
+        .filter(|s| s.rule.is_some() && s.yaml_on_rule())
+        .filter_map(|s| s.yaml?.strip_prefix(section)?.strip_prefix('.'))
         .collect()
 }
 

@@ -332,6 +332,9 @@ impl Mapper {
                 "trust_proxy" => trust_proxy = self.patterns(key, v),
                 "load_balancing" => balance = self.balance(v),
                 "access" => acl = self.access(v),
+                section if !settings::yaml_rule_section_keys(section).is_empty() => {
+                    self.rule_section(&mut options, section, v)
+                }
                 _ => {
                     self.rule_option(&mut options, key, v);
                     if key == "proxy" && options.proxy == Some(ProxyHeader::V1) {
@@ -408,6 +411,23 @@ impl Mapper {
         };
         if let Err(e) = settings::store(setting, at(options), Syntax::Yaml, key, text) {
             self.error(v, e);
+        }
+    }
+
+    /// A rule's section of options (`health_check:`), each key parsed as
+    /// the table's `SECTION.KEY` entry says.
+    fn rule_section(&mut self, options: &mut RuleOptions, section: &str, v: &Spanned) {
+        let keys = settings::yaml_rule_section_keys(section);
+        for (key, value) in self.entries(v, section, &keys) {
+            let Some(setting) = settings::yaml_rule_option(&format!("{section}.{key}")) else {
+                continue;
+            };
+            let (Some(at), Some(text)) = (setting.rule, self.scalar(key, value)) else {
+                continue;
+            };
+            if let Err(e) = settings::store(setting, at(options), Syntax::Yaml, key, text) {
+                self.error(value, e);
+            }
         }
     }
 

@@ -160,7 +160,8 @@ impl Listeners {
     }
 
     /// Has the server's DNS refresher keep `route`'s backend names fresh,
-    /// updating the backends `stats` lists when their addresses change.
+    /// updating the backends `stats` lists when their addresses change, and
+    /// its prober probe them when the rule has a health check.
     fn watch_names(&self, route: &Route, stats: &Arc<RuleStats>) {
         let stats = Arc::downgrade(stats);
         let on_change = Box::new(move |addrs: &[SocketAddr]| {
@@ -169,6 +170,7 @@ impl Listeners {
             }
         });
         self.shared.dns.watch(&route.pool, on_change);
+        self.shared.probes.watch(&route.pool);
     }
 
     /// Starts serving already-bound sockets, each with its route.
@@ -396,6 +398,7 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
+            running.route.load().pool.retire();
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}", key.0.with_proto(key.1));

@@ -78,7 +78,7 @@ pub fn status_json(s: &Snapshot) -> Value {
                 .backends
                 .iter()
                 .map(|b| {
-                    json!({
+                    let mut v = json!({
                         "name": b.member.clone().unwrap_or_else(|| b.addr.to_string()),
                         "address": b.addr.to_string(),
                         "host": b.addr.ip().to_string(),
@@ -94,7 +94,12 @@ pub fn status_json(s: &Snapshot) -> Value {
                             "bytes_from_clients": b.from_client,
                             "bytes_to_clients": b.to_client,
                         },
-                    })
+                    });
+                    // Only with a health check, so rinetd-uv's document is unchanged without.
+                    if b.probed {
+                        v["probe_ms"] = json!(b.probe_us.map(|us| us as f64 / 1000.0));
+                    }
+                    v
                 })
                 .collect();
             json!({
@@ -335,9 +340,14 @@ pub fn status_text(s: &Snapshot) -> String {
         if !r.backends.is_empty() {
             let _ = writeln!(o, "    Backends:");
             for b in &r.backends {
+                let probe = match (b.probed, b.probe_us) {
+                    (false, _) => String::new(),
+                    (true, None) => ", probe=-".to_string(),
+                    (true, Some(us)) => format!(", probe={:.1}ms", us as f64 / 1000.0),
+                };
                 let _ = writeln!(
                     o,
-                    "      {}: {}, active={}, total={}, traffic={}/{}",
+                    "      {}: {}, active={}, total={}, traffic={}/{}{probe}",
                     b.addr,
                     if b.healthy { "healthy" } else { "down" },
                     b.active,

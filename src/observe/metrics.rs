@@ -117,6 +117,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         .collect();
     let mut b_active = Vec::new();
     let mut b_up = Vec::new();
+    let mut b_probe = Vec::new();
     let mut b_total = Vec::new();
     let mut b_bytes = Vec::new();
     for (r, names) in rules.iter().zip(&addrs) {
@@ -124,6 +125,9 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
             let l = vec![("rule", r.name.as_str()), ("backend", name.as_str())];
             b_active.push((l.clone(), b.active));
             b_up.push((l.clone(), u64::from(b.healthy)));
+            if let Some(us) = b.probe_us.filter(|_| b.probed) {
+                b_probe.push((l.clone(), us as f64 / 1e6));
+            }
             b_total.push((l.clone(), b.opened));
             let mut from = l.clone();
             from.push(("direction", "from_client"));
@@ -136,10 +140,22 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
     family(
         enc,
         "oi_backend_up",
-        "Whether the rule's pool counts each backend address up (1) or down (0) by passive health.",
+        "Whether the rule's pool counts each backend address up (1) or down (0): passive health and, with check-interval, its probes.",
         Gauge,
         &b_up,
     )?;
+    // Only with a health check, so the output without one is as it was.
+    if !b_probe.is_empty() {
+        let mut m = enc.encode_descriptor(
+            "oi_backend_probe_seconds",
+            "The last good health-check probe's round trip to each probed backend address (none after a failed probe).",
+            None,
+            Gauge,
+        )?;
+        for (labels, secs) in &b_probe {
+            m.encode_family(labels)?.encode_gauge(secs)?;
+        }
+    }
     family(
         enc,
         "oi_backend_connections_active",
@@ -404,6 +420,8 @@ mod tests {
             addr: addr.parse().expect("literal"),
             member: member.map(String::from),
             healthy,
+            probed: true,
+            probe_us: healthy.then_some(1_500 + n),
             expanded_from: member.map(|_| "db.example".to_string()),
             active: n,
             opened: n + 1,

@@ -51,8 +51,14 @@ pub struct BackendValues {
     /// `[i]` when a name was expanded); `None` when no pool lists it.
     pub member: Option<String>,
     /// Whether the pool counts it up (passive health: not down after
-    /// `health_threshold` failed connects, or its recovery time has passed).
+    /// `health_threshold` failed connects, or its recovery time has passed;
+    /// active: not down by `check-fall` failed probes).
     pub healthy: bool,
+    /// Whether its pool probes it (`check-interval`).
+    pub probed: bool,
+    /// The last good probe's round trip in µs; `None` before one or after a
+    /// failed probe (and when not probed).
+    pub probe_us: Option<u64>,
     /// The backend name it was expanded from (`dns-multi-ip-expand`);
     /// `None` for a backend written in the file.
     pub expanded_from: Option<String>,

@@ -146,6 +146,11 @@ impl Stats {
                     .map(|(b, (f, t))| {
                         let health = pool.as_ref().and_then(|p| p.health_of(b.addr));
                         let healthy = health.as_ref().is_none_or(|h| h.healthy);
+                        let probed = health.as_ref().is_some_and(|h| h.probed);
+                        let probe_us = health
+                            .as_ref()
+                            .and_then(|h| h.probe)
+                            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
                         let (member, expanded_from) = match health {
                             Some(h) => (Some(h.label), h.parent),
                             None => (None, None),
@@ -154,6 +159,8 @@ impl Stats {
                             addr: b.addr,
                             member,
                             healthy,
+                            probed,
+                            probe_us,
                             expanded_from,
                             active: get(&b.active),
                             opened: get(&b.opened),

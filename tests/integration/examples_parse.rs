@@ -59,6 +59,9 @@ fn forward_conf_shows_every_feature() {
     assert!(rules.iter().any(|r| r.options.src.is_some()));
     assert!(rules.iter().any(|r| r.options.splice.is_some()));
     assert!(rules.iter().any(|r| r.options.max_assoc.is_some()));
+    assert!(rules.iter().any(|r| r.options.check_interval.is_some()
+        && r.options.check_send.is_some()
+        && r.options.check_expect.is_some()));
     assert!(rules
         .iter()
         .any(|r| matches!(r.bind.port, config::Port::Service(_))));

@@ -19,6 +19,7 @@ mod failures;
 mod faults;
 mod forwarding;
 mod harness;
+mod health_checks;
 mod include_yaml;
 mod layout;
 mod logfile;

@@ -107,12 +107,65 @@ pub fn store(
             s.replace(PathBuf::from(value)).is_some()
         }
         Slot::Text(s) => {
-            if value.is_empty() {
+            if let Value::Text(max) = setting.value {
+                let bytes = unescape(value).map_err(|e| format!("{name}: {e}"))?;
+                if bytes.is_empty() || bytes.len() > max {
+                    return Err(format!(
+                        "{name} must be 1 to {max} bytes, not {} ('{}')",
+                        bytes.len(),
+                        Shown(value)
+                    ));
+                }
+            } else if value.is_empty() {
                 return Err(format!("{name} must not be empty"));
             }
             s.replace(value.to_string()).is_some()
         }
     })
+}
+
+/// The bytes `text` stands for: `\r`, `\n`, `\t`, `\0`, `\\` and `\xHH`
+/// are escapes (rinetd.conf splits options at commas and spaces, so
+/// `\x2c` and `\x20` write those); every other character is itself, in
+/// UTF-8. An unknown or cut escape is an error naming it.
+pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
+        }
+        let byte = match chars.next() {
+            Some('r') => b'\r',
+            Some('n') => b'\n',
+            Some('t') => b'\t',
+            Some('0') => 0,
+            Some('\\') => b'\\',
+            Some('x') => {
+                let hex: String = chars.by_ref().take(2).collect();
+                match u8::from_str_radix(&hex, 16) {
+                    Ok(b) if hex.len() == 2 && hex.bytes().all(|h| h.is_ascii_hexdigit()) => b,
+                    _ => {
+                        return Err(format!(
+                            "bad escape '\\x{}' (expected two hex digits)",
+                            Shown(&hex)
+                        ))
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown escape '\\{}' (use \\r, \\n, \\t, \\0, \\\\ or \\xHH)",
+                    Shown(&other.to_string())
+                ))
+            }
+            None => return Err("a '\\' ends the text (write \\\\ for a backslash)".into()),
+        };
+        out.push(byte);
+    }
+    Ok(out)
 }
 
 /// `NAME must be a, b or c, not 'VALUE'`.

@@ -44,7 +44,27 @@ pub struct RuleOptions {
     pub maxconn: Option<usize>,
     /// `[maxconn-per-client=N]` (oi, 1 to 1,000,000): most from one client address.
     pub maxconn_per_client: Option<usize>,
+    /// `[check-interval=N]` (oi; YAML `health_check.interval`): probe each
+    /// backend every N s; `None` = no active health checks (passive only).
+    pub check_interval: Option<Duration>,
+    /// `[check-timeout=N]` (oi): how long one probe may take, connect to reply.
+    pub check_timeout: Option<Duration>,
+    /// `[check-rise=N]` (oi): consecutive good probes that mark a down backend up.
+    pub check_rise: Option<u32>,
+    /// `[check-fall=N]` (oi): consecutive failed probes that mark a backend down.
+    pub check_fall: Option<u32>,
+    /// `[check-send=TEXT]` (oi): bytes a probe writes once connected, as written (escapes kept).
+    pub check_send: Option<String>,
+    /// `[check-expect=TEXT]` (oi): what the backend's reply must begin with, as written.
+    pub check_expect: Option<String>,
 }
+
+/// Most bytes `check-send` and `check-expect` may stand for: a probe is a
+/// short exchange, and the expected prefix is what a probe holds in memory.
+pub(crate) const MAX_CHECK_BYTES: usize = 256;
+
+/// Longest `check-interval` and `check-timeout`, in seconds (one hour).
+pub(crate) const MAX_CHECK_SECS: u64 = 3_600;
 
 /// The common shape of an entry; each entry below sets what differs.
 const BASE: Setting = Setting {
@@ -264,6 +284,80 @@ pub static SETTINGS: &[Setting] = &[
               rule (an oi extension); the address is the one a PROXY header \
               carries when the rule accepts one.",
         rule: Some(|o| Slot::Count(&mut o.maxconn_per_client)),
+        ..BASE
+    },
+    // ---- active health checks (oi) ----
+    Setting {
+        conf: Some("check-interval"),
+        yaml: Some("health_check.interval"),
+        value: Value::Seconds(1, MAX_CHECK_SECS),
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("off (passive health only)"),
+        doc: "Probe every backend of the rule every N seconds (an oi extension): \
+              a TCP connect, then, with check-send and check-expect, a short \
+              exchange. check-fall failed probes in a row mark a backend down and \
+              check-rise good ones mark it up again; failed client connects count \
+              as before (health_threshold), and a backend down by its probes stays \
+              down until they pass. Probes run on one thread (oi-probe), at most \
+              256 at once, spread over the interval; they hold a socket only \
+              while probing and are not client traffic (no counters, no log \
+              line). In YAML the keys are under health_check:.",
+        rule: Some(|o| Slot::Time(&mut o.check_interval)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("check-timeout"),
+        yaml: Some("health_check.timeout"),
+        value: Value::Seconds(1, MAX_CHECK_SECS),
+        applies: &[Applies::TcpBackend],
+        default: Default::Is("2"),
+        doc: "How long one probe may take, from connect to the expected reply, \
+              before it counts as failed (an oi extension).",
+        rule: Some(|o| Slot::Time(&mut o.check_timeout)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("check-rise"),
+        yaml: Some("health_check.rise"),
+        value: Value::Number(1, 100),
+        applies: &[Applies::TcpBackend],
+        default: Default::Is("2"),
+        doc: "Good probes in a row that mark a down backend up again (an oi \
+              extension).",
+        rule: Some(|o| Slot::Small(&mut o.check_rise)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("check-fall"),
+        yaml: Some("health_check.fall"),
+        value: Value::Number(1, 100),
+        applies: &[Applies::TcpBackend],
+        default: Default::Is("3"),
+        doc: "Failed probes in a row that mark a backend down (an oi extension).",
+        rule: Some(|o| Slot::Small(&mut o.check_fall)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("check-send"),
+        yaml: Some("health_check.send"),
+        value: Value::Text(MAX_CHECK_BYTES),
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("nothing: the connect is the probe"),
+        doc: "Bytes a probe writes once connected, such as PING\\r\\n (an oi \
+              extension).",
+        rule: Some(|o| Slot::Text(&mut o.check_send)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("check-expect"),
+        yaml: Some("health_check.expect"),
+        value: Value::Text(MAX_CHECK_BYTES),
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("nothing: the connect is the probe"),
+        doc: "What the backend's reply must begin with, such as +PONG (an oi \
+              extension); a probe that reads anything else, or the end of the \
+              stream, before the whole prefix has failed.",
+        rule: Some(|o| Slot::Text(&mut o.check_expect)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
