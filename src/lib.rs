@@ -32,6 +32,7 @@ pub mod observe;
 mod peer;
 mod pipes;
 pub mod proxy;
+pub mod rate;
 mod route;
 mod runtime;
 mod service;

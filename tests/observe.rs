@@ -501,8 +501,7 @@ fn metrics_parse_as_prometheus_text_and_count_the_traffic() {
     );
     assert!(value(&samples, "oi_open_descriptors", &[]) > 0.0);
     assert!(
-        value(&samples, "oi_descriptors_limit", &[])
-            >= value(&samples, "oi_open_descriptors", &[])
+        value(&samples, "oi_descriptors_limit", &[]) >= value(&samples, "oi_open_descriptors", &[])
     );
     let b = backend.to_string();
     let bl = [("rule", rule.as_str()), ("backend", b.as_str())];

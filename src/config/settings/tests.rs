@@ -7,6 +7,7 @@ use crate::config::{parse, parse_yaml, Format};
 fn sample(s: &Setting) -> String {
     match s.value {
         Value::Seconds(_, max) | Value::Millis(_, max) | Value::Number(_, max) => max.to_string(),
+        Value::Rate(_, max) => max.to_string(),
         Value::Switch | Value::Flag => "on".into(),
         Value::Word(words) => words[words.len() - 1].into(),
         Value::Mode => "0660".into(),
