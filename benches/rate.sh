@@ -3,7 +3,9 @@
 # forwarding one connection through a rule without a limit, with [rate=16G]
 # (a limit that never binds here: the bucket's bookkeeping alone) and with
 # [rate=2G] (near what one connection moves here, so it may bind), copying
-# and splicing, all in one oi process and one run, interleaved round by round.
+# and with [rate=256M] (a limit that binds: the waits and the smaller steps),
+# copying and splicing, all in one oi process and one run, interleaved round
+# by round.
 #
 #   benches/rate.sh            # needs cargo and python3
 #
@@ -47,7 +49,7 @@ while True:
 EOF
 PIDS+=($!)
 
-ROWS=("copy:" "copy:rate=16G" "copy:rate=2G" "splice:" "splice:rate=16G" "splice:rate=2G")
+ROWS=("copy:" "copy:rate=16G" "copy:rate=2G" "copy:rate=256M" "splice:" "splice:rate=16G" "splice:rate=2G" "splice:rate=256M")
 declare -A PORT
 CONF=$WORK/oi.conf
 : >"$CONF"

@@ -291,3 +291,67 @@ fn udp_datagrams_over_the_limit_are_dropped_and_counted() {
     let (status, stderr) = oi.stop();
     assert!(status.success(), "{stderr}");
 }
+
+#[test]
+fn a_reload_that_keeps_the_rule_keeps_its_bucket() {
+    let (backend, got) = sink_backend();
+    let port = free_port();
+    // 16 KiB/s with a 64 KiB burst: an emptied bucket takes 4 s to fill,
+    // far longer than a reload and a connect.
+    let rule = format!(
+        "127.0.0.1 {port} 127.0.0.1 {} [rule-rate=16K]\n",
+        backend.port()
+    );
+    let (oi, metrics, dir) = start(&rule);
+    let first = pattern(64 * 1024 + 32 * 1024, 1);
+    upload([127, 0, 0, 1], port, &first);
+    let r = got.recv_timeout(Duration::from_secs(30)).expect("upload");
+    assert_eq!((r.len, r.sha), (first.len(), sha256(&first)));
+    // The same rule, reloaded (with a new comment, so the file changed).
+    let metrics_line = format!("metrics {metrics}\n");
+    write_atomic(
+        &dir.path().join("oi.conf"),
+        &format!("{metrics_line}# reloaded\n{rule}"),
+    );
+    oi.reload();
+    let delayed = metric(metrics, "oi_rate_delayed_bytes_total");
+    // A new connection after the reload finds the bucket the first one
+    // emptied, not a full one: 48 KiB, within a full burst, must wait.
+    let data = pattern(48 * 1024, 2);
+    upload([127, 0, 0, 1], port, &data);
+    let r = got.recv_timeout(Duration::from_secs(30)).expect("upload");
+    assert_eq!((r.len, r.sha), (data.len(), sha256(&data)));
+    assert!(metric(metrics, "oi_rate_delayed_bytes_total") > delayed);
+    let (status, stderr) = oi.stop();
+    assert!(status.success(), "{stderr}");
+}
+
+#[test]
+fn a_tcp_stream_to_a_udp_backend_waits_for_its_bucket() {
+    let (backend, seen) = udp_echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let rate = MIB;
+    let (oi, metrics, _dir) = start(&format!(
+        "127.0.0.1 {port} 127.0.0.1 {}/udp [rate-up=1M]\n",
+        backend.port()
+    ));
+    let len = burst(rate) + 2 * rate;
+    let mut s = connect_from([127, 0, 0, 1], local(port));
+    let began = Instant::now();
+    s.write_all(&pattern(len, 4)).expect("write");
+    // Each read of the stream goes to the backend as one datagram.
+    let mut arrived = 0;
+    while arrived < len {
+        let (_, n) = seen
+            .recv_timeout(Duration::from_secs(30))
+            .expect("datagrams keep coming");
+        arrived += n;
+    }
+    let took = began.elapsed();
+    assert_eq!(arrived, len);
+    assert!(took >= least(len, rate), "took {took:?}");
+    assert!(metric(metrics, "oi_rate_wait_milliseconds_total") > 0);
+    drop(s);
+    let (status, stderr) = oi.stop();
+    assert!(status.success(), "{stderr}");
+}

@@ -300,8 +300,8 @@ pub static SETTINGS: &[Setting] = &[
               direction waits (on a timer, no polling) until its bucket \
               refills, whether it copies or splices, and a UDP datagram over \
               the limit is dropped and counted (queueing it would only add \
-              latency). The rules of TCP to UDP forwarding are not limited. \
-              Example: [rate=1M], or in YAML rate: 1M.",
+              latency); on a TCP to UDP rule the stream waits and the \
+              backend's datagrams are dropped. Example: [rate=1M], or in YAML rate: 1M.",
         rule: Some(|o| Slot::Rate(&mut o.rate)),
         ..BASE
     },
