@@ -2,10 +2,12 @@
 # benches/rate.sh: what a bandwidth limit costs. CPU seconds per GiB of oi
 # forwarding one connection through a rule without a limit, with [rate=16G]
 # (a limit that never binds here: the bucket's bookkeeping alone) and with
-# [rate=2G] (near what one connection moves here, so it may bind), copying
-# and with [rate=256M] (a limit that binds: the waits and the smaller steps),
-# copying and splicing, all in one oi process and one run, interleaved round
-# by round.
+# [rate=2G] (near what one connection moves on a quiet machine, so it may
+# bind) and with [rate=256M] (a limit that binds: the waits and the smaller
+# steps), copying and splicing, all in one oi process and one run,
+# interleaved round by round. The sender and sink are python (1 MiB
+# sendall/recv_into), so on a loaded 2-core VM they, not oi, may set the
+# pace; the CPU figure is oi's own (utime+stime from /proc).
 #
 #   benches/rate.sh            # needs cargo and python3
 #
