@@ -34,6 +34,7 @@ mod pipes;
 mod privileges;
 mod probe;
 pub mod proxy;
+pub mod rate;
 mod route;
 mod runtime;
 mod safe_fs;

@@ -59,6 +59,9 @@ pub struct Route {
     /// Most TCP connections open at once from one client address on this
     /// rule (`maxconn-per-client=N`).
     pub(crate) maxconn_per_client: Option<usize>,
+    /// The bandwidth limits (`rate`, `rate-up`, `rate-down`, `rule-rate`,
+    /// `client-rate`), resolved once: `rate-up`/`rate-down` win over `rate`.
+    pub(crate) rates: crate::rate::Rates,
 }
 
 impl Route {
@@ -93,7 +96,14 @@ impl Route {
             connect_host: rule.rule.connect.host_text,
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
+        let rates = crate::rate::Rates {
+            up: settings.rate_up.or(settings.rate),
+            down: settings.rate_down.or(settings.rate),
+            rule: settings.rule_rate,
+            client: settings.client_rate,
+        };
         Route {
+            rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
             pool,

@@ -86,6 +86,9 @@ pub enum Value {
     Millis(u64, u64),
     /// A whole number.
     Number(u64, u64),
+    /// Bytes per second, a whole number with an optional K, M or G suffix
+    /// (1024-based), within this range.
+    Rate(u64, u64),
     /// `on` or `off` (YAML: `true`/`false`, `yes`/`no`, `on`/`off`).
     Switch,
     /// No value: the keyword alone turns it on (`logcommon`).
@@ -172,6 +175,8 @@ pub enum Slot<'a> {
     Count(&'a mut Option<usize>),
     /// A smaller count.
     Small(&'a mut Option<u32>),
+    /// Bytes per second (`rate=`, `rule-rate=`, ...).
+    Rate(&'a mut Option<u64>),
     /// A switch.
     Switch(&'a mut Option<bool>),
     /// A keyword alone.
@@ -245,6 +250,11 @@ impl Setting {
             Value::Seconds(a, b) => format!("seconds, {a} to {b}"),
             Value::Millis(a, b) => format!("milliseconds, {a} to {b}"),
             Value::Number(a, b) => format!("a number, {a} to {b}"),
+            Value::Rate(a, b) => format!(
+                "bytes per second, {} to {}, with an optional K, M or G suffix (1024-based: 10M is 10,485,760)",
+                store::rate_text(a),
+                store::rate_text(b)
+            ),
             Value::Switch => "on or off (YAML: true or false)".into(),
             Value::Flag => "none (the keyword alone; YAML: true or false)".into(),
             Value::Word(words) => match words {

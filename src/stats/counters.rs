@@ -50,14 +50,17 @@ pub enum TextSection {
     ConnectFailed,
     /// `udp evicted=.. proxy-dropped=..`
     Udp,
+    /// `rate delayed-bytes=.. wait-ms=.. dropped-datagrams=..`
+    Rate,
 }
 
 impl TextSection {
     /// Every section, in the order the line prints them.
-    pub const ALL: [TextSection; 3] = [
+    pub const ALL: [TextSection; 4] = [
         TextSection::Refused,
         TextSection::ConnectFailed,
         TextSection::Udp,
+        TextSection::Rate,
     ];
 
     /// The words that open the section.
@@ -66,6 +69,7 @@ impl TextSection {
             TextSection::Refused => "Refused:",
             TextSection::ConnectFailed => "connect failed:",
             TextSection::Udp => "udp",
+            TextSection::Rate => "rate",
         }
     }
 }
@@ -284,6 +288,40 @@ counter_list! {
             kind: MetricKind::Counter,
         }),
         text: text(TextSection::Udp, "proxy-dropped"),
+    }
+    /// Bytes a bandwidth limit (`rate`, `rule-rate`, `client-rate`) held
+    /// back: bytes a TCP direction moved right after waiting for its bucket.
+    /// Added once per wait, by limited connections only.
+    rate_delayed_bytes {
+        json: "rate_delayed_bytes",
+        metric: in_family(Family {
+            name: "oi_rate_delayed_bytes",
+            help: "Bytes a bandwidth limit held back (moved after waiting for the bucket), by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Rate, "delayed-bytes"),
+    }
+    /// Milliseconds TCP directions spent waiting for a bandwidth limit's
+    /// bucket, summed over directions (two waiting at once count twice).
+    rate_wait_ms {
+        json: "rate_wait_ms",
+        metric: in_family(Family {
+            name: "oi_rate_wait_milliseconds",
+            help: "Milliseconds connections' directions spent waiting for a bandwidth limit, by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Rate, "wait-ms"),
+    }
+    /// UDP datagrams dropped because a bandwidth limit's bucket did not hold
+    /// them (UDP is policed, not queued).
+    rate_dropped_datagrams {
+        json: "rate_dropped_datagrams",
+        metric: in_family(Family {
+            name: "oi_rate_dropped_datagrams",
+            help: "UDP datagrams dropped by a bandwidth limit, by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Rate, "dropped-datagrams"),
     }
 }
 

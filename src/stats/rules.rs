@@ -92,6 +92,10 @@ pub struct RuleStats {
     /// The rule's backend pool, for health and names in snapshots; set by
     /// the listener at start and on each reload.
     pub(super) pool: arc_swap::ArcSwapOption<BackendPool>,
+    /// The rule's bandwidth buckets (`rule-rate`, `client-rate`): here
+    /// because this is what a listener keeps across a reload and what every
+    /// connection of the rule already holds, so a reload keeps them.
+    pub(crate) rates: crate::rate::RuleRates,
 }
 
 impl RuleStats {
@@ -124,6 +128,19 @@ impl RuleStats {
         which(&self.process.cells)
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1)
+    }
+
+    /// Adds `n` to a counter of the list in the rule's counters and the
+    /// process's (saturating: a counter, not a reason to wrap).
+    pub(crate) fn count_by(&self, which: impl Fn(&CounterCells) -> &AtomicU64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        for cell in [which(&self.counters.cells), which(&self.process.cells)] {
+            let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
+        }
     }
 
     /// Counts a datagram an `accept-proxy` `/udp` listener dropped; returns

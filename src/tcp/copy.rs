@@ -95,8 +95,11 @@ impl CopyMover {
             }
             let from_socket = self.leftover.is_none();
             let buf = self.buf.get_or_insert_with(|| pool.take());
+            // At most what the meter allows: the poll's budget, or less
+            // under a bandwidth limit (`rate`), which charges what is read.
+            let want = buf.len().min(meter.budget);
             let read = match &self.leftover {
-                Some(pipe) => match rustix::io::read(&pipe.read, &mut buf[..]) {
+                Some(pipe) => match rustix::io::read(&pipe.read, &mut buf[..want]) {
                     // Empty (we hold the write end, so never EOF): back to the socket.
                     Err(rustix::io::Errno::AGAIN) => {
                         self.leftover = None;
@@ -104,7 +107,7 @@ impl CopyMover {
                     }
                     other => other.map_err(io::Error::from),
                 },
-                None => from.get_ref().read(buf),
+                None => from.get_ref().read(&mut buf[..want]),
             };
             match read {
                 Ok(0) => {
@@ -112,12 +115,12 @@ impl CopyMover {
                     return Poll::Ready(Ok(Step::Eof));
                 }
                 Ok(n) => {
-                    // A read that did not fill the buffer emptied the socket:
+                    // A read that got less than it asked for emptied the socket:
                     // wait for readability next instead of reading again to
                     // hear EAGAIN. If more arrived meanwhile, re-arming the
                     // readiness interest reports it at once, so nothing waits.
                     // One failed recvfrom fewer per message (benches/syscalls.sh).
-                    if from_socket && n < buf.len() {
+                    if from_socket && n < want {
                         self.readable = false;
                     }
                     self.pos = 0;
@@ -136,6 +139,12 @@ impl CopyMover {
                 }
             }
         }
+    }
+
+    /// Whether bytes read are still to be written: they go out whatever a
+    /// bandwidth limit says (they were charged when read).
+    pub(crate) fn in_flight(&self) -> bool {
+        self.buf.is_some() && self.pos < self.end
     }
 
     /// Returns the buffer to the pool (only legal when nothing is in flight).

@@ -14,6 +14,7 @@ mod copy;
 mod mover;
 mod pump;
 pub(crate) mod splice;
+mod throttle;
 
 use crate::connect::{self, ConnectError};
 use crate::edge::{self, Origin};
@@ -23,7 +24,7 @@ use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use async_io::Async;
-use pump::{Pools, Pump, PumpOutcome, Side};
+use pump::{Limits, Pools, Pump, PumpOutcome, Side};
 use std::future::Future;
 use std::net::TcpStream;
 use std::pin::Pin;
@@ -110,6 +111,10 @@ pub(crate) async fn forward(
         pools,
         splice,
         shared.settings.half_close_idle,
+        Limits {
+            directions: route.rates.limits(&stats.rates, ip.ip()),
+            stats: &stats,
+        },
     );
     let outcome = Published {
         pump,

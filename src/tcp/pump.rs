@@ -17,8 +17,11 @@
 use super::copy::CopyMover;
 use super::mover::{Fault, Meter, Step};
 use super::splice::SpliceMover;
+use super::throttle::Throttle;
 use crate::buffers::BufferPool;
 use crate::pipes::PipePool;
+use crate::rate::Limit;
+use crate::stats::RuleStats;
 use async_io::{Async, Timer};
 use std::future::Future;
 use std::io;
@@ -88,11 +91,15 @@ struct Direction {
     mover: Mover,
     /// Bytes written to the destination so far.
     bytes: u64,
+    /// The bandwidth limit, if the rule sets one for this direction; boxed
+    /// so an unlimited direction carries one pointer.
+    throttle: Option<Box<Throttle>>,
 }
 
 impl Direction {
-    fn new(splice: bool) -> Self {
+    fn new(splice: bool, throttle: Option<Throttle>) -> Self {
         Direction {
+            throttle: throttle.map(Box::new),
             state: State::Running,
             mover: if splice {
                 Mover::Splice(SpliceMover::new())
@@ -118,12 +125,38 @@ impl Direction {
         loop {
             match self.state {
                 State::Running => {
+                    // Under a limit, this step may read what the buckets
+                    // hold (bytes already read still go out); with none
+                    // left the direction sleeps on the throttle's timer.
+                    let budget = meter.budget;
+                    if let Some(t) = &mut self.throttle {
+                        let in_flight = match &self.mover {
+                            Mover::Copy(m) => m.in_flight(),
+                            Mover::Splice(m) => m.in_flight(),
+                        };
+                        match t.admit(cx, budget, in_flight) {
+                            Some(allowed) => meter.budget = allowed,
+                            None => return Poll::Pending,
+                        }
+                    }
+                    let allowed = meter.budget;
                     let step = match &mut self.mover {
                         Mover::Copy(m) => m.poll_move(cx, from, to, pools.buffers, &mut meter),
                         Mover::Splice(m) => m.poll_move(cx, from, to, pools.pipes, &mut meter),
                     };
+                    let limited = if let Some(t) = &mut self.throttle {
+                        let read = allowed - meter.budget;
+                        t.charge(read);
+                        meter.budget = budget - read;
+                        allowed < budget
+                    } else {
+                        false
+                    };
                     match ready!(step)? {
                         Step::Eof => self.state = State::ShuttingDown,
+                        // The limit, not the poll's budget, ran out: ask the
+                        // buckets again (they sleep when empty).
+                        Step::BudgetSpent if limited => {}
                         Step::BudgetSpent => return Poll::Ready(Ok(Moved::BudgetSpent)),
                         Step::Fallback(leftover) => {
                             self.mover = Mover::Copy(CopyMover::after_splice(leftover));
@@ -177,6 +210,16 @@ pub(crate) struct Pump<'a> {
     half_close_idle: Duration,
     /// Fires when a half-closed connection has been idle too long; re-armed on progress.
     idle_timer: Option<Timer>,
+    /// The rule's counters, which limited directions add their waits to.
+    stats: &'a RuleStats,
+}
+
+/// A connection's bandwidth limits, and the counters their waits go to.
+pub(crate) struct Limits<'a> {
+    /// Client to backend, backend to client (`None`: unlimited).
+    pub(crate) directions: (Option<Limit>, Option<Limit>),
+    /// The rule's counters.
+    pub(crate) stats: &'a RuleStats,
 }
 
 impl<'a> Pump<'a> {
@@ -188,13 +231,16 @@ impl<'a> Pump<'a> {
         pools: Pools<'a>,
         splice: bool,
         half_close_idle: Duration,
+        limits: Limits<'a>,
     ) -> Self {
+        let (up, down) = limits.directions;
         Pump {
             client,
             backend,
             pools,
-            upstream: Direction::new(splice),
-            downstream: Direction::new(splice),
+            upstream: Direction::new(splice, up.map(Throttle::new)),
+            downstream: Direction::new(splice, down.map(Throttle::new)),
+            stats: limits.stats,
             first_closed: None,
             half_close_idle,
             idle_timer: None,
@@ -240,7 +286,22 @@ impl Pump<'_> {
             Side::Client => (&mut self.upstream, self.client, self.backend),
             Side::Backend => (&mut self.downstream, self.backend, self.client),
         };
-        match direction.poll(cx, from, to, &self.pools, progress) {
+        let polled = direction.poll(cx, from, to, &self.pools, progress);
+        if let Some(t) = &mut direction.throttle {
+            // A limited direction's waits reach the counters as they end
+            // (whole milliseconds; the rest waits for the next).
+            if t.delayed > 0 {
+                self.stats.count_by(|c| &c.rate_delayed_bytes, t.delayed);
+                t.delayed = 0;
+            }
+            let ms = t.waited.as_millis();
+            if ms > 0 {
+                let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+                self.stats.count_by(|c| &c.rate_wait_ms, ms);
+                t.waited = t.waited.saturating_sub(Duration::from_millis(ms));
+            }
+        }
+        match polled {
             Poll::Pending => None,
             Poll::Ready(Ok(Moved::BudgetSpent)) => {
                 *yielded = true;

@@ -152,25 +152,21 @@ impl SpliceMover {
                     }
                 },
             };
-            // The pipe is empty here (the loop above drained it): see the EAGAIN invariant.
-            match splice(
-                from.get_ref(),
-                None,
-                &pipe.write,
-                None,
-                pipe.capacity(),
-                FLAGS,
-            ) {
+            // The pipe is empty here (the loop above drained it): see the
+            // EAGAIN invariant. At most what the meter allows: the poll's
+            // budget, or less under a bandwidth limit (`rate`).
+            let want = pipe.capacity().min(meter.budget);
+            match splice(from.get_ref(), None, &pipe.write, None, want, FLAGS) {
                 Ok(0) => {
                     self.release(pipes);
                     return Poll::Ready(Ok(Step::Eof));
                 }
                 Ok(n) => {
-                    // Less than the pipe holds: the socket is empty. Wait for
+                    // Less than asked for: the socket is empty. Wait for
                     // readability next instead of splicing again to hear
                     // EAGAIN (re-arming the interest reports data that came
                     // meanwhile at once). One failed splice fewer per message.
-                    if n < pipe.capacity() {
+                    if n < want {
                         self.readable = false;
                     }
                     self.in_pipe = n;
@@ -192,6 +188,12 @@ impl SpliceMover {
                 }
             }
         }
+    }
+
+    /// Whether bytes spliced in are still to be spliced out: they go out
+    /// whatever a bandwidth limit says (they were charged when read).
+    pub(crate) fn in_flight(&self) -> bool {
+        self.in_pipe > 0
     }
 
     /// Returns the (empty) pipe to the pool.

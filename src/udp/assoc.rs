@@ -13,6 +13,7 @@ use crate::connect;
 use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
 use crate::proxy::Encoded;
+use crate::rate::Limit;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, ConnectFailure, Registered};
@@ -157,6 +158,9 @@ pub(crate) struct Association {
     proxy: Option<Encoded>,
     /// The process-wide queue budget and drop counter.
     shared: Arc<Shared>,
+    /// The bandwidth limit on client datagrams (`rate`, `rate-up`,
+    /// `rule-rate`, `client-rate`); one over it is dropped and counted.
+    up: Option<Limit>,
     /// Carries replies back; dropping the association cancels it and closes the upstream.
     _task: Task<()>,
 }
@@ -179,11 +183,15 @@ impl Association {
         epoch: Instant,
         conn: Registered,
     ) -> io::Result<Self> {
+        let (up, down) = route
+            .rates
+            .limits(&conn.rule().rates, Some(client_ip(origin.client)));
         let activity = Arc::new(Activity::new(epoch, conn));
         let reply = Reply {
             listener: listener.clone(),
             client,
             activity: activity.clone(),
+            down,
         };
         // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
         // the stream. Without a carried destination, it is the listening
@@ -214,6 +222,7 @@ impl Association {
             proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
             route,
             shared: shared.clone(),
+            up,
             _task: task,
         })
     }
@@ -223,6 +232,9 @@ impl Association {
     /// slow backend cannot stall the other clients of the listener.
     pub(crate) fn forward(&self, payload: &[u8]) {
         self.activity.touch();
+        if !within(self.up.as_ref(), payload, &self.activity) {
+            return;
+        }
         let sent = match &self.upstream {
             Upstream::Udp(socket) => match send_datagram(socket, self.proxy.as_ref(), payload) {
                 Ok(_) => true,
@@ -290,12 +302,34 @@ struct Reply {
     client: SocketAddr,
     /// Counters shared with the association.
     activity: Arc<Activity>,
+    /// The bandwidth limit on replies (`rate`, `rate-down`, ...); a reply
+    /// over it is dropped and counted.
+    down: Option<Limit>,
+}
+
+/// Whether a datagram of `payload` is within `limit` (taking its bytes from
+/// every bucket); one that is not is counted as dropped. UDP is policed, not
+/// queued: a queue would add latency and memory for what the sender's own
+/// congestion control (if any) handles better.
+fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
+    let Some(limit) = limit else {
+        return true;
+    };
+    let n = u64::try_from(payload.len()).unwrap_or(u64::MAX);
+    if limit.try_take(n, Instant::now()) {
+        return true;
+    }
+    activity.conn.rule().count(|c| &c.rate_dropped_datagrams);
+    false
 }
 
 impl Reply {
     /// Sends one reply datagram, waiting only if the listening socket's buffer is full.
     async fn send(&self, payload: &[u8]) {
         self.activity.touch();
+        if !within(self.down.as_ref(), payload, &self.activity) {
+            return;
+        }
         for _ in 0..2 {
             match self.listener.get_ref().send_to(payload, self.client) {
                 Ok(_) => {

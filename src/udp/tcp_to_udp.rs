@@ -20,6 +20,7 @@ use crate::buffers::BufferPool;
 use crate::edge::Origin;
 use crate::logfile::Event;
 use crate::proxy::Encoded;
+use crate::rate::Limit;
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
@@ -74,8 +75,13 @@ pub(crate) async fn tcp_to_udp(
     };
     // TCP_NODELAY and SO_KEEPALIVE come with the client socket from its listener.
     let pool = &shared.datagrams;
-    let end = to_backend(&client, &socket, header.as_ref(), &activity, pool)
-        .or(to_client(&client, &socket, &activity, pool))
+    // Bandwidth limits: the stream waits for its bucket (as a TCP→TCP
+    // direction does), datagrams from the backend over theirs are dropped
+    // (as a UDP association's are).
+    let (up, down) = route.rates.limits(&stats.rates, Some(ip));
+    let up = up.as_ref().map(|l| (l, &*stats));
+    let end = to_backend(&client, &socket, header.as_ref(), &activity, pool, up)
+        .or(to_client(&client, &socket, &activity, pool, down.as_ref()))
         .or(idle(&activity, route.udp_timeout()))
         .await;
     let ev = match end {
@@ -93,6 +99,7 @@ async fn to_backend(
     header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
+    limit: Option<(&Limit, &RuleStats)>,
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
     let most = MAX_PAYLOAD.saturating_sub(header.map_or(0, |h| h.as_bytes().len()));
@@ -100,11 +107,22 @@ async fn to_backend(
         if client.readable().await.is_err() {
             return End::Client;
         }
+        let (want, waited) = match limit {
+            Some((limit, stats)) => allowance(limit, stats, most).await,
+            None => (most, false),
+        };
         let mut buf = pool.take();
-        let read = (&mut client.get_ref()).read(&mut buf[..most]);
+        let read = (&mut client.get_ref()).read(&mut buf[..want]);
         let end = match read {
             Ok(0) => Some(End::Client),
             Ok(n) => {
+                if let Some((limit, stats)) = limit {
+                    let n = n as u64;
+                    limit.charge(n, Instant::now());
+                    if waited {
+                        stats.count_by(|c| &c.rate_delayed_bytes, n);
+                    }
+                }
                 a.touch();
                 a.conn.add_from_client(n as u64);
                 send(socket, header, &buf[..n]).await.err().map(|e| {
@@ -119,6 +137,28 @@ async fn to_backend(
         if let Some(end) = end {
             return end;
         }
+    }
+}
+
+/// Waits until `limit`'s buckets hold a chunk worth reading (on a timer),
+/// counting the wait; returns how much to read (at most `most`) and whether
+/// it waited.
+async fn allowance(limit: &Limit, stats: &RuleStats, most: usize) -> (usize, bool) {
+    let began = Instant::now();
+    let mut waited = false;
+    loop {
+        let now = Instant::now();
+        let wait = limit.wait(now);
+        if wait.is_zero() {
+            if waited {
+                let ms = now.saturating_duration_since(began).as_millis();
+                stats.count_by(|c| &c.rate_wait_ms, u64::try_from(ms).unwrap_or(u64::MAX));
+            }
+            let available = usize::try_from(limit.available(now)).unwrap_or(usize::MAX);
+            return (most.min(available).max(1), waited);
+        }
+        waited = true;
+        Timer::after(wait.max(std::time::Duration::from_millis(1))).await;
     }
 }
 
@@ -145,6 +185,7 @@ async fn to_client(
     socket: &Async<UdpSocket>,
     a: &Activity,
     pool: &BufferPool,
+    limit: Option<&Limit>,
 ) -> End {
     let mut client_w = client;
     loop {
@@ -159,6 +200,12 @@ async fn to_client(
             match socket.get_ref().recv(&mut buf) {
                 Ok(n) => {
                     a.touch();
+                    if let Some(limit) = limit {
+                        if !limit.try_take(n as u64, Instant::now()) {
+                            a.conn.rule().count(|c| &c.rate_dropped_datagrams);
+                            continue;
+                        }
+                    }
                     if client_w.write_all(&buf[..n]).await.is_err() {
                         end = Some(End::Client);
                         break;

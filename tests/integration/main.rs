@@ -27,6 +27,7 @@ mod observe;
 mod parse_fuzz;
 mod pools;
 mod port_ranges;
+mod rate_limits;
 mod readme_commands;
 mod reload;
 mod runtime_bounds;

@@ -16,6 +16,7 @@ pub(super) fn fill(to: Slot<'_>, from: Slot<'_>) {
         (Slot::Time(a), Slot::Time(b)) => or(a, b),
         (Slot::Count(a), Slot::Count(b)) => or(a, b),
         (Slot::Small(a), Slot::Small(b)) => or(a, b),
+        (Slot::Rate(a), Slot::Rate(b)) => or(a, b),
         (Slot::Switch(a), Slot::Switch(b)) => or(a, b),
         (Slot::Host(a), Slot::Host(b)) => or(a, b),
         (Slot::Splice(a), Slot::Splice(b)) => or(a, b),

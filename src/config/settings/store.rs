@@ -20,7 +20,9 @@ pub fn store(
     value: &str,
 ) -> Result<bool, String> {
     let (min, max) = match setting.value {
-        Value::Seconds(a, b) | Value::Millis(a, b) | Value::Number(a, b) => (a, b),
+        Value::Seconds(a, b) | Value::Millis(a, b) | Value::Number(a, b) | Value::Rate(a, b) => {
+            (a, b)
+        }
         _ => (0, u64::MAX),
     };
     Ok(match slot {
@@ -42,6 +44,7 @@ pub fn store(
             let n = bounded(name, value, min, max, "")?;
             s.replace(u32::try_from(n).unwrap_or(u32::MAX)).is_some()
         }
+        Slot::Rate(s) => s.replace(rate(name, value, min, max)?).is_some(),
         Slot::Switch(s) => s.replace(switch(syntax, name, value)?).is_some(),
         Slot::Flag(s) => {
             let was = *s;
@@ -168,6 +171,51 @@ pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// The suffixes a rate may carry, largest first, and what each multiplies by.
+const RATE_UNITS: [(char, u64); 3] = [('G', 1 << 30), ('M', 1 << 20), ('K', 1 << 10)];
+
+/// A rate in bytes per second: digits with an optional `K`, `M` or `G`
+/// (either case; 1024-based), within `min..=max`. No arithmetic here can
+/// overflow: the multiplication is checked.
+fn rate(name: &str, value: &str, min: u64, max: u64) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "{name} needs bytes per second, a number with an optional K, M or G suffix (10M), not '{}'",
+            Shown(value)
+        )
+    };
+    let (digits, unit) = match value.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let up = c.to_ascii_uppercase();
+            let unit = RATE_UNITS.iter().find(|(u, _)| *u == up).ok_or_else(bad)?;
+            (&value[..i], unit.1)
+        }
+        _ => (value, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
+    match n {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{name} must be from {} to {} bytes per second, not '{}'",
+            rate_text(min),
+            rate_text(max),
+            Shown(value)
+        )),
+    }
+}
+
+/// A rate as an option writes it: with the largest suffix that divides it
+/// exactly (`10M`, `1536K`, `1000`).
+pub(crate) fn rate_text(n: u64) -> String {
+    RATE_UNITS
+        .iter()
+        .find(|(_, m)| n != 0 && n.is_multiple_of(*m))
+        .map_or_else(|| n.to_string(), |(u, m)| format!("{}{u}", n / m))
+}
+
 /// `NAME must be a, b or c, not 'VALUE'`.
 fn word_error(setting: &Setting, name: &str, value: &str) -> String {
     format!(
@@ -204,6 +252,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         }),
         Slot::Count(n) => n.map(|n| n.to_string()),
         Slot::Small(n) => n.map(|n| n.to_string()),
+        Slot::Rate(n) => n.map(rate_text),
         Slot::Switch(b) => b.map(on),
         Slot::Flag(b) => b.then(|| on(true)),
         Slot::Host(h) => h.as_ref().map(Host::to_string),

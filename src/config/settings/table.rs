@@ -57,6 +57,19 @@ pub struct RuleOptions {
     pub check_send: Option<String>,
     /// `[check-expect=TEXT]` (oi): what the backend's reply must begin with, as written.
     pub check_expect: Option<String>,
+    /// `[rate=10M]` (oi): bytes per second each connection (UDP: association)
+    /// may move in each direction.
+    pub rate: Option<u64>,
+    /// `[rate-up=N]` (oi): as `rate`, client to backend only; wins over `rate`.
+    pub rate_up: Option<u64>,
+    /// `[rate-down=N]` (oi): as `rate`, backend to client only; wins over `rate`.
+    pub rate_down: Option<u64>,
+    /// `[rule-rate=N]` (oi): bytes per second all the rule's connections
+    /// together may move in each direction.
+    pub rule_rate: Option<u64>,
+    /// `[client-rate=N]` (oi): bytes per second all of one client address's
+    /// connections on the rule together may move in each direction.
+    pub client_rate: Option<u64>,
 }
 
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
@@ -85,6 +98,12 @@ const BASE: Setting = Setting {
 
 /// Largest connection limit (`maxconn`, `maxconn-per-client`), as a range bound.
 const MAX_CONN: u64 = MAX_ASSOC_LIMIT as u64;
+
+/// The range of every rate option: 1 byte per second to 1024G (1 TiB) per
+/// second, far above anything one host forwards, so "no limit" is written
+/// by leaving the option out. The upper bound keeps the bucket arithmetic
+/// (`rate::Bucket`) well inside u64/u128.
+const RATE: Value = Value::Rate(1, 1 << 40);
 
 /// Every setting oi reads, rule options first (in `--check`'s order), then
 /// the global settings, then YAML's pool and backend keys.
@@ -358,6 +377,78 @@ pub static SETTINGS: &[Setting] = &[
               extension); a probe that reads anything else, or the end of the \
               stream, before the whole prefix has failed.",
         rule: Some(|o| Slot::Text(&mut o.check_expect)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("rate"),
+        yaml: Some("rate"),
+        value: RATE,
+        default: Default::Unset("no limit"),
+        doc: "Bandwidth limit of each connection of the rule (of each UDP \
+              association), the same in both directions (an oi extension); \
+              rate-up and rate-down set one direction each and win over it. \
+              Bytes per second, with an optional K, M or G suffix, 1024-based \
+              (10M is 10,485,760 bytes per second). Each direction has a token \
+              bucket whose burst is a tenth of a second's worth (at least 64K), \
+              so a quiet connection starts at full speed; past it a TCP \
+              direction waits (on a timer, no polling) until its bucket \
+              refills, whether it copies or splices, and a UDP datagram over \
+              the limit is dropped and counted (queueing it would only add \
+              latency); on a TCP to UDP rule the stream waits and the \
+              backend's datagrams are dropped. Example: [rate=1M], or in YAML rate: 1M.",
+        rule: Some(|o| Slot::Rate(&mut o.rate)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("rate-up"),
+        yaml: Some("rate_up"),
+        value: RATE,
+        default: Default::Unset("rate"),
+        doc: "Bandwidth limit of each connection from the client to the backend \
+              (an oi extension); units, burst and UDP as for rate. Example: \
+              [rate=10M, rate-up=1M] (YAML: rate_up: 1M).",
+        rule: Some(|o| Slot::Rate(&mut o.rate_up)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("rate-down"),
+        yaml: Some("rate_down"),
+        value: RATE,
+        default: Default::Unset("rate"),
+        doc: "Bandwidth limit of each connection from the backend to the client \
+              (an oi extension); units, burst and UDP as for rate. Example: \
+              [rate-down=2M] (YAML: rate_down: 2M).",
+        rule: Some(|o| Slot::Rate(&mut o.rate_down)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("rule-rate"),
+        yaml: Some("rule_rate"),
+        value: RATE,
+        default: Default::Unset("no limit"),
+        doc: "Bandwidth limit of all the rule's connections together, per \
+              direction (an oi extension): they share one bucket per \
+              direction, kept across a reload that keeps the rule's listener. \
+              Units, burst and UDP as for rate. Example: [rule-rate=100M] \
+              (YAML: rule_rate: 100M).",
+        rule: Some(|o| Slot::Rate(&mut o.rule_rate)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("client-rate"),
+        yaml: Some("client_rate"),
+        value: RATE,
+        applies: &[Applies::IpClient],
+        default: Default::Unset("no limit"),
+        doc: "Bandwidth limit of all of one client address's connections on \
+              the rule together, per direction (an oi extension; the address a \
+              PROXY header carries when the rule accepts one). The rule \
+              remembers at most 65,536 client addresses; past that, clients \
+              with no open connection are forgotten (those that owe nothing \
+              first), and a client that still finds no room is limited per \
+              connection at this rate. Units, burst and UDP as for rate. \
+              Example: [client-rate=5M] (YAML: client_rate: 5M).",
+        rule: Some(|o| Slot::Rate(&mut o.client_rate)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----

@@ -7,6 +7,7 @@ use crate::config::{parse, parse_yaml, Format};
 fn sample(s: &Setting) -> String {
     match s.value {
         Value::Seconds(_, max) | Value::Millis(_, max) | Value::Number(_, max) => max.to_string(),
+        Value::Rate(_, max) => max.to_string(),
         Value::Switch | Value::Flag => "on".into(),
         Value::Word(words) => words[words.len() - 1].into(),
         Value::Mode => "0660".into(),
@@ -200,4 +201,44 @@ fn the_committed_reference_is_up_to_date() {
         "docs/reference.md differs from the option table: run \
          `cargo run --example gen-docs -- --reference docs/reference.md`"
     );
+}
+
+#[test]
+fn rates_read_1024_based_suffixes_and_print_them_back() {
+    let s = rule_option("rate").expect("rate is an option");
+    let at = s.rule.expect("stored on a rule");
+    let read = |text: &str| {
+        let mut o = RuleOptions::default();
+        store(s, at(&mut o), Syntax::Conf, "rate", text).map(|_| o.rate)
+    };
+    assert_eq!(read("10M"), Ok(Some(10 * 1024 * 1024)));
+    assert_eq!(read("1536k"), Ok(Some(1536 * 1024)));
+    assert_eq!(read("1g"), Ok(Some(1 << 30)));
+    assert_eq!(read("1000"), Ok(Some(1000)));
+    assert_eq!(read("1024G"), Ok(Some(1 << 40)));
+    for bad in [
+        "0",
+        "1025G",
+        "",
+        "M",
+        "10X",
+        "1.5M",
+        "-1",
+        "10MB",
+        "99999999999999999999G",
+    ] {
+        assert!(read(bad).is_err(), "{bad:?} was accepted");
+    }
+    let mut o = RuleOptions {
+        rate: Some(1536 * 1024),
+        rule_rate: Some(1000),
+        client_rate: Some(3 << 30),
+        ..RuleOptions::default()
+    };
+    assert_eq!(
+        written(&o),
+        ["rate=1536K", "rule-rate=1000", "client-rate=3G"]
+    );
+    o.rate = Some(10 << 20);
+    assert_eq!(written(&o)[0], "rate=10M");
 }

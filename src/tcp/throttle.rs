@@ -1,0 +1,101 @@
+//! A direction under a bandwidth limit: how much its next step may read, and
+//! the timer it sleeps on when its buckets are empty (`rate.rs` holds the
+//! buckets). Only limited directions have one; an unlimited direction's
+//! `Option<Box<Throttle>>` is `None` and costs one test per step.
+
+use crate::rate::Limit;
+use async_io::Timer;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Context;
+use std::time::{Duration, Instant};
+
+/// The shortest sleep: a bucket that rounds to empty right at its wake-up
+/// time sleeps again this long rather than spinning.
+const MIN_SLEEP: Duration = Duration::from_millis(1);
+
+/// A limited direction's buckets, timer and what it owes the counters.
+pub(crate) struct Throttle {
+    /// The buckets every byte read is charged to.
+    limit: Limit,
+    /// Wakes the connection when the buckets have refilled; made at the
+    /// first wait and reused.
+    timer: Option<Timer>,
+    /// When the current wait began, while waiting.
+    waiting_since: Option<Instant>,
+    /// The next step follows a wait: what it reads was delayed.
+    after_wait: bool,
+    /// Delayed bytes not yet added to the rule's counters.
+    pub(crate) delayed: u64,
+    /// Time spent waiting not yet added to the counters (whole ms are).
+    pub(crate) waited: Duration,
+}
+
+impl Throttle {
+    /// A direction drawing from `limit`.
+    pub(crate) fn new(limit: Limit) -> Self {
+        Throttle {
+            limit,
+            timer: None,
+            waiting_since: None,
+            after_wait: false,
+            delayed: 0,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// How many bytes the next step may read (at most `budget`); `None`:
+    /// the buckets are empty, the timer is armed with `cx`'s waker, and the
+    /// direction waits. `in_flight` (bytes read, not yet written) lets the
+    /// step run with nothing to read, so they go out now.
+    pub(crate) fn admit(
+        &mut self,
+        cx: &mut Context<'_>,
+        budget: usize,
+        in_flight: bool,
+    ) -> Option<usize> {
+        let now = Instant::now();
+        // Read only once a worthwhile chunk is there (`rate::WAKE_CHUNK`),
+        // not the trickle that refilled since the last step: fewer, larger
+        // reads and splices.
+        let wait = self.limit.wait(now);
+        if wait.is_zero() || in_flight {
+            let available = self.limit.available(now);
+            if let Some(since) = self.waiting_since.take() {
+                self.waited = self
+                    .waited
+                    .saturating_add(now.saturating_duration_since(since));
+                self.after_wait = true;
+            }
+            return Some(usize::try_from(available).map_or(budget, |a| a.min(budget)));
+        }
+        self.waiting_since.get_or_insert(now);
+        let sleep = wait.max(MIN_SLEEP);
+        let timer = match &mut self.timer {
+            Some(t) => {
+                t.set_after(sleep);
+                t
+            }
+            None => self.timer.insert(Timer::after(sleep)),
+        };
+        // At least MIN_SLEEP away, so this registers the waker; should it
+        // fire at once all the same, poll again rather than lose the wake-up.
+        if Pin::new(timer).poll(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
+        None
+    }
+
+    /// Charges the `read` bytes a step moved.
+    pub(crate) fn charge(&mut self, read: usize) {
+        let read = u64::try_from(read).unwrap_or(u64::MAX);
+        if read == 0 {
+            return;
+        }
+        if self.after_wait {
+            self.after_wait = false;
+            self.delayed = self.delayed.saturating_add(read);
+        }
+        self.limit.charge(read, Instant::now());
+    }
+}
