@@ -4,6 +4,7 @@
 //! [`load`] adds the file; [`resolve`] turns names (hosts and services) into
 //! socket addresses, which is the only step that blocks.
 
+mod address;
 mod bounded;
 mod bytes;
 pub mod convert;
@@ -15,6 +16,7 @@ mod resolve;
 pub mod services;
 pub mod settings;
 mod unix;
+mod values;
 mod yaml;
 
 pub use bounded::Shown;

@@ -12,13 +12,10 @@
 //! buffersize N | connect-timeout N | dns-refresh N | ... (see parse/globals.rs)
 //! ```
 
-mod address;
-mod globals;
 mod options;
 mod pattern;
 
-pub(crate) use address::{parse_host, parse_port};
-pub(crate) use globals::{bounded, octal_mode, on_off, seconds};
+pub(crate) use super::address::{parse_host, parse_port};
 use options::parse_options;
 pub(crate) use pattern::parse_pattern;
 

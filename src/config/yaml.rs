@@ -21,13 +21,13 @@
 
 mod tree;
 
+use super::address::{parse_host, parse_port};
 use super::bounded::ErrorSink;
 use super::hint::suggestion;
-use super::parse::{
-    bounded, parse_host, parse_pattern, parse_port, seconds, PROXY_V1_UDP, PROXY_V1_UDP_LISTENER,
-};
+use super::parse::{parse_pattern, PROXY_V1_UDP, PROXY_V1_UDP_LISTENER};
 use super::settings::{self, Syntax};
 use super::unix::{check_rule, is_unix, parse_unix};
+use super::values::{bounded, seconds};
 use super::{
     AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Pattern,
     Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, MAX_DNS_REFRESH_SECS, MAX_WEIGHT,

@@ -7,7 +7,7 @@
 
 use super::format;
 use super::limits;
-use super::request;
+use super::request::{self, Query};
 use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use async_io::Async;
@@ -19,15 +19,6 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What the client asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Query {
-    /// The counters (`oi status`).
-    Status,
-    /// The live connections (`oi connections`).
-    Connections,
-}
 
 /// Binds the control socket at `path`, mode 0600 from its creation (the
 /// umask is set around `bind`; connecting needs write permission). A socket

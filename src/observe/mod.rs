@@ -17,7 +17,8 @@ pub mod request;
 mod slots;
 mod status_file;
 
-pub use control::{ask, Query};
+pub use control::ask;
+pub use request::Query;
 
 use crate::shared::Shared;
 use async_io::{Async, Timer};

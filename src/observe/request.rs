@@ -4,7 +4,14 @@
 //! metrics_request.rs`, `control_request.rs`); the bytes are compared as
 //! bytes, never decoded.
 
-use super::control::Query;
+/// What the client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Query {
+    /// The counters (`oi status`).
+    Status,
+    /// The live connections (`oi connections`).
+    Connections,
+}
 
 /// What a request to the metrics endpoint asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! both formats share, the `[...]` text and the global lines `--check` prints.
 
 use super::{RuleOptions, Setting, Slot, Syntax, Value, SETTINGS};
+use crate::config::address::parse_host;
 use crate::config::bounded::Shown;
-use crate::config::parse::{bounded, octal_mode, parse_host, seconds};
+use crate::config::values::{bounded, octal_mode, seconds};
 use crate::config::{Config, Host, IpFilter, ProxyHeader, StatusFormat};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -229,7 +230,7 @@ fn word_error(setting: &Setting, name: &str, value: &str) -> String {
 /// `true`/`false` and `yes`/`no`, in any case.
 fn switch(syntax: Syntax, name: &str, value: &str) -> Result<bool, String> {
     match syntax {
-        Syntax::Conf => crate::config::parse::on_off(name, value),
+        Syntax::Conf => crate::config::values::on_off(name, value),
         Syntax::Yaml => match value.to_ascii_lowercase().as_str() {
             "true" | "yes" | "on" => Ok(true),
             "false" | "no" | "off" => Ok(false),

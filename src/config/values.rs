@@ -1,4 +1,5 @@
-//! The value parsers the option table (`config/settings.rs`) builds on:
+//! The value parsers both formats and the option table (`config/settings.rs`)
+//! build on, below all three (so that none imports another for them):
 //! switches, seconds, bounded numbers and octal modes, each with the message
 //! that names the setting and its range.
 
