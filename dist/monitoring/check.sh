@@ -102,25 +102,20 @@ def query(e):
         return json.load(urllib.request.urlopen(u, timeout=5))
     except urllib.error.HTTPError as err:
         return json.load(err)
+def wait_for(e, seconds, what):
+    """Polls `e` until it returns data (bounded), or exits saying `what` never happened."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        r = query(e)
+        if r.get("status") == "success" and r["data"]["result"]:
+            return
+        time.sleep(0.5)
+    sys.exit(f"Prometheus never saw {what}")
 # Prometheus needs a few scrapes before rates have two points.
-deadline = time.time() + 60
-while time.time() < deadline:
-    r = query('count(rate(oi_connections_total[5s]) > 0)')
-    if r.get("status") == "success" and r["data"]["result"]:
-        break
-    time.sleep(0.5)
-else:
-    sys.exit("Prometheus never saw oi's connections rise")
+wait_for('count(rate(oi_connections_total[5s]) > 0)', 60, "oi's connections rise")
 # A reload after the first scrapes, so the reload annotation has something to show.
 os.kill(oi_pid, signal.SIGHUP)
-deadline = time.time() + 30
-while time.time() < deadline:
-    r = query('changes(oi_reloads_total{result="ok"}[1m]) > 0')
-    if r.get("status") == "success" and r["data"]["result"]:
-        break
-    time.sleep(0.5)
-else:
-    sys.exit("Prometheus never saw oi's reload")
+wait_for('changes(oi_reloads_total{result="ok"}[1m]) > 0', 30, "oi's reload")
 bad = 0
 for title, e in exprs:
     r = query(subst(e))
