@@ -206,14 +206,7 @@ pub fn to_yaml(config: &Config, source: &str) -> String {
             }
         }
     }
-    let mut parents: Vec<&str> = nested.iter().map(|(p, _)| *p).collect();
-    parents.dedup();
-    for parent in parents {
-        let _ = writeln!(global, "  {parent}:");
-        for (_, line) in nested.iter().filter(|(p, _)| *p == parent) {
-            let _ = writeln!(global, "    {line}");
-        }
-    }
+    sections(&nested, "  ", &mut global);
     acl_yaml(&c.global_acl, "  ", &mut global);
     if !global.is_empty() {
         let _ = write!(out, "\nglobal:\n{global}");
@@ -312,14 +305,7 @@ fn rule_yaml(c: &Config, binds: &[Rule], out: &mut String) {
             }
         }
     }
-    let mut parents: Vec<&str> = nested.iter().map(|(p, _)| *p).collect();
-    parents.dedup();
-    for parent in parents {
-        let _ = writeln!(rule_keys, "    {parent}:");
-        for (_, line) in nested.iter().filter(|(p, _)| *p == parent) {
-            let _ = writeln!(rule_keys, "      {line}");
-        }
-    }
+    sections(&nested, "    ", &mut rule_keys);
     let _ = writeln!(out, "    connect:");
     for b in &rule.backends {
         backend_yaml(b, &per_backend, out);
@@ -347,6 +333,22 @@ fn rule_yaml(c: &Config, binds: &[Rule], out: &mut String) {
     acl_yaml(&rule.acl, "    ", out);
 }
 
+/// Writes `(section, "key: value")` pairs as YAML sections at `indent`,
+/// each section once, in the order first named, its keys in order.
+fn sections(nested: &[(&str, String)], indent: &str, out: &mut String) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (parent, _) in nested {
+        if seen.contains(parent) {
+            continue;
+        }
+        seen.push(parent);
+        let _ = writeln!(out, "{indent}{parent}:");
+        for (_, line) in nested.iter().filter(|(p, _)| p == parent) {
+            let _ = writeln!(out, "{indent}  {line}");
+        }
+    }
+}
+
 fn backend_yaml(b: &Backend, per_backend: &[(&Setting, String)], out: &mut String) {
     let _ = writeln!(out, "      - dest: {}", quoted(&yaml_endpoint(&b.endpoint)));
     if let Some(name) = &b.name {
@@ -355,33 +357,27 @@ fn backend_yaml(b: &Backend, per_backend: &[(&Setting, String)], out: &mut Strin
     if b.weight != 1 {
         let _ = writeln!(out, "        weight: {}", b.weight);
     }
+    let mut keys: Vec<(&str, String)> = per_backend
+        .iter()
+        .map(|(s, v)| (s.yaml_leaf().unwrap_or_default(), v.clone()))
+        .collect();
     // The backend's own value wins over the rule's, as it does when read.
-    let own_src = b.src.as_ref().map(|h| quoted(&h.to_string()));
-    let own_refresh = b.dns_refresh.map(|d| d.as_secs().to_string());
-    for (s, v) in per_backend {
-        let leaf = s.yaml_leaf().unwrap_or_default();
-        let own = match leaf {
-            "src" => own_src.clone(),
-            "dns_refresh" => own_refresh.clone(),
-            _ => None,
-        };
-        let _ = writeln!(out, "        {leaf}: {}", own.unwrap_or_else(|| v.clone()));
-    }
-    if !per_backend
-        .iter()
-        .any(|(s, _)| s.yaml_leaf() == Some("src"))
-    {
-        if let Some(v) = own_src {
-            let _ = writeln!(out, "        src: {v}");
+    let own = [
+        ("src", b.src.as_ref().map(|h| quoted(&h.to_string()))),
+        (
+            "dns_refresh",
+            b.dns_refresh.map(|d| d.as_secs().to_string()),
+        ),
+    ];
+    for (leaf, value) in own {
+        let Some(value) = value else { continue };
+        match keys.iter_mut().find(|(k, _)| *k == leaf) {
+            Some(slot) => slot.1 = value,
+            None => keys.push((leaf, value)),
         }
     }
-    if !per_backend
-        .iter()
-        .any(|(s, _)| s.yaml_leaf() == Some("dns_refresh"))
-    {
-        if let Some(v) = own_refresh {
-            let _ = writeln!(out, "        dns_refresh: {v}");
-        }
+    for (leaf, value) in keys {
+        let _ = writeln!(out, "        {leaf}: {value}");
     }
 }
 
