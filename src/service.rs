@@ -268,7 +268,14 @@ fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String
         },
     };
     let target = crate::privileges::resolve(user, group)?;
-    crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
+    // Kept for a transparent rule at start; one a reload adds gets none
+    // (--check and its local-socket-failed warning say so).
+    let transparent = cfg
+        .rules
+        .iter()
+        .any(|r| r.rule.options.transparent == Some(true));
+    crate::privileges::drop_to(&target, transparent)
+        .map_err(|e| format!("cannot run as {user}: {e}"))
 }
 
 /// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:

@@ -39,6 +39,7 @@ mod splice_resets;
 mod startup;
 mod status_page;
 mod top;
+mod transparent;
 mod udp;
 mod udp_flood;
 mod udp_nofile;

@@ -352,3 +352,17 @@ rules:
         ]
     );
 }
+
+#[test]
+fn transparent_is_one_switch_in_both_formats_and_alone_means_on() {
+    let yaml = ok("rules:\n  - name: t\n    bind: 0.0.0.0:80\n    connect: 10.0.0.1:80\n    transparent: true\n");
+    let conf = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent]\n").expect("valid");
+    assert_eq!(yaml.rules[0].options.transparent, Some(true));
+    assert_eq!(conf.rules[0].options.transparent, Some(true));
+    assert_eq!(conf.rules[0].options.to_string(), "[transparent=on]");
+    let off = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent=off]\n").expect("valid");
+    assert_eq!(off.rules[0].options.transparent, Some(false));
+    let bad = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent=maybe]\n")
+        .expect_err("not a switch value");
+    assert!(bad.to_string().contains("transparent"), "{bad}");
+}
