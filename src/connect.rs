@@ -35,6 +35,9 @@ pub(crate) struct Dial {
     /// bound with IP_TRANSPARENT so the backend sees the client; wins over
     /// a member's `src`, and skips backend addresses of the other family.
     pub(crate) from: Option<SocketAddr>,
+    /// `mptcp=on|connect`: open the socket with IPPROTO_MPTCP (plain TCP
+    /// where the kernel refuses).
+    pub(crate) mptcp: bool,
 }
 
 /// A connection to one of a pool's members.
@@ -145,8 +148,8 @@ async fn dial_addrs(
             }
         }
         let transparent = dial.from.is_some();
-        let socket = new_socket(addr, from, transparent, dial.keepalive)
-            .map_err(ConnectError::LocalSocket)?;
+        let socket =
+            new_socket(addr, from, transparent, dial).map_err(ConnectError::LocalSocket)?;
         let outcome = match start_connect(socket, addr) {
             Ok(Started::Connected(stream)) => Ok(stream),
             // Only a connect still in flight gets a timer: inserting one into
@@ -174,21 +177,21 @@ async fn dial_addrs(
 
 /// A non-blocking socket for `addr`'s family, bound to `from` when given,
 /// with IP_TRANSPARENT first when `transparent` (`from` is then not one of
-/// this host's addresses).
+/// this host's addresses); keepalive and MPTCP as `dial` says.
 fn new_socket(
     addr: SocketAddr,
     from: Option<SocketAddr>,
     transparent: bool,
-    keepalive: bool,
+    dial: Dial,
 ) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
-    let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    let socket = crate::mptcp::stream(Domain::for_address(addr), kind, dial.mptcp)?;
     // Every forwarded socket: no Nagle delay (small messages go out at once),
     // keepalive on (dead peers are noticed) unless the rule says
     // `keepalive=off`. Accepted sockets get both from their listener.
     socket.set_tcp_nodelay(true)?;
-    if keepalive {
+    if dial.keepalive {
         socket.set_keepalive(true)?;
     }
     if let Some(from) = from {

@@ -240,6 +240,7 @@ impl Route {
         crate::connect::Dial {
             keepalive: self.keepalive(),
             from: client.filter(|_| self.transparent()),
+            mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
         }
     }
 

@@ -23,6 +23,7 @@ mod health_checks;
 mod include_yaml;
 mod layout;
 mod logfile;
+mod mptcp;
 mod observe;
 mod parse_fuzz;
 mod pools;

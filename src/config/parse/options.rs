@@ -66,9 +66,11 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
 /// Stores one `name=value` in `opts`, refusing unknown names, bad values
 /// and repeats; the table ([`settings`]) says how each value is read.
 /// Whether `item` is the name of an on/off rule option, which written
-/// alone means on (`[accept-proxy]`, `[transparent]`).
+/// alone means on (`[accept-proxy]`, `[transparent]`; `[mptcp]`, whose
+/// other values name one side).
 fn is_switch(item: &str) -> bool {
-    settings::rule_option(item).is_some_and(|s| matches!(s.value, settings::Value::Switch))
+    item == "mptcp"
+        || settings::rule_option(item).is_some_and(|s| matches!(s.value, settings::Value::Switch))
 }
 
 fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), String> {

@@ -9,8 +9,8 @@
 
 use super::{Applies, Default, Place, Setting, Slot, Value};
 use crate::config::{
-    Host, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS, MAX_DNS_REFRESH_SECS,
-    MAX_UDP_TIMEOUT_SECS,
+    Host, Mptcp, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
+    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
 use std::time::Duration;
 
@@ -73,6 +73,9 @@ pub struct RuleOptions {
     /// `[transparent]` (oi): connect to the backend from the client's own
     /// address (IP_TRANSPARENT), so the backend sees the real client.
     pub transparent: Option<bool>,
+    /// `[mptcp=on|off|listen|connect]` (oi): Multipath TCP on the listener,
+    /// towards the backend, or both.
+    pub mptcp: Option<Mptcp>,
 }
 
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
@@ -186,6 +189,24 @@ pub static SETTINGS: &[Setting] = &[
               family than the client's are skipped; src is ignored. Example: \
               0.0.0.0 80 10.1.1.2 8080 [transparent].",
         rule: Some(|o| Slot::Switch(&mut o.transparent)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("mptcp"),
+        yaml: Some("mptcp"),
+        value: Value::Word(&Mptcp::NAMES),
+        default: Default::Unset("off"),
+        doc: "Multipath TCP (an oi extension): listen for MPTCP clients \
+              (listen), connect to the backend with MPTCP (connect), or both \
+              (on; written alone, [mptcp] means on; YAML mptcp: true). The \
+              sockets are opened with IPPROTO_MPTCP; a peer that does not speak \
+              MPTCP gets plain TCP on the same socket (the kernel falls back), \
+              and where the kernel refuses MPTCP sockets (net.mptcp.enabled=0, \
+              or no MPTCP) oi opens plain TCP ones and says so once. TCP sides \
+              only: UDP and unix sockets ignore it. A reload that keeps the \
+              listener keeps its socket as it was made. Example: [mptcp] or \
+              [mptcp=listen] (YAML: mptcp: listen).",
+        rule: Some(|o| Slot::Mptcp(&mut o.mptcp)),
         ..BASE
     },
     Setting {
