@@ -496,3 +496,95 @@ fn without_cap_net_admin_check_warns_and_only_transparent_clients_are_closed() {
         std::fs::read_to_string(dir.path().join("oi.conf")).unwrap_or_default()
     );
 }
+
+#[test]
+fn without_the_routing_the_backend_replies_never_reach_oi() {
+    if !available() {
+        return;
+    }
+    // The same hosts without dist/transparent-routing.sh: the backend's
+    // SYN-ACK to the client's address reaches oi's namespace, which neither
+    // takes it (no mark, no local route) nor forwards it.
+    let hosts = Hosts::new(false);
+    let l4 = backend_listener(&hosts, BACKEND4.into());
+    let rules = format!(
+        "logfile @DIR@/oi.log\n\
+         {OI_FRONT4} 7000 {BACKEND4} {} [transparent, connect-timeout=1]\n",
+        l4.local_addr().expect("addr").port()
+    );
+    let (dir, oi) = hosts.start_oi(&rules, "");
+    let mut client = hosts.run_in("c", || {
+        TcpStream::connect_timeout(&SocketAddr::from((OI_FRONT4, 7000)), PATIENCE).expect("connect")
+    });
+    client.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let mut got = Vec::new();
+    let _ = client.read_to_end(&mut got);
+    assert!(got.is_empty(), "closed after oi's connect timed out");
+    let log = wait_for_file(&dir.path().join("oi.log"), |t| {
+        t.contains("done-local-closed")
+    });
+    assert!(
+        log.contains("done-local-closed"),
+        "{log} {}",
+        oi.stderr_tail()
+    );
+    l4.set_nonblocking(true).expect("nonblocking");
+    let accepted = l4.accept();
+    assert!(
+        accepted
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the backend never completed a handshake: {accepted:?}"
+    );
+}
+
+#[test]
+fn cross_protocol_rules_come_from_the_client_address_too() {
+    if !available() {
+        return;
+    }
+    let hosts = Hosts::new(true);
+    let udp_backend = hosts.run_in("b", || UdpSocket::bind((BACKEND4, 0)).expect("udp"));
+    let tcp_backend = backend_listener(&hosts, BACKEND4.into());
+    let rules = format!(
+        "{OI_FRONT4} 7004 {BACKEND4} {}/udp [transparent]\n\
+         {OI_FRONT4} 7005/udp {BACKEND4} {} [transparent]\n",
+        udp_backend.local_addr().expect("addr").port(),
+        tcp_backend.local_addr().expect("addr").port()
+    );
+    let (_dir, oi) = hosts.start_oi(&rules, "");
+    let client_ip = IpAddr::from(CLIENT4);
+    let mut buf = [0u8; 2048];
+    // TCP to UDP: the datagrams come from the client's address.
+    let mut tcp = hosts.run_in("c", || {
+        TcpStream::connect_timeout(&SocketAddr::from((OI_FRONT4, 7004)), PATIENCE).expect("connect")
+    });
+    tcp.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    udp_backend
+        .set_read_timeout(Some(PATIENCE))
+        .expect("timeout");
+    tcp.write_all(b"tcp-up").expect("write");
+    let (n, peer) = udp_backend
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("backend recv: {e}; oi: {}", oi.stderr_tail()));
+    assert_eq!((&buf[..n], peer.ip()), (&b"tcp-up"[..], client_ip));
+    udp_backend.send_to(b"udp-down", peer).expect("reply");
+    let mut back = [0u8; 8];
+    tcp.read_exact(&mut back).expect("reply through oi");
+    assert_eq!(&back, b"udp-down");
+    // UDP to TCP: the connection comes from the client's address.
+    let udp = hosts.run_in("c", move || {
+        UdpSocket::bind(SocketAddr::new(client_ip, 0)).expect("client udp")
+    });
+    udp.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    udp.send_to(b"udp-up", (OI_FRONT4, 7005)).expect("send");
+    let (mut s, peer) = tcp_backend.accept().expect("backend accept");
+    assert_eq!(peer.ip(), client_ip, "oi: {}", oi.stderr_tail());
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let mut got = [0u8; 6];
+    s.read_exact(&mut got).expect("backend read");
+    assert_eq!(&got, b"udp-up");
+    s.write_all(b"tcp-down").expect("backend write");
+    let (n, _) = udp.recv_from(&mut buf).expect("reply through oi");
+    assert_eq!(&buf[..n], b"tcp-down");
+}
