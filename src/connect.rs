@@ -207,7 +207,7 @@ fn new_socket(
 
 /// IP_TRANSPARENT (IPV6_TRANSPARENT for an IPv6 `from`) on `socket`, so it
 /// may bind `from`, an address this host does not have. Needs
-/// CAP_NET_ADMIN: the error says so.
+/// CAP_NET_ADMIN or CAP_NET_RAW: the error says so.
 pub(crate) fn set_transparent(socket: &Socket, from: SocketAddr) -> io::Result<()> {
     let set = if from.is_ipv4() {
         socket.set_ip_transparent_v4(true)
