@@ -122,6 +122,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
+    warn_if_transparent_cannot_work(&cfg);
     let log = match LogHandle::start() {
         Ok(l) => l,
         Err(e) => {
@@ -253,6 +254,25 @@ fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Says at start, once, what `--check` says: transparent rules whose every
+/// client would fail, as the process has neither CAP_NET_ADMIN nor CAP_NET_RAW.
+fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
+    let transparent = cfg
+        .rules
+        .iter()
+        .find(|r| r.rule.options.transparent == Some(true));
+    if let Some(r) = transparent {
+        if crate::privileges::may_be_transparent() == Some(false) {
+            log::warn!(
+                "{}/{}: transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which oi does not \
+                 have: each client of a transparent rule will be closed (local-socket-failed)",
+                r.bind,
+                r.rule.bind.proto
+            );
         }
     }
 }

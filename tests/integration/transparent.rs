@@ -453,6 +453,12 @@ fn without_cap_net_admin_check_warns_and_only_transparent_clients_are_closed() {
         said.contains(":2: warning: transparent needs CAP_NET_ADMIN"),
         "--check names the rule's line: {said}"
     );
+    // oi said so at start too.
+    if !holds_within(PATIENCE, || {
+        oi.stderr_tail().contains("which oi does not have")
+    }) {
+        oi.fail("no start-up warning about the missing capability");
+    }
     // The transparent client is closed at once, with nothing sent to it.
     let mut client = hosts.run_in("c", || {
         TcpStream::connect_timeout(&SocketAddr::from((OI_FRONT4, 7000)), PATIENCE).expect("connect")
@@ -461,10 +467,9 @@ fn without_cap_net_admin_check_warns_and_only_transparent_clients_are_closed() {
     let mut got = Vec::new();
     let _ = client.read_to_end(&mut got);
     assert!(got.is_empty());
-    if !holds_within(PATIENCE, || {
-        oi.stderr_tail().contains("transparent needs CAP_NET_ADMIN")
-    }) {
-        oi.fail("no warning naming CAP_NET_ADMIN");
+    let why = "cannot make the backend socket: IP_TRANSPARENT: Operation not permitted";
+    if !holds_within(PATIENCE, || oi.stderr_tail().contains(why)) {
+        oi.fail("no warning naming the client's failure and its reason");
     }
     // The plain rule of the same oi still forwards.
     let (got, _, (peer, seen)) = exchange(
@@ -587,4 +592,26 @@ fn cross_protocol_rules_come_from_the_client_address_too() {
     s.write_all(b"tcp-down").expect("backend write");
     let (n, _) = udp.recv_from(&mut buf).expect("reply through oi");
     assert_eq!(&buf[..n], b"tcp-down");
+}
+
+#[test]
+fn a_dual_stack_listener_connects_from_an_ipv4_client_as_ipv4() {
+    if !available() {
+        return;
+    }
+    let hosts = Hosts::new(true);
+    let l4 = backend_listener(&hosts, BACKEND4.into());
+    // `::` takes IPv4 clients as ::ffff:a.b.c.d; the source must be a.b.c.d.
+    let rules = format!(
+        ":: 7010 {BACKEND4} {} [transparent]\n",
+        l4.local_addr().expect("addr").port()
+    );
+    let (_dir, oi) = hosts.start_oi(&rules, "");
+    let front = SocketAddr::from((OI_FRONT4, 7010));
+    let (got, _, (peer, seen)) = exchange(&hosts, l4, front, b"", b"up".to_vec(), b"down".to_vec());
+    assert_eq!(peer.ip(), IpAddr::from(CLIENT4), "oi: {}", oi.stderr_tail());
+    assert_eq!(
+        (got.as_slice(), seen.as_slice()),
+        (&b"down"[..], &b"upafter"[..])
+    );
 }
