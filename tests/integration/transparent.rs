@@ -615,3 +615,43 @@ fn a_dual_stack_listener_connects_from_an_ipv4_client_as_ipv4() {
         (&b"down"[..], &b"upafter"[..])
     );
 }
+
+/// `--user` keeps CAP_NET_ADMIN beside CAP_NET_BIND_SERVICE when a rule is
+/// transparent at start (CapEff 0x1400), and only the latter otherwise
+/// (shared_host.rs checks that case). Needs root and a `nobody` user.
+#[test]
+fn run_as_a_user_keeps_cap_net_admin_for_a_transparent_rule() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The harness's notify socket is made by root; nobody must reach it.
+    let mut perm = std::fs::metadata(dir.path()).expect("dir").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(dir.path(), perm).expect("chmod");
+    let conf = dir.path().join("oi.conf");
+    let port = free_port();
+    write_atomic(
+        &conf,
+        &format!("127.0.0.1 {port} 127.0.0.1 9 [transparent]\n"),
+    );
+    let old = rustix::process::umask(rustix::fs::Mode::empty());
+    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody"]);
+    rustix::process::umask(old);
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", oi.child.id())).expect("status");
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(cap_eff, "0000000000001400", "{}", oi.stderr_tail());
+    let (_, stderr) = oi.stop();
+    assert!(
+        stderr.contains("CAP_NET_ADMIN (for transparent rules)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("which oi does not have"), "{stderr}");
+}
