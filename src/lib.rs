@@ -27,6 +27,7 @@ mod edge;
 mod limits;
 mod listen;
 mod logfile;
+mod mptcp;
 mod notify;
 pub mod observe;
 mod peer;

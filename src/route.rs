@@ -229,6 +229,21 @@ impl Route {
         self.settings.keepalive != Some(false)
     }
 
+    /// Whether the rule connects from the client's own address (`transparent`).
+    pub(crate) fn transparent(&self) -> bool {
+        self.settings.transparent == Some(true)
+    }
+
+    /// How this rule's connection from `client` (the peer, or the address a
+    /// PROXY header carried; `None` for a unix client) dials its backend.
+    pub(crate) fn dial(&self, client: Option<SocketAddr>) -> crate::connect::Dial {
+        crate::connect::Dial {
+            keepalive: self.keepalive(),
+            from: client.filter(|_| self.transparent()),
+            mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
+        }
+    }
+
     /// The idle limit of this rule's UDP associations and TCP→UDP connections.
     pub(crate) fn udp_timeout(&self) -> Duration {
         // Always set: the table gives `timeout` a default in both formats.

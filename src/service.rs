@@ -122,6 +122,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
+    warn_if_transparent_cannot_work(&cfg);
     let log = match LogHandle::start() {
         Ok(l) => l,
         Err(e) => {
@@ -257,6 +258,25 @@ fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
     }
 }
 
+/// Says at start, once, what `--check` says: transparent rules whose every
+/// client would fail, as the process has neither CAP_NET_ADMIN nor CAP_NET_RAW.
+fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
+    let transparent = cfg
+        .rules
+        .iter()
+        .find(|r| r.rule.options.transparent == Some(true));
+    if let Some(r) = transparent {
+        if crate::privileges::may_be_transparent() == Some(false) {
+            log::warn!(
+                "{}/{}: transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which oi does not \
+                 have: each client of a transparent rule will be closed (local-socket-failed)",
+                r.bind,
+                r.rule.bind.proto
+            );
+        }
+    }
+}
+
 /// Becomes `--user` (or the configuration's `user`), if one is given.
 fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
     let g = &cfg.config.globals;
@@ -268,7 +288,14 @@ fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String
         },
     };
     let target = crate::privileges::resolve(user, group)?;
-    crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
+    // Kept for a transparent rule at start; one a reload adds gets none
+    // (--check and its local-socket-failed warning say so).
+    let transparent = cfg
+        .rules
+        .iter()
+        .any(|r| r.rule.options.transparent == Some(true));
+    crate::privileges::drop_to(&target, transparent)
+        .map_err(|e| format!("cannot run as {user}: {e}"))
 }
 
 /// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:

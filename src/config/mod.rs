@@ -181,6 +181,64 @@ impl std::str::FromStr for SpliceMode {
     }
 }
 
+/// Which of a rule's TCP sockets are Multipath TCP (`mptcp=`, an oi extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mptcp {
+    /// Both: the listener accepts MPTCP clients, the backend is dialled with MPTCP.
+    On,
+    /// Neither (the default).
+    Off,
+    /// The listener only.
+    Listen,
+    /// The backend connections only.
+    Connect,
+}
+
+impl Mptcp {
+    /// The names a configuration spells the values with.
+    pub const NAMES: [&'static str; 4] = ["on", "off", "listen", "connect"];
+
+    /// Whether the listener's sockets are MPTCP.
+    pub fn listens(self) -> bool {
+        matches!(self, Mptcp::On | Mptcp::Listen)
+    }
+
+    /// Whether backend connections are MPTCP.
+    pub fn connects(self) -> bool {
+        matches!(self, Mptcp::On | Mptcp::Connect)
+    }
+}
+
+impl std::str::FromStr for Mptcp {
+    type Err = String;
+
+    /// `on`, `off`, `listen` or `connect`; YAML's `true` and `false` too.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" | "true" | "yes" => Ok(Mptcp::On),
+            "off" | "false" | "no" => Ok(Mptcp::Off),
+            "listen" => Ok(Mptcp::Listen),
+            "connect" => Ok(Mptcp::Connect),
+            _ => Err(format!(
+                "invalid mptcp '{}' (expected on, off, listen or connect){}",
+                Shown(s),
+                crate::config::hint::suggestion(s, &Mptcp::NAMES)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Mptcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mptcp::On => "on",
+            Mptcp::Off => "off",
+            Mptcp::Listen => "listen",
+            Mptcp::Connect => "connect",
+        })
+    }
+}
+
 /// The PROXY protocol version a rule sends to its backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProxyHeader {

@@ -33,7 +33,7 @@ pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
 }
 pub use table::{RuleOptions, SETTINGS};
 
-use super::{Config, Globals, Host, IpFilter, ProxyHeader, SpliceMode, StatusFormat};
+use super::{Config, Globals, Host, IpFilter, Mptcp, ProxyHeader, SpliceMode, StatusFormat};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -185,6 +185,8 @@ pub enum Slot<'a> {
     Host(&'a mut Option<Host>),
     /// `splice=`.
     Splice(&'a mut Option<SpliceMode>),
+    /// `mptcp=`.
+    Mptcp(&'a mut Option<Mptcp>),
     /// `proxy=`.
     Proxy(&'a mut Option<ProxyHeader>),
     /// `dns-multi-ip-proto`.

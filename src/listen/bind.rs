@@ -89,7 +89,10 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
             drop(probe);
             // Pending connections the kernel queues before accept (`listen-backlog`).
             let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-            Ok(BoundSocket::Tcp(reuseport_listener(chosen, backlog)?))
+            let mptcp = rule.settings().mptcp.is_some_and(|m| m.listens());
+            Ok(BoundSocket::Tcp(reuseport_listener(
+                chosen, backlog, mptcp,
+            )?))
         }
         Proto::Udp => {
             let s = Socket::new(domain, Type::DGRAM.cloexec(), None)?;
@@ -100,15 +103,18 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
     }
 }
 
-/// Another socket in `listener`'s `SO_REUSEPORT` group, for another executor thread.
+/// Another socket in `listener`'s `SO_REUSEPORT` group, for another
+/// executor thread; MPTCP when `listener` is.
 pub(crate) fn sibling(listener: &TcpListener, backlog: i32) -> io::Result<TcpListener> {
-    reuseport_listener(listener.local_addr()?, backlog)
+    let mptcp = crate::mptcp::is_mptcp(socket2::SockRef::from(listener));
+    reuseport_listener(listener.local_addr()?, backlog, mptcp)
 }
 
-/// A non-blocking, close-on-exec TCP listener on `addr` in its `SO_REUSEPORT` group.
-fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
+/// A non-blocking, close-on-exec TCP listener on `addr` in its
+/// `SO_REUSEPORT` group; MPTCP when `mptcp` (and the kernel allows it).
+fn reuseport_listener(addr: SocketAddr, backlog: i32, mptcp: bool) -> io::Result<TcpListener> {
+    use socket2::{Domain, Type};
+    let s = crate::mptcp::stream(Domain::for_address(addr), Type::STREAM.cloexec(), mptcp)?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     // Accepted sockets inherit both from the listener (Linux copies the

@@ -59,22 +59,26 @@ pub(crate) async fn forward(
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
     let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-    let connected = connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
+    let dial = route.dial(origin.map(|o| o.client));
+    let connected = connect::through_pool(&route.pool, key, timeout, dial, counted)
         .await
         .map(|c| (c.stream, c.addr, c.lease));
     // `lease` counts the connection on its backend (least connections) until it ends.
     let (backend, backend_addr, lease) = match connected {
         Ok(c) => c,
         Err(e) => {
-            log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match &e {
-                ConnectError::LocalSocket(_) => {
+                ConnectError::LocalSocket(why) => {
+                    shared.local_socket_failed(&route.names.connect_host, &peer, why);
                     stats.connect_failed(ConnectFailure::Other);
                     Event::LocalSocketFailed
                 }
                 // rinetd logs a refused or unreachable backend this way;
                 // parsers count on it. Each failed attempt was counted.
-                ConnectError::Connect(_) => Event::DoneLocalClosed,
+                ConnectError::Connect(_) => {
+                    log::debug!("{peer} -> {}: {e}", route.names.connect_host);
+                    Event::DoneLocalClosed
+                }
             };
             return shared.log.log(route.event(ip, ev, Bytes::NONE));
         }

@@ -26,7 +26,8 @@
 //! has nothing more (it would block, or a splice in came back short):
 //! idle connections hold no pipe. When no pipe can be had
 //! (EMFILE, ENFILE, EPERM at the per-user pipe limit), or splice says EINVAL
-//! (the socket does not support it), the direction switches to copying
+//! or EOPNOTSUPP (the socket does not support it; MPTCP sockets splice on
+//! Linux 6.x, the `mptcp` tests check it), the direction switches to copying
 //! through a buffer for the rest of the connection (`Step::Fallback`). An
 //! EINVAL on the way in leaves the pipe empty, so nothing is in flight. An
 //! EINVAL on the way out (not seen with TCP sockets, but possible in
@@ -124,8 +125,8 @@ impl SpliceMover {
                         ready!(to.poll_writable(cx)).map_err(|e| (Fault::Write, e))?;
                     }
                     Err(Errno::INTR) => {}
-                    Err(Errno::INVAL) => {
-                        log::debug!("splice to socket: EINVAL; copying instead");
+                    Err(e @ (Errno::INVAL | Errno::OPNOTSUPP)) => {
+                        log::debug!("splice to socket: {e}; copying instead");
                         return Poll::Ready(Ok(Step::Fallback(self.pipe.take())));
                     }
                     Err(e) => return Poll::Ready(Err((Fault::Write, e.into()))),
@@ -177,8 +178,8 @@ impl SpliceMover {
                     self.readable = false;
                 }
                 Err(Errno::INTR) => {}
-                Err(Errno::INVAL) => {
-                    log::debug!("splice from socket: EINVAL; copying instead");
+                Err(e @ (Errno::INVAL | Errno::OPNOTSUPP)) => {
+                    log::debug!("splice from socket: {e}; copying instead");
                     self.release(pipes);
                     return Poll::Ready(Ok(Step::Fallback(None)));
                 }

@@ -234,7 +234,8 @@ impl Listener {
                 self.assocs.insert(peer, a);
             }
             Err(e) => {
-                log::debug!("{client}: cannot create the backend socket: {e}");
+                let rule = &route.names.connect_host;
+                self.shared.local_socket_failed(rule, &client, &e);
                 let failed = route.event(ip, Event::LocalSocketFailed, Bytes::NONE);
                 self.shared.log.log(failed);
             }

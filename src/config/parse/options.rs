@@ -18,9 +18,11 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
             errors.push("empty option".to_string());
             continue;
         }
-        // `accept-proxy` alone means `accept-proxy=on`.
-        let item = if item == "accept-proxy" {
-            "accept-proxy=on"
+        // A switch written alone (`accept-proxy`, `transparent`) means `=on`.
+        let switched;
+        let item = if is_switch(item) {
+            switched = format!("{item}=on");
+            switched.as_str()
         } else {
             item
         };
@@ -63,6 +65,14 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
 
 /// Stores one `name=value` in `opts`, refusing unknown names, bad values
 /// and repeats; the table ([`settings`]) says how each value is read.
+/// Whether `item` is the name of an on/off rule option, which written
+/// alone means on (`[accept-proxy]`, `[transparent]`; `[mptcp]`, whose
+/// other values name one side).
+fn is_switch(item: &str) -> bool {
+    item == "mptcp"
+        || settings::rule_option(item).is_some_and(|s| matches!(s.value, settings::Value::Switch))
+}
+
 fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), String> {
     let Some(setting) = settings::rule_option(name) else {
         return Err(format!(
