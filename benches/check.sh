@@ -64,6 +64,11 @@ done
 yaml > "$dir/rules-16MiB.yaml"
 yrules=$(( $(wc -l < "$dir/rules-16MiB.yaml") - 1 ))
 measure "$dir/rules-16MiB.yaml" "$yrules"
+# 16 MiB of bad lines (8 million `x`): past the 100 listed errors, lines are
+# only counted; before, each still computed its "did you mean" hint: 45.3 s
+# of CPU, 0.94 s after (same run, load 8).
+awk 'BEGIN { for (i = 0; i < 8388607; i++) print "x" }' > "$dir/bad-16MiB.conf"
+measure "$dir/bad-16MiB.conf" 8388607
 growth=$(echo "$last / $first" | bc -l)
 printf 'time per rule, largest/smallest rinetd.conf: %.2fx (at most %s)\n' "$growth" "$MAX_GROWTH"
 if (( $(echo "$growth > $MAX_GROWTH" | bc -l) )); then

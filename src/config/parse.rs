@@ -516,7 +516,8 @@ impl Parser<'_> {
                 .flatten()
                 .any(|i| tokens.get(i).is_some_and(|t| t.starts_with('[')));
         if short {
-            let message = match keyword_hint(word) {
+            // The hint's edit distances only for an error that is listed.
+            let message = || match keyword_hint(word) {
                 Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
                     format!(
                         "unknown keyword '{}' (keywords are lower case: '{k}')",
@@ -529,9 +530,9 @@ impl Parser<'_> {
                 _ if sides != 4 => UNIX_RULE_SHAPE.to_string(),
                 _ => RULE_SHAPE.to_string(),
             };
-            return self.error(line, message, text);
+            return self.errors.one_with(line, message, text);
         }
-        let mut errors = LineErrors::default();
+        let mut errors = self.errors.problems();
         let bind = endpoint(&tokens[..bind_n], &mut errors);
         let connect = endpoint(&tokens[bind_n..sides], &mut errors);
         let mut options = RuleOptions::default();
