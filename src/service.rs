@@ -118,7 +118,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg) {
+    if let Err(e) = drop_privileges(&opts, &cfg, &sockets) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
@@ -257,8 +257,14 @@ fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
     }
 }
 
-/// Becomes `--user` (or the configuration's `user`), if one is given.
-fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
+/// Becomes `--user` (or the configuration's `user`), if one is given,
+/// handing it the TCP listeners first so each thread still gets a socket
+/// of its own in their `SO_REUSEPORT` groups ([`crate::privileges::give_listeners`]).
+fn drop_privileges(
+    opts: &RunOptions,
+    cfg: &ResolvedConfig,
+    sockets: &[BoundSocket],
+) -> Result<(), String> {
     let g = &cfg.config.globals;
     let (user, group) = match &opts.user {
         Some(u) => (u, opts.group.as_deref()),
@@ -268,6 +274,15 @@ fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String
         },
     };
     let target = crate::privileges::resolve(user, group)?;
+    let listeners: Vec<_> = sockets
+        .iter()
+        .filter_map(|s| match s {
+            BoundSocket::Tcp(l) => Some(std::os::fd::AsFd::as_fd(l)),
+            _ => None,
+        })
+        .collect();
+    crate::privileges::give_listeners(&target, &listeners)
+        .map_err(|e| format!("cannot hand the listeners to {user}: {e}"))?;
     crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
 }
 

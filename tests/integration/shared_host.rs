@@ -391,9 +391,27 @@ fn bytes_that_are_not_utf8_are_kept_in_paths_and_refused_elsewhere() {
     assert!(err.contains("oi.yaml:2: not UTF-8 (YAML is text)"), "{err}");
 }
 
+/// How many TCP sockets listen on `port` (IPv4, any address), from /proc/net/tcp.
+fn listening_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+        })
+        .count()
+}
+
 /// `--user`: started as root, oi binds, then runs as the user with only
 /// CAP_NET_BIND_SERVICE (CapEff 0x400), and a reload still binds a port
-/// below 1024. Needs root (skipped otherwise, saying so) and a `nobody` user.
+/// below 1024. Each of the 2 threads keeps a socket of its own in every TCP
+/// listener's SO_REUSEPORT group, start-up's (bound as root, handed to the
+/// user) and the reload's: 2 listening sockets per port (1 before the
+/// hand-over: the group refused the user's sockets). Needs root (skipped
+/// otherwise, saying so) and a `nobody` user.
 #[test]
 fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     if !rustix::process::geteuid().is_root() {
@@ -414,7 +432,7 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     // The harness's notify socket must be writable by nobody: made under umask 0.
     let old = rustix::process::umask(rustix::fs::Mode::empty());
-    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody"]);
+    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody", "--threads", "2"]);
     rustix::process::umask(old);
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", oi.child.id())).expect("status");
@@ -429,6 +447,7 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     let cap_eff = field("CapEff:");
     let cap_prm = field("CapPrm:");
     ping(port).expect("forwards as nobody");
+    let per_thread = listening_sockets(port);
     // A free port below 1024 (bounded search).
     let low = (900..1024)
         .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
@@ -442,7 +461,10 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     oi.reload();
     let low_serves = ping(low).is_ok();
+    let low_per_thread = listening_sockets(low);
     let (_, stderr) = oi.stop();
+    assert_eq!(per_thread, 2, "a socket per thread on {port}\n{stderr}");
+    assert_eq!(low_per_thread, 2, "a socket per thread on {low}\n{stderr}");
     assert_eq!(uid, "65534 65534 65534 65534", "{stderr}");
     assert_eq!(
         cap_eff, "0000000000000400",
