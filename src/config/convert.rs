@@ -104,7 +104,7 @@ fn explicit_options(rule: &Rule, globals: &Globals, from: Format, to: Format) ->
         unix_backend: rule.backends.iter().any(|b| b.endpoint.unix().is_some()),
         backend_src: false,
     };
-    let mut out = rule.options.clone();
+    let mut out = (*rule.options).clone();
     for s in SETTINGS {
         let Some(at) = s.rule else { continue };
         if settings::misapplied(s, &shape).is_some() {

@@ -25,7 +25,7 @@ pub use include::{
     FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
 };
 pub use model::{
-    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, StatusFormat,
+    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, Options, StatusFormat,
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
@@ -49,6 +49,22 @@ use std::time::Duration;
 /// exhausting memory at start or on a reload, and bounds everything parsing
 /// allocates.
 pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Most forwarding rules one configuration may have, all files together (a
+/// port range counts one rule per port): one full range, `1-65535`, fits.
+/// A rule costs about 0.5 KiB parsed and resolved together, before a
+/// listener exists, so this keeps what any 16 MiB input can make a
+/// `--check` or a reload hold within the 64 MiB of SECURITY.md; without it
+/// a few range lines made millions of rules. Past it the file is refused,
+/// saying so once.
+pub const MAX_RULES: usize = 32_768;
+
+/// The error for the rule that goes past [`MAX_RULES`].
+pub(crate) fn too_many_rules() -> String {
+    format!(
+        "more than {MAX_RULES} forwarding rules (a port range counts one per port), the most oi takes; the rules after this one are not read"
+    )
+}
 
 /// Longest piece of file text shown in one message, in characters, after
 /// escaping (see [`Shown`]); longer text is cut and ends in `...`.
@@ -255,8 +271,8 @@ pub struct Rule {
     pub backends: Vec<Backend>,
     /// How to choose among `backends` (YAML `load_balancing:`).
     pub balance: Balance,
-    /// Bracketed options.
-    pub options: RuleOptions,
+    /// Bracketed options (stored only when any is written).
+    pub options: Options,
     /// allow/deny lines that follow this rule and apply to it only.
     pub acl: AclRules,
 }

@@ -492,3 +492,26 @@ fn a_line_of_a_million_words_is_two_short_errors() {
         ]
     );
 }
+
+#[test]
+fn past_max_rules_the_file_is_refused_before_its_rules_are_built() {
+    use crate::config::MAX_RULES;
+    // One range of exactly the cap fits.
+    let last = MAX_RULES + 1000 - 1;
+    let fits = format!("0.0.0.0 1000-{last} 10.0.0.1 1000-{last}\n");
+    assert_eq!(ok(&fits).rules.len(), MAX_RULES);
+    // One more rule, on line 3 (a comment and a keyword count nothing): refused
+    // at the line that goes past, naming the cap.
+    let past = format!("# all\nlogcommon\n{fits}10.0.0.2 1 10.0.0.1 1\n");
+    let e = errors(&past);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with(&format!("config:4: more than {MAX_RULES} forwarding rules")),
+        "{e:?}"
+    );
+    // Lines of one word are no rules: they keep their own errors.
+    let words = "x\n".repeat(MAX_RULES + 1);
+    assert!(
+        errors(&words)[0].contains("unknown keyword") || errors(&words)[0].contains("expected")
+    );
+}
