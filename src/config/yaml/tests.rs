@@ -352,3 +352,22 @@ rules:
         ]
     );
 }
+
+#[test]
+fn past_max_rules_is_one_error() {
+    use crate::config::MAX_RULES;
+    // One rule with a bind per port: MAX_RULES + 2 listeners.
+    let binds: Vec<String> = (0..MAX_RULES + 2)
+        .map(|i| format!("'10.0.{}.{}:{}'", i / 60_000, i % 250 + 1, 1 + i % 60_000))
+        .collect();
+    let text = format!(
+        "rules:\n- name: a\n  bind: [{}]\n  connect: 10.0.0.1:80\n",
+        binds.join(", ")
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains(&format!("more than {MAX_RULES} forwarding rules")),
+        "{e:?}"
+    );
+}
