@@ -138,7 +138,7 @@ fn yaml_endpoint(e: &Endpoint) -> String {
     let host = match &e.host {
         Host::Ip(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     format!("{host}:{}/{}", e.port, e.proto)
 }
@@ -150,7 +150,7 @@ fn conf_endpoint(e: &Endpoint) -> String {
     }
     let host = match &e.host {
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     match (&e.port, e.proto) {
         (Port::None, _) => host,

@@ -133,8 +133,10 @@ impl fmt::Display for Proto {
 pub enum Host {
     /// A numeric IPv4 or IPv6 address (brackets already removed).
     Ip(IpAddr),
-    /// A host name, looked up when the configuration is resolved.
-    Name(String),
+    /// A host name, looked up when the configuration is resolved; shared
+    /// (with the side's `host_text` and every copy of the side) rather than
+    /// copied: a backend name was held four times while parsed.
+    Name(Arc<str>),
     /// A unix stream socket (`unix:/path` or `unix:@name`): nothing to look up.
     Unix(UnixAddr),
 }
@@ -155,8 +157,9 @@ pub enum Port {
 pub struct Endpoint {
     /// Where to bind or connect.
     pub host: Host,
-    /// The host exactly as written in the file; the log file prints it this way.
-    pub host_text: String,
+    /// The host exactly as written in the file; the log file prints it this
+    /// way. Shared, as [`Host::Name`].
+    pub host_text: Arc<str>,
     /// Which port, possibly still a service name.
     pub port: Port,
     /// Protocol of this side, from the `/tcp` or `/udp` suffix.

@@ -749,8 +749,11 @@ fn endpoint(fields: &[&str], errors: &mut LineErrors) -> Option<Endpoint> {
     let port_parsed = parse_port(port).map_err(|e| errors.push(e)).ok();
     let (host_value, (port, proto)) = (host_parsed?, port_parsed?);
     Some(Endpoint {
+        host_text: match &host_value {
+            Host::Name(name) if **name == *host => name.clone(),
+            _ => host.into(),
+        },
         host: host_value,
-        host_text: host.to_string(),
         port,
         proto,
     })

@@ -175,7 +175,7 @@ impl ResolvedRule {
     ) -> Self {
         let endpoint = |a: SocketAddr, proto| Endpoint {
             host: Host::Ip(a.ip()),
-            host_text: a.ip().to_string(),
+            host_text: a.ip().to_string().into(),
             port: Port::Number(a.port()),
             proto,
         };
@@ -360,7 +360,7 @@ fn addresses(end: &Endpoint, services: &Services) -> Result<Vec<SocketAddr>, Str
     let found: Vec<SocketAddr> = match &end.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Host::Unix(_) => Vec::new(),
-        Host::Name(name) => (name.as_str(), port)
+        Host::Name(name) => (&**name, port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve host '{name}': {e}"))?
             .collect(),
@@ -385,7 +385,7 @@ fn source(host: &Host, want_v4: Option<bool>) -> Result<IpAddr, String> {
         Host::Name(name) => name,
         Host::Unix(u) => return Err(format!("src must be an IP address or host name, not '{u}'")),
     };
-    let found: Vec<IpAddr> = (name.as_str(), 0)
+    let found: Vec<IpAddr> = (&**name, 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve src host '{name}': {e}"))?
         .map(|a| a.ip())

@@ -595,8 +595,11 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
     let host_value = parse_host(host)?;
     let (port, proto) = parse_port(port)?;
     Ok(Endpoint {
+        host_text: match &host_value {
+            Host::Name(name) if **name == *host => name.clone(),
+            _ => host.into(),
+        },
         host: host_value,
-        host_text: host.to_string(),
         port,
         proto,
     })

@@ -58,7 +58,7 @@ fn basic_rule() {
     let r = &c.rules[0];
     assert_eq!(r.line, 1);
     assert_eq!(r.bind.host, v4(206, 125, 69, 81));
-    assert_eq!(r.bind.host_text, "206.125.69.81");
+    assert_eq!(&*r.bind.host_text, "206.125.69.81");
     assert_eq!(r.bind.port, Port::Number(80));
     assert_eq!(r.bind.proto, Proto::Tcp);
     assert_eq!(r.connect.host, v4(10, 1, 1, 2));
@@ -95,13 +95,13 @@ fn ipv6_and_names() {
     let r = &c.rules[0];
     assert_eq!(r.bind.host, v6("::1"));
     assert_eq!(r.connect.host, v6("::1"));
-    assert_eq!(r.connect.host_text, "[::1]");
+    assert_eq!(&*r.connect.host_text, "[::1]");
     assert_eq!(r.options.timeout, Some(Duration::from_secs(5)));
     assert_eq!(c.rules[1].bind.host, v6("::"));
-    assert_eq!(c.rules[1].bind.host_text, "[::]");
+    assert_eq!(&*c.rules[1].bind.host_text, "[::]");
     assert_eq!(c.rules[1].connect.host, v6("fe80::1"));
     assert_eq!(c.rules[2].connect.host, Host::Name("localhost".into()));
-    assert_eq!(c.rules[2].connect.host_text, "localhost");
+    assert_eq!(&*c.rules[2].connect.host_text, "localhost");
 }
 
 #[test]
