@@ -51,12 +51,13 @@ use std::time::Duration;
 pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Most forwarding rules one configuration may have, all files together (a
-/// port range counts one rule per port): one full range, `1-65535`, fits.
-/// A rule costs about 0.5 KiB parsed and resolved together, before a
-/// listener exists, so this keeps what any 16 MiB input can make a
-/// `--check` or a reload hold within the 64 MiB of SECURITY.md; without it
-/// a few range lines made millions of rules. Past it the file is refused,
-/// saying so once.
+/// port range counts one rule per port; half the ports, `1-32768`, fit).
+/// A rule costs about 1.5 KiB parsed and resolved together, before a
+/// listener exists (32,768 rules peak at 52 MiB through `--check`), so this
+/// keeps what any 16 MiB input can make a `--check` or a reload hold within
+/// the 64 MiB of SECURITY.md; without it a few range lines made millions of
+/// rules. Past it the file is refused, saying so once. Listeners are
+/// budgeted separately: at most half the open-file limit.
 pub const MAX_RULES: usize = 32_768;
 
 /// The error for the rule that goes past [`MAX_RULES`].
