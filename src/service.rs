@@ -281,8 +281,11 @@ fn drop_privileges(
             _ => None,
         })
         .collect();
-    crate::privileges::give_listeners(&target, &listeners)
-        .map_err(|e| format!("cannot hand the listeners to {user}: {e}"))?;
+    // Not fatal: a listener the user does not own still serves, with one
+    // accept loop instead of one per thread.
+    if let Err(e) = crate::privileges::give_listeners(&target, &listeners) {
+        log::warn!("cannot hand the listeners to {user} ({e}): each keeps one accept loop");
+    }
     crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
 }
 
