@@ -632,7 +632,7 @@ impl Parser<'_> {
 }
 
 /// The line at which `text`'s rules, counted roughly (a port range as its
-/// width, any other line of two words or more that is not a keyword as one
+/// width, any other line with a rule's fields that is not a keyword as one
 /// rule), would take
 /// `before` rules past [`super::MAX_RULES`]; `None` when they fit. Builds
 /// nothing, so a file of millions of rules costs a scan, not their memory.
@@ -645,8 +645,14 @@ fn past_budget(text: &str, before: usize) -> Option<usize> {
         if word == PIDFILE_ALIAS || settings::global_keyword(word).is_some() {
             continue;
         }
-        // One word is no rule (the shortest, `unix:A unix:B`, has two).
+        // A rule has four fields, or fewer with a `unix:` side (the shortest,
+        // `unix:A unix:B`, has two): other lines keep their own errors.
         let Some(second) = words.next() else { continue };
+        let rest = words.take(2).count();
+        let unix = [word, second].iter().any(|w| w.starts_with("unix:"));
+        if rest < 2 && !unix {
+            continue;
+        }
         let width = Some(second)
             .and_then(|port| port.split('/').next())
             .and_then(|port| port.split_once('-'))
