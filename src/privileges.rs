@@ -18,6 +18,7 @@
 
 use rustix::thread::{CapabilitySet, CapabilitySets, Gid, Uid};
 use std::io;
+use std::os::fd::BorrowedFd;
 
 /// Who to become.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +82,23 @@ pub(crate) fn resolve_in(
 pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Target, String> {
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
     resolve_in(user, group, &read("/etc/passwd")?, &read("/etc/group")?)
+}
+
+/// Makes `t` the owner of each listening socket in `listeners`, while oi
+/// is still root. The kernel lets a socket join a listener's `SO_REUSEPORT`
+/// group only when both have the same owner (the socket's `sk_uid`), and a
+/// socket's owner is whoever made it: root, for everything start-up bound.
+/// So after the drop, the per-thread sockets that `listen` makes as the user
+/// were refused ("Address already in use") and each listener kept a single
+/// accept loop. `fchown` on a socket sets that owner (Linux's sockfs, since
+/// 4.11), so every thread gets its own socket in the group again.
+pub(crate) fn give_listeners(t: &Target, listeners: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let uid = Some(Uid::from_raw(t.uid));
+    let gid = Some(Gid::from_raw(t.gid));
+    for fd in listeners {
+        rustix::fs::fchown(fd, uid, gid)?;
+    }
+    Ok(())
 }
 
 /// Becomes `t`, keeping only `CAP_NET_BIND_SERVICE`, and `CAP_NET_ADMIN`

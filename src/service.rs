@@ -118,7 +118,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg) {
+    if let Err(e) = drop_privileges(&opts, &cfg, &sockets) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
@@ -277,8 +277,14 @@ fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
     }
 }
 
-/// Becomes `--user` (or the configuration's `user`), if one is given.
-fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
+/// Becomes `--user` (or the configuration's `user`), if one is given,
+/// handing it the TCP listeners first so each thread still gets a socket
+/// of its own in their `SO_REUSEPORT` groups ([`crate::privileges::give_listeners`]).
+fn drop_privileges(
+    opts: &RunOptions,
+    cfg: &ResolvedConfig,
+    sockets: &[BoundSocket],
+) -> Result<(), String> {
     let g = &cfg.config.globals;
     let (user, group) = match &opts.user {
         Some(u) => (u, opts.group.as_deref()),
@@ -288,6 +294,18 @@ fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String
         },
     };
     let target = crate::privileges::resolve(user, group)?;
+    let listeners: Vec<_> = sockets
+        .iter()
+        .filter_map(|s| match s {
+            BoundSocket::Tcp(l) => Some(std::os::fd::AsFd::as_fd(l)),
+            _ => None,
+        })
+        .collect();
+    // Not fatal: a listener the user does not own still serves, with one
+    // accept loop instead of one per thread.
+    if let Err(e) = crate::privileges::give_listeners(&target, &listeners) {
+        log::warn!("cannot hand the listeners to {user} ({e}): each keeps one accept loop");
+    }
     // Kept for a transparent rule at start; one a reload adds gets none
     // (--check and its local-socket-failed warning say so).
     let transparent = cfg
@@ -502,8 +520,30 @@ impl Service {
     /// reload succeeded, whether the files are now to be watched.
     async fn reload(&self) -> (String, Option<bool>) {
         let path = self.path.clone();
-        let cfg = match smol::unblock(move || config::load_resolved(&path)).await {
-            Ok(cfg) => cfg.with_command_line(&self.command_line),
+        let file = self.file.clone();
+        // The descriptor budget is checked on the parsed rules, before their
+        // names are looked up: resolving 32,768 rules only to refuse them
+        // left 30 MiB with the allocator after the reload.
+        let loaded = smol::unblock(move || {
+            let parsed = config::load(&path)?;
+            if let Err(refused) = listen::check_budget(&file, parsed.rules.len()) {
+                return Ok(Err(refused));
+            }
+            let services = config::services::Services::system();
+            let shown = path.display().to_string();
+            config::resolve(parsed, &services)
+                .map(Ok)
+                .map_err(|e| e.with_file(&shown))
+        });
+        let cfg = match loaded.await {
+            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Err(refused)) => {
+                log::error!("{refused}");
+                log::error!("reload refused: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                let status = "reload refused: previous configuration still serving";
+                return (status.into(), None);
+            }
             Err(e) => {
                 for line in e.with_file(&self.file).to_string().lines() {
                     log::error!("{line}");

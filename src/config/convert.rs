@@ -104,7 +104,7 @@ fn explicit_options(rule: &Rule, globals: &Globals, from: Format, to: Format) ->
         unix_backend: rule.backends.iter().any(|b| b.endpoint.unix().is_some()),
         backend_src: false,
     };
-    let mut out = rule.options.clone();
+    let mut out = (*rule.options).clone();
     for s in SETTINGS {
         let Some(at) = s.rule else { continue };
         if settings::misapplied(s, &shape).is_some() {
@@ -138,7 +138,7 @@ fn yaml_endpoint(e: &Endpoint) -> String {
     let host = match &e.host {
         Host::Ip(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     format!("{host}:{}/{}", e.port, e.proto)
 }
@@ -150,7 +150,7 @@ fn conf_endpoint(e: &Endpoint) -> String {
     }
     let host = match &e.host {
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     match (&e.port, e.proto) {
         (Port::None, _) => host,

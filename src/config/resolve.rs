@@ -175,7 +175,7 @@ impl ResolvedRule {
     ) -> Self {
         let endpoint = |a: SocketAddr, proto| Endpoint {
             host: Host::Ip(a.ip()),
-            host_text: a.ip().to_string(),
+            host_text: a.ip().to_string().into(),
             port: Port::Number(a.port()),
             proto,
         };
@@ -208,7 +208,8 @@ impl ResolvedRule {
 /// A configuration ready to run.
 #[derive(Clone, Debug)]
 pub struct ResolvedConfig {
-    /// Global settings (logfile, ACL, ...); `config.rules` matches `rules` one to one.
+    /// Global settings (logfile, ACL, ...); its `rules` are empty: each
+    /// moved into its [`ResolvedRule::rule`].
     pub config: Config,
     /// Rules with addresses, in file order.
     pub rules: Vec<ResolvedRule>,
@@ -234,13 +235,30 @@ impl ResolvedConfig {
 /// `duplicate listener ADDR:PORT/PROTO (after resolving names), first defined at line N`.
 /// The error text is the rule in canonical form (see `Display for Rule`).
 /// Errors are capped as the parser's are (see [`super::MAX_ERRORS`]).
-pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
+pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
     let mut errors = ErrorSink::default();
-    let mut rules = Vec::with_capacity(config.rules.len());
+    // Each rule moves into its resolved form rather than being copied: the
+    // copy (with its backends) doubled what a valid configuration costs.
+    // They move an eighth at a time, the parsed list shrinking as the
+    // resolved one grows, so the two are never both whole in memory.
+    let mut parsed = std::mem::take(&mut config.rules);
+    let mut rules = Vec::with_capacity(parsed.len());
+    let chunk = parsed.len().div_ceil(8).max(1);
     // Listener to the file (None: the main one) and line that first defined it.
     let mut listeners: HashMap<(BindAddr, Proto), RuleAt> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
-    for rule in &config.rules {
+    let mut next = Vec::new();
+    let rules_in_order = std::iter::from_fn(|| {
+        if next.is_empty() {
+            if parsed.is_empty() {
+                return None;
+            }
+            next = parsed.drain(..chunk.min(parsed.len())).rev().collect();
+            parsed.shrink_to_fit();
+        }
+        next.pop()
+    });
+    for rule in rules_in_order {
         errors.set_file(rule.file.clone());
         let mut problems = LineErrors::default();
         let bind = match rule.bind.unix() {
@@ -307,14 +325,19 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
                     );
                 }
             }
+            if !problems.is_empty() {
+                errors.line(rule.line, &rule.to_string(), problems);
+                continue;
+            }
             rules.push(ResolvedRule {
-                rule: rule.clone(),
-                bind,
                 connect: first.addrs.clone(),
                 src: first.src,
+                rule,
+                bind,
                 backends,
                 defaults: defaults.clone(),
             });
+            continue;
         }
         if !problems.is_empty() {
             errors.line(rule.line, &rule.to_string(), problems);
@@ -337,7 +360,7 @@ fn addresses(end: &Endpoint, services: &Services) -> Result<Vec<SocketAddr>, Str
     let found: Vec<SocketAddr> = match &end.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Host::Unix(_) => Vec::new(),
-        Host::Name(name) => (name.as_str(), port)
+        Host::Name(name) => (&**name, port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve host '{name}': {e}"))?
             .collect(),
@@ -362,7 +385,7 @@ fn source(host: &Host, want_v4: Option<bool>) -> Result<IpAddr, String> {
         Host::Name(name) => name,
         Host::Unix(u) => return Err(format!("src must be an IP address or host name, not '{u}'")),
     };
-    let found: Vec<IpAddr> = (name.as_str(), 0)
+    let found: Vec<IpAddr> = (&**name, 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve src host '{name}': {e}"))?
         .map(|a| a.ip())
@@ -399,7 +422,7 @@ mod tests {
             vec!["[::1]:53".parse().expect("literal")]
         );
         assert_eq!(r.rules[0].src, Some("127.0.0.2".parse().expect("literal")));
-        assert_eq!(r.config.rules.len(), r.rules.len());
+        assert!(r.config.rules.is_empty(), "moved into the resolved rules");
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn parse_yaml(text: &str) -> Result<Config, ConfigErrors> {
         Ok(None) => {}
         Ok(Some(root)) => m.root(&root),
     }
+    m.config.rules.shrink_to_fit();
     m.errors.sort_by_position();
     m.errors
         .into_result(m.config, super::parse::PLACEHOLDER_FILE)
@@ -90,6 +91,8 @@ struct Mapper {
     names: HashMap<String, usize>,
     /// Listeners seen (lower-cased host, port, protocol), with their lines.
     listeners: HashMap<(String, Port, Proto), usize>,
+    /// Set once the rules reach [`super::MAX_RULES`] (and said so).
+    over_budget: bool,
 }
 
 impl Mapper {
@@ -386,6 +389,14 @@ impl Mapper {
                 self.error(at, m);
                 continue;
             }
+            if self.config.rules.len() >= super::MAX_RULES {
+                // Said once (the rules past it would each say it again).
+                if !self.over_budget {
+                    self.over_budget = true;
+                    self.error(at, super::too_many_rules());
+                }
+                return;
+            }
             self.listeners.insert(key, line);
             self.config.rules.push(Rule {
                 file: None,
@@ -395,7 +406,7 @@ impl Mapper {
                 connect: connect.clone(),
                 backends: backends.clone(),
                 balance: balance.clone(),
-                options: options.clone(),
+                options: options.clone().into(),
                 acl: acl.clone(),
             });
         }
@@ -584,8 +595,11 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
     let host_value = parse_host(host)?;
     let (port, proto) = parse_port(port)?;
     Ok(Endpoint {
+        host_text: match &host_value {
+            Host::Name(name) if **name == *host => name.clone(),
+            _ => host.into(),
+        },
         host: host_value,
-        host_text: host.to_string(),
         port,
         proto,
     })

@@ -144,9 +144,10 @@ struct Listeners {
     /// either; not keyed on the cap itself, which moves by a descriptor or
     /// two whenever a TCP listener comes or goes (every reload of the soak test).
     udp_cap_logged: Option<(usize, u64)>,
-    /// Set while accepting fails on any TCP listener (descriptors run out
-    /// for all of them at once), so the episode is logged once, not once
-    /// per listener: 9,991 `accept failed` lines before.
+    /// Set while accepting fails on any TCP or unix listener (descriptors
+    /// run out for all of them at once), so the episode is logged once, not
+    /// once per listener: 9,991 `accept failed` lines before (and one per
+    /// unix listener until each had its own flag replaced by this one).
     accept_failing: Arc<AtomicBool>,
 }
 
@@ -260,9 +261,12 @@ impl Listeners {
                 for _ in 1..executors.len() {
                     match bind::sibling(&l, route.load().listen_backlog) {
                         Ok(fd) => fds.push(fd),
-                        // A listener bound as root before `--user` took
-                        // effect: the kernel lets only its owner's sockets
-                        // join its SO_REUSEPORT group, so it gets one loop.
+                        // A listener owned by another user: the kernel lets
+                        // only its owner's sockets join its SO_REUSEPORT
+                        // group, so it gets one loop. `--user` hands the
+                        // listeners start-up bound as root to the user
+                        // first (`privileges::give_listeners`); this stays
+                        // as the fallback should a kernel still refuse.
                         Err(e) if e.kind() == io::ErrorKind::AddrInUse && fds.is_empty() => {
                             executors.truncate(1);
                             break;
@@ -303,7 +307,7 @@ impl Listeners {
                     own,
                     route,
                     shared: self.shared.clone(),
-                    failing: Arc::new(AtomicBool::new(false)),
+                    failing: self.accept_failing.clone(),
                     stats: stats.clone(),
                     limits,
                 };

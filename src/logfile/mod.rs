@@ -106,12 +106,12 @@ impl Event {
 /// reloads so their last line still names their own rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleNames {
-    /// Bind host as written.
-    pub bind_host: String,
+    /// Bind host as written (shared with the configuration).
+    pub bind_host: std::sync::Arc<str>,
     /// Bind port number.
     pub bind_port: u16,
-    /// Connect host as written.
-    pub connect_host: String,
+    /// Connect host as written (shared with the configuration).
+    pub connect_host: std::sync::Arc<str>,
     /// Connect port number.
     pub connect_port: u16,
 }

@@ -56,15 +56,13 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
             errors.push(format!("missing value for option '{}'", Shown(name)));
             continue;
         }
-        if let Err(e) = set_option(&mut opts, name, value) {
+        if let Err(e) = set_option(&mut opts, name, value, errors.listing()) {
             errors.push(e);
         }
     }
     opts
 }
 
-/// Stores one `name=value` in `opts`, refusing unknown names, bad values
-/// and repeats; the table ([`settings`]) says how each value is read.
 /// Whether `item` is the name of an on/off rule option, which written
 /// alone means on (`[accept-proxy]`, `[transparent]`; `[mptcp]`, whose
 /// other values name one side).
@@ -73,13 +71,18 @@ fn is_switch(item: &str) -> bool {
         || settings::rule_option(item).is_some_and(|s| matches!(s.value, settings::Value::Switch))
 }
 
-fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), String> {
+/// Stores one `name=value` in `opts`, refusing unknown names, bad values
+/// and repeats; the table ([`settings`]) says how each value is read. An
+/// unknown name gets a "did you mean" hint only when `hint` (the error is
+/// listed, not only counted).
+fn set_option(opts: &mut RuleOptions, name: &str, value: &str, hint: bool) -> Result<(), String> {
     let Some(setting) = settings::rule_option(name) else {
-        return Err(format!(
-            "unknown option '{}'{}",
-            Shown(name),
+        let hint = if hint {
             suggestion(name, &settings::rule_option_names())
-        ));
+        } else {
+            String::new()
+        };
+        return Err(format!("unknown option '{}'{hint}", Shown(name)));
     };
     let Some(slot) = setting.rule else {
         return Err(format!("unknown option '{}'", Shown(name)));

@@ -78,6 +78,37 @@ pub struct RuleOptions {
     pub mptcp: Option<Mptcp>,
 }
 
+impl RuleOptions {
+    /// No option written: what [`crate::config::Options`] stands for when it stores nothing.
+    pub const NONE: RuleOptions = RuleOptions {
+        timeout: None,
+        src: None,
+        splice: None,
+        max_assoc: None,
+        keepalive: None,
+        connect_timeout: None,
+        dns_refresh: None,
+        mode: None,
+        proxy: None,
+        accept_proxy: None,
+        maxconn: None,
+        maxconn_per_client: None,
+        check_interval: None,
+        check_timeout: None,
+        check_rise: None,
+        check_fall: None,
+        check_send: None,
+        check_expect: None,
+        rate: None,
+        rate_up: None,
+        rate_down: None,
+        rule_rate: None,
+        client_rate: None,
+        transparent: None,
+        mptcp: None,
+    };
+}
+
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
 /// short exchange, and the expected prefix is what a probe holds in memory.
 pub(crate) const MAX_CHECK_BYTES: usize = 256;

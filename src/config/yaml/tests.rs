@@ -398,3 +398,22 @@ fn mptcp_takes_a_side_or_both_in_both_formats() {
     assert!(Mptcp::Listen.listens() && !Mptcp::Listen.connects());
     assert!(!Mptcp::Connect.listens() && Mptcp::Connect.connects());
 }
+
+#[test]
+fn past_max_rules_is_one_error() {
+    use crate::config::MAX_RULES;
+    // One rule with a bind per port: MAX_RULES + 2 listeners.
+    let binds: Vec<String> = (0..MAX_RULES + 2)
+        .map(|i| format!("'10.0.{}.{}:{}'", i / 60_000, i % 250 + 1, 1 + i % 60_000))
+        .collect();
+    let text = format!(
+        "rules:\n- name: a\n  bind: [{}]\n  connect: 10.0.0.1:80\n",
+        binds.join(", ")
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains(&format!("more than {MAX_RULES} forwarding rules")),
+        "{e:?}"
+    );
+}
