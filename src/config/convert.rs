@@ -26,7 +26,13 @@ fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),
         (
             true,
-            Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode | Value::Name,
+            Value::Path
+            | Value::Host
+            | Value::Address
+            | Value::Word(_)
+            | Value::Mode
+            | Value::Name
+            | Value::ServerName,
         ) => quoted(&text),
         (false, Value::Path) if text.contains([' ', '\t']) => format!("\"{text}\""),
         // Escapes are oi's, not YAML's: single quotes keep the backslashes.

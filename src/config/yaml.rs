@@ -89,7 +89,7 @@ struct Mapper {
     /// Rule names seen, with their lines (names must be unique).
     names: HashMap<String, usize>,
     /// Listeners seen (lower-cased host, port, protocol), with their lines.
-    listeners: HashMap<(String, Port, Proto), usize>,
+    listeners: HashMap<(String, Port, Proto), (usize, Vec<Option<String>>)>,
 }
 
 impl Mapper {
@@ -381,12 +381,23 @@ impl Mapper {
                 Host::Unix(addr) => addr.to_string(),
             };
             let key = (host, bind.port.clone(), bind.proto);
-            if let Some(first) = self.listeners.get(&key) {
-                let m = format!("duplicate listener {bind}, first defined at line {first}");
-                self.error(at, m);
-                continue;
+            // Rules may share a listener by server name (`sni:`, `super::sni`).
+            let sni = super::sni::name_in(bind.proto, &options);
+            if let Some((first, taken)) = self.listeners.get(&key) {
+                if let Some(why) = super::sni::clash(taken, sni) {
+                    let m =
+                        format!("duplicate listener {bind}, first defined at line {first}{why}");
+                    self.error(at, m);
+                    continue;
+                }
             }
-            self.listeners.insert(key, line);
+            let sni = sni.map(str::to_string);
+            match self.listeners.get_mut(&key) {
+                Some((_, taken)) => taken.push(sni),
+                None => {
+                    self.listeners.insert(key, (line, vec![sni]));
+                }
+            }
             self.config.rules.push(Rule {
                 file: None,
                 line,

@@ -170,7 +170,14 @@ impl Listeners {
             }
         });
         self.shared.dns.watch(&route.pool, on_change);
-        self.shared.probes.watch(&route.pool);
+        // The rules routed by server name (`sni=`) have pools of their own;
+        // the rule's counters list its own backends only.
+        for (i, pool) in route.pools().iter().enumerate() {
+            if i > 0 {
+                self.shared.dns.watch(pool, Box::new(|_: &[SocketAddr]| {}));
+            }
+            self.shared.probes.watch(pool);
+        }
     }
 
     /// Starts serving already-bound sockets, each with its route.

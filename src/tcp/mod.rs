@@ -13,6 +13,7 @@
 mod copy;
 mod mover;
 mod pump;
+pub(crate) mod sni;
 pub(crate) mod splice;
 mod throttle;
 
@@ -54,7 +55,50 @@ pub(crate) async fn forward(
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
     let live = stats.register(kind, peer);
-    shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
+    // A listener rules share by server name: the ClientHello picks the
+    // rule (peeked, so every byte still reaches the backend).
+    let (route, server_name) = match route.sni.clone() {
+        None => (route, None),
+        Some(names) => {
+            let read = sni::server_name(&client).await;
+            let name = read.as_deref().ok();
+            match names.choose(name) {
+                Some((chosen, named)) => {
+                    stats.count(|c| if named { &c.sni_named } else { &c.sni_default });
+                    if !named {
+                        let why = read
+                            .as_ref()
+                            .err()
+                            .map_or("no rule's name matches", |u| u.as_str());
+                        log::debug!("{peer} on {}: {why}; to the default rule", route.bind);
+                    }
+                    let name: Option<Arc<str>> = name.map(Arc::from);
+                    if let Some(n) = &name {
+                        live.routed_by(n.clone());
+                    }
+                    (chosen.clone(), name)
+                }
+                None => {
+                    stats.count(|c| &c.sni_unrouted);
+                    let why = read
+                        .as_ref()
+                        .err()
+                        .map_or("no rule's name matches", |u| u.as_str());
+                    log::debug!("{peer} on {}: {why}; no default rule, closed", route.bind);
+                    let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                    line.server_name = name.map(Arc::from);
+                    return shared.log.log(line);
+                }
+            }
+        }
+    };
+    // Every log line of the connection names the server name it was routed by.
+    let event = |event: Event, bytes: Bytes| {
+        let mut line = route.event(ip, event, bytes);
+        line.server_name = server_name.clone();
+        line
+    };
+    shared.log.log(event(Event::Opened, Bytes::NONE));
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
@@ -76,7 +120,7 @@ pub(crate) async fn forward(
                 // parsers count on it. Each failed attempt was counted.
                 ConnectError::Connect(_) => Event::DoneLocalClosed,
             };
-            return shared.log.log(route.event(ip, ev, Bytes::NONE));
+            return shared.log.log(event(ev, Bytes::NONE));
         }
     };
     match backend_addr {
@@ -93,9 +137,7 @@ pub(crate) async fn forward(
         };
         if let Err(e) = sent {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
-            return shared
-                .log
-                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+            return shared.log.log(event(Event::DoneLocalClosed, Bytes::NONE));
         }
     }
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
@@ -152,7 +194,7 @@ pub(crate) async fn forward(
         from_client: outcome.from_client,
         to_client: outcome.to_client,
     };
-    shared.log.log(route.event(ip, ev, bytes));
+    shared.log.log(event(ev, bytes));
 }
 
 /// A pump that, after each poll, stores its byte totals and half-close
