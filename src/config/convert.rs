@@ -167,9 +167,13 @@ fn conf_endpoint(e: &Endpoint) -> String {
 
 /// A rule's name for YAML, which needs one: its own, else its listener.
 fn rule_name(rule: &Rule) -> String {
+    // Rules sharing a listener by server name differ by that name.
     rule.name
         .clone()
-        .unwrap_or_else(|| yaml_endpoint(&rule.bind))
+        .unwrap_or_else(|| match &rule.options.sni {
+            Some(sni) => format!("{} {sni}", yaml_endpoint(&rule.bind)),
+            None => yaml_endpoint(&rule.bind),
+        })
 }
 
 /// Where an included rule came from, as a comment.

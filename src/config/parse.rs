@@ -147,7 +147,7 @@ struct Parser<'s> {
     /// Every error, in line order, under the caps.
     errors: ErrorSink,
     /// Listener identity to where it was first defined.
-    listeners: HashMap<(HostKey, Port, Proto), (Place, Vec<Option<String>>)>,
+    listeners: HashMap<(HostKey, Port, Proto), (Place, super::sni::Names)>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
     seen_rule: bool,
     /// The rules the last rule line made (several for a port range): where

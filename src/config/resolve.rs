@@ -261,7 +261,7 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
     // Listener to the file (None: the main one) and line that first defined it.
     // With the server name (`[sni=]`) of each rule on it: rules may share a
     // listener when their names differ (`super::sni`).
-    let mut listeners: HashMap<(BindAddr, Proto), (RuleAt, Vec<Option<String>>)> = HashMap::new();
+    let mut listeners: HashMap<(BindAddr, Proto), (RuleAt, super::sni::Names)> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
     for rule in &config.rules {
         errors.set_file(rule.file.clone());

@@ -22,6 +22,9 @@ pub(super) fn name_in(proto: Proto, options: &super::RuleOptions) -> Option<&str
         .flatten()
 }
 
+/// The server names of the rules on one listener so far (`None`: the default).
+pub(super) type Names = Vec<Option<String>>;
+
 /// Why `name` cannot join a listener whose rules have `taken` server names
 /// (`None`: the default), as the words after `duplicate listener ADDR`
 /// (`""` when no rule there has a name); `None` when it can.
@@ -60,24 +63,115 @@ pub(super) fn group(rules: Vec<ResolvedRule>) -> Vec<ResolvedRule> {
     if !shared {
         return rules;
     }
-    let mut slots: Vec<Option<ResolvedRule>> = rules.into_iter().map(Some).collect();
+    // Each rule goes to its carrier's list; carriers stay, in place.
+    let mut kept = Vec::with_capacity(carrier.len());
     let mut carried: HashMap<usize, Vec<ResolvedRule>> = HashMap::new();
-    for i in 0..slots.len() {
-        let Some(r) = &slots[i] else { continue };
-        let c = carrier.get(&key(r)).copied().unwrap_or(i);
-        if c != i {
-            if let Some(r) = slots[i].take() {
-                carried.entry(c).or_default().push(r);
-            }
+    for (i, r) in rules.into_iter().enumerate() {
+        match carrier.get(&key(&r)).copied() {
+            Some(c) if c != i => carried.entry(c).or_default().push(r),
+            _ => kept.push((i, r)),
         }
     }
-    slots
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
-            let mut r = r?;
+    kept.into_iter()
+        .map(|(i, mut r)| {
             r.sni = carried.remove(&i).unwrap_or_default();
-            Some(r)
+            r
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::services::Services;
+    use crate::config::{parse, parse_yaml, resolve, ResolvedConfig};
+
+    fn resolved(text: &str) -> ResolvedConfig {
+        let parsed = parse(text).unwrap_or_else(|e| panic!("{e}"));
+        resolve(parsed, &Services::parse("")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn conf_errors(text: &str) -> Vec<String> {
+        match parse(text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.iter().map(|e| e.message.clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn rules_with_different_names_share_a_listener_under_the_default() {
+        let r = resolved(
+            "0.0.0.0 443 10.0.0.1 443 [sni=a.example.com]\n\
+             0.0.0.0 443 10.0.0.2 443 [sni=*.Example.ORG]\n\
+             0.0.0.0 443 10.0.0.3 443\n\
+             0.0.0.0 80 10.0.0.4 80\n",
+        );
+        assert_eq!(r.rules.len(), 2, "one rule per listener");
+        let carrier = &r.rules[0];
+        assert_eq!(carrier.rule.line, 3, "the default binds");
+        assert_eq!(carrier.server_name(), None);
+        let names: Vec<_> = carrier.sni.iter().map(|s| s.server_name()).collect();
+        assert_eq!(names, [Some("a.example.com"), Some("*.example.org")]);
+        assert_eq!(carrier.with_routed().count(), 3);
+        assert!(r.rules[1].sni.is_empty());
+    }
+
+    #[test]
+    fn without_a_default_the_first_rule_carries_the_others() {
+        let r = resolved(
+            "127.0.0.1 443 10.0.0.1 443 [sni=a.example.com]\n\
+             127.0.0.1 443 10.0.0.2 443 [sni=b.example.com]\n",
+        );
+        assert_eq!(r.rules.len(), 1);
+        assert_eq!(r.rules[0].server_name(), Some("a.example.com"));
+        assert_eq!(r.rules[0].sni.len(), 1);
+    }
+
+    #[test]
+    fn a_repeated_name_or_a_second_default_is_a_duplicate_listener() {
+        let e = conf_errors(
+            "0.0.0.0 443 10.0.0.1 443 [sni=a.example.com]\n\
+             0.0.0.0 443 10.0.0.2 443 [sni=A.example.com]\n",
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("for server name 'a.example.com'"), "{e:?}");
+        let e = conf_errors(
+            "0.0.0.0 443 10.0.0.1 443 [sni=a.example.com]\n\
+             0.0.0.0 443 10.0.0.2 443\n\
+             0.0.0.0 443 10.0.0.3 443\n",
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("without sni="), "{e:?}");
+        // Without any name, the message is rinetd's plain one.
+        let e = conf_errors("0.0.0.0 443 10.0.0.1 443\n0.0.0.0 443 10.0.0.2 443\n");
+        assert!(
+            e[0].starts_with("duplicate listener") && !e[0].contains("sni"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_bad_pattern_names_itself() {
+        let e = conf_errors("0.0.0.0 443 10.0.0.1 443 [sni=a.*.com]\n");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("invalid sni 'a.*.com'"), "{e:?}");
+    }
+
+    #[test]
+    fn yaml_rules_share_a_listener_the_same_way() {
+        let yaml = "rules:\n\
+            \x20 - name: a\n    bind: 0.0.0.0:443/tcp\n    connect: 10.0.0.1:443/tcp\n    sni: a.example.com\n\
+            \x20 - name: wild\n    bind: 0.0.0.0:443/tcp\n    connect: 10.0.0.2:443/tcp\n    sni: '*.example.org'\n\
+            \x20 - name: rest\n    bind: 0.0.0.0:443/tcp\n    connect: 10.0.0.3:443/tcp\n";
+        let parsed = parse_yaml(yaml).unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve(parsed, &Services::parse("")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.rules.len(), 1);
+        assert_eq!(r.rules[0].rule.name.as_deref(), Some("rest"));
+        assert_eq!(r.rules[0].sni.len(), 2);
+        let twice = yaml.replace("sni: '*.example.org'", "sni: A.example.com");
+        let e = parse_yaml(&twice).expect_err("a repeated name");
+        assert!(
+            e.to_string().contains("for server name 'a.example.com'"),
+            "{e}"
+        );
+    }
 }

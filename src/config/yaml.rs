@@ -89,7 +89,7 @@ struct Mapper {
     /// Rule names seen, with their lines (names must be unique).
     names: HashMap<String, usize>,
     /// Listeners seen (lower-cased host, port, protocol), with their lines.
-    listeners: HashMap<(String, Port, Proto), (usize, Vec<Option<String>>)>,
+    listeners: HashMap<(String, Port, Proto), (usize, super::sni::Names)>,
 }
 
 impl Mapper {
