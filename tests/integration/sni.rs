@@ -280,7 +280,9 @@ fn a_client_hello_written_one_byte_at_a_time_is_routed_and_arrives_whole() {
     write_atomic(
         &conf,
         &format!(
-            "127.0.0.1 {port} {} {} [sni=split.example.com]\n127.0.0.1 {port} {} {}\n",
+            "controlsocket {}\n\
+             127.0.0.1 {port} {} {} [sni=split.example.com]\n127.0.0.1 {port} {} {}\n",
+            dir.path().join("oi.sock").display(),
             echo.ip(),
             echo.port(),
             other.ip(),
@@ -300,6 +302,17 @@ fn a_client_hello_written_one_byte_at_a_time_is_routed_and_arrives_whole() {
         oi.fail(&format!("no echo of the ClientHello: {e}"));
     }
     assert_eq!(back, hello, "the backend got every byte, in order");
+    // `oi connections` names the server name of the open connection.
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["connections", "-c"])
+        .arg(&conf)
+        .output()
+        .expect("oi connections");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("RULE") && text.contains("SERVER_NAME"), "{text}");
+    assert!(text.contains("split.example.com"), "{text}");
+    drop(s);
     // The default rule still takes a name no rule has.
     let mut s = connect(local(port));
     s.write_all(&client_hello::example(Some("else.example.com")))
