@@ -179,6 +179,29 @@ impl Route {
         }
     }
 
+    /// Hands the health and load of every backend `old` (this listener's
+    /// route before a reload) shares with this route to this route's pools:
+    /// its own, and each routed rule's whose server name pattern (or
+    /// default) the old route had too.
+    /// Every old pool is retired (its probes stop), kept or not.
+    pub(crate) fn keep_state_of(&self, old: &Route) {
+        self.pool.keep_state_of(&old.pool);
+        for pool in old.pools() {
+            pool.retire();
+        }
+        let (Some(new), Some(old)) = (&self.sni, &old.sni) else {
+            return;
+        };
+        for (pattern, route) in &new.named {
+            if let Some((_, was)) = old.named.iter().find(|(p, _)| p == pattern) {
+                route.pool.keep_state_of(&was.pool);
+            }
+        }
+        if let (Some(route), Some(was)) = (&new.default, &old.default) {
+            route.pool.keep_state_of(&was.pool);
+        }
+    }
+
     /// Every pool connections on this listener may use: its own, then the
     /// other rules' routed by server name (for DNS refresh and probes).
     pub(crate) fn pools(&self) -> Vec<Arc<BackendPool>> {

@@ -396,7 +396,7 @@ impl Listeners {
                 }
             }
             // Backends the new file keeps keep their health and load.
-            route.pool.keep_state_of(&running.route.load().pool);
+            route.keep_state_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());
@@ -405,7 +405,9 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
-            running.route.load().pool.retire();
+            for pool in running.route.load().pools() {
+                pool.retire();
+            }
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}", key.0.with_proto(key.1));

@@ -59,38 +59,14 @@ pub(crate) async fn forward(
     // rule (peeked, so every byte still reaches the backend).
     let (route, server_name) = match route.sni.clone() {
         None => (route, None),
-        Some(names) => {
-            let read = sni::server_name(&client).await;
-            let name = read.as_deref().ok();
-            match names.choose(name) {
-                Some((chosen, named)) => {
-                    stats.count(|c| if named { &c.sni_named } else { &c.sni_default });
-                    if !named {
-                        let why = read
-                            .as_ref()
-                            .err()
-                            .map_or("no rule's name matches", |u| u.as_str());
-                        log::debug!("{peer} on {}: {why}; to the default rule", route.bind);
-                    }
-                    let name: Option<Arc<str>> = name.map(Arc::from);
-                    if let Some(n) = &name {
-                        live.routed_by(n.clone());
-                    }
-                    (chosen.clone(), name)
-                }
-                None => {
-                    stats.count(|c| &c.sni_unrouted);
-                    let why = read
-                        .as_ref()
-                        .err()
-                        .map_or("no rule's name matches", |u| u.as_str());
-                    log::debug!("{peer} on {}: {why}; no default rule, closed", route.bind);
-                    let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
-                    line.server_name = name.map(Arc::from);
-                    return shared.log.log(line);
-                }
+        Some(names) => match sni::choose(&client, &names, &stats, &live, peer).await {
+            Ok(routed) => routed,
+            Err(name) => {
+                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                line.server_name = name;
+                return shared.log.log(line);
             }
-        }
+        },
     };
     // Every log line of the connection names the server name it was routed by.
     let event = |event: Event, bytes: Bytes| {

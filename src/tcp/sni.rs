@@ -15,9 +15,12 @@
 //! one segment — what clients send — costs one peek and no timer.
 
 use crate::client_hello::{self, Hello};
+use crate::route::{Route, ServerNames};
+use crate::stats::{Registered, RuleStats};
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most bytes of a ClientHello oi reads before giving up on the name.
@@ -62,8 +65,40 @@ impl Unnamed {
     }
 }
 
+/// The route `client` goes to on a listener shared by server name, and the
+/// name it asked for (for its log lines and `live`, its entry in the live
+/// list); counted in `stats`, logged at debug level with `peer`. `Err`
+/// (with the name, if one was read): no rule takes it and there is no
+/// default, so it is to be closed.
+pub(crate) async fn choose(
+    client: &Async<TcpStream>,
+    names: &ServerNames,
+    stats: &RuleStats,
+    live: &Registered,
+    peer: crate::peer::Peer,
+) -> Result<(Arc<Route>, Option<Arc<str>>), Option<Arc<str>>> {
+    let read = server_name(client).await;
+    let name: Option<Arc<str>> = read.as_deref().ok().map(Arc::from);
+    let why = read.err().map_or("no rule's name matches", Unnamed::as_str);
+    let Some((route, named)) = names.choose(name.as_deref()) else {
+        stats.count(|c| &c.sni_unrouted);
+        log::debug!("{peer}: {why}; no rule takes it and there is no default, closed");
+        return Err(name);
+    };
+    if named {
+        stats.count(|c| &c.sni_named);
+    } else {
+        stats.count(|c| &c.sni_default);
+        log::debug!("{peer}: {why}; to the default rule");
+    }
+    if let Some(n) = &name {
+        live.routed_by(n.clone());
+    }
+    Ok((route.clone(), name))
+}
+
 /// The server name `client` asks for, read without consuming anything.
-pub(crate) async fn server_name(client: &Async<TcpStream>) -> Result<String, Unnamed> {
+async fn server_name(client: &Async<TcpStream>) -> Result<String, Unnamed> {
     let timeout = async {
         Timer::after(HELLO_TIMEOUT).await;
         Err(Unnamed::TimedOut)

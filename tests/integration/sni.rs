@@ -309,8 +309,15 @@ fn a_client_hello_written_one_byte_at_a_time_is_routed_and_arrives_whole() {
         .output()
         .expect("oi connections");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.starts_with("RULE") && text.contains("SERVER_NAME"), "{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with("RULE") && text.contains("SERVER_NAME"),
+        "{text}"
+    );
     assert!(text.contains("split.example.com"), "{text}");
     drop(s);
     // The default rule still takes a name no rule has.
@@ -354,4 +361,67 @@ fn splice_carries_the_bytes_after_the_peek() {
     assert_eq!(sha256(&back), want, "every byte, the ClientHello first");
     assert!(srv.shared.pipes.live() > 0, "splice moved the bulk");
     assert_eq!(srv.shared.pipes.unavailable(), 0);
+}
+
+/// What a connection naming `name` gets back from 127.0.0.1:`port`.
+fn answer(port: u16, name: &str) -> Vec<u8> {
+    let mut s = connect(local(port));
+    s.write_all(&client_hello::example(Some(name)))
+        .expect("write");
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    reply
+}
+
+#[test]
+fn a_reload_changes_where_names_go_on_the_same_socket() {
+    let one = marker_backend(b"ONE");
+    let two = marker_backend(b"TWO");
+    let rest = marker_backend(b"REST");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let conf = dir.path().join("oi.conf");
+    let write = |a: SocketAddr, b: &str| {
+        write_atomic(
+            &conf,
+            &format!(
+                "127.0.0.1 {port} {} {} [sni=a.example.com]\n{b}127.0.0.1 {port} {} {}\n",
+                a.ip(),
+                a.port(),
+                rest.ip(),
+                rest.port()
+            ),
+        )
+    };
+    write(one, "");
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    assert_eq!(answer(port, "a.example.com"), b"ONE");
+    assert_eq!(answer(port, "b.example.com"), b"REST");
+    // a.example.com moves to the second backend; b.example.com gets a rule.
+    let b_rule = format!(
+        "127.0.0.1 {port} {} {} [sni=b.example.com]\n",
+        two.ip(),
+        two.port()
+    );
+    write(two, &b_rule);
+    oi.reload();
+    assert_eq!(answer(port, "a.example.com"), b"TWO");
+    assert_eq!(answer(port, "b.example.com"), b"TWO");
+    assert_eq!(answer(port, "c.example.com"), b"REST");
+    oi.stop();
+}
+
+#[test]
+fn a_client_hello_past_16_kib_goes_to_the_default_whole() {
+    // A record announcing the largest handshake message, then more bytes
+    // than oi reads: it gives up on the name at 16 KiB (the parser would
+    // still say "need more"), and the default backend (an echo) gets every
+    // byte.
+    let echo = echo_backend("127.0.0.1:0");
+    let named = marker_backend(b"NAMED");
+    let srv = shared_listener(SpliceMode::Auto, "big.example.com", named, echo);
+    let mut data = vec![22, 3, 1, 0x40, 0x00, 1, 0xff, 0xff, 0xff];
+    data.resize(40 * 1024, 0x5a);
+    let back = echo_through(srv.addr(), data.clone());
+    assert_eq!(back, data);
 }
