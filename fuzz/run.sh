@@ -6,9 +6,11 @@
 #
 # Without TARGET, every target in fuzz_targets/ gets an equal share of
 # SECONDS (at least 5 s each): the config parsers, the PROXY decoder and the
-# request parsers of the metrics endpoint and the control socket.
+# request parsers of the metrics endpoint and the control socket, and the
+# TLS ClientHello reader of `[sni=...]` rules.
 # Installs cargo-fuzz if missing. cargo-fuzz needs nightly-only compiler flags;
-# with only a stable toolchain, RUSTC_BOOTSTRAP=1 lets stable accept them. The generated corpus lives in fuzz/corpus/TARGET (not
+# with only a stable toolchain, RUSTC_BOOTSTRAP=1 lets stable accept them. The
+# generated corpus lives in fuzz/corpus/TARGET (not
 # committed); the committed seeds in fuzz/seeds/TARGET start it. A crash leaves
 # its input in fuzz/artifacts/TARGET and makes this script exit non-zero.
 set -euo pipefail

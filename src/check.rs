@@ -268,7 +268,14 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             // The connection limits: the table's TCP-listener settings.
             let limits = config::settings::SETTINGS
                 .iter()
-                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener));
+                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener))
+                .filter(|s| s.conf != Some("sni"));
+            if r.options.sni.is_some() {
+                warn(
+                    "option 'sni' routes TLS connections by server name; ignored on a /udp listener"
+                        .into(),
+                );
+            }
             for setting in limits {
                 let name = setting.name();
                 if config::settings::is_set(setting, &r.options) {
@@ -441,7 +448,12 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
             Shown(&inc.pattern)
         );
     }
-    for r in &resolved.rules {
+    // Rules sharing a listener by server name follow the one that binds it.
+    for (r, carrier) in resolved
+        .rules
+        .iter()
+        .flat_map(|c| c.with_routed().map(move |r| (r, c)))
+    {
         let rule = &r.rule;
         match rule.file.as_deref() {
             Some(included) => write!(out, "{}:{}: ", Shown(included), rule.line),
@@ -467,6 +479,12 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         } else {
             let _ = write!(out, " {}", acl_summary(global, &rule.acl));
         }
+        if !carrier.sni.is_empty() || carrier.server_name().is_some() {
+            out.push_str(match r.server_name() {
+                Some(_) => " (by TLS server name)",
+                None => " (TLS server names no rule matches, none, or not TLS)",
+            });
+        }
         if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
             let _ = write!(out, " (included from {chain})");
         }
@@ -486,7 +504,7 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         let _ = writeln!(out, "pidlogfile {}", Shown(&path));
     }
     globals_report(&mut out, c);
-    let n = resolved.rules.len();
+    let n: usize = resolved.rules.iter().map(|r| 1 + r.sni.len()).sum();
     let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
     out
 }

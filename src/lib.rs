@@ -19,6 +19,7 @@ mod bounds;
 mod buffers;
 pub mod check;
 pub mod cli;
+pub mod client_hello;
 pub mod config;
 mod connect;
 mod daemon;

@@ -26,7 +26,13 @@ fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),
         (
             true,
-            Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode | Value::Name,
+            Value::Path
+            | Value::Host
+            | Value::Address
+            | Value::Word(_)
+            | Value::Mode
+            | Value::Name
+            | Value::ServerName,
         ) => quoted(&text),
         (false, Value::Path) if text.contains([' ', '\t']) => format!("\"{text}\""),
         // Escapes are oi's, not YAML's: single quotes keep the backslashes.
@@ -161,9 +167,13 @@ fn conf_endpoint(e: &Endpoint) -> String {
 
 /// A rule's name for YAML, which needs one: its own, else its listener.
 fn rule_name(rule: &Rule) -> String {
+    // Rules sharing a listener by server name differ by that name.
     rule.name
         .clone()
-        .unwrap_or_else(|| yaml_endpoint(&rule.bind))
+        .unwrap_or_else(|| match &rule.options.sni {
+            Some(sni) => format!("{} {sni}", yaml_endpoint(&rule.bind)),
+            None => yaml_endpoint(&rule.bind),
+        })
 }
 
 /// Where an included rule came from, as a comment.

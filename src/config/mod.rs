@@ -15,6 +15,7 @@ mod parse;
 mod resolve;
 pub mod services;
 pub mod settings;
+mod sni;
 mod unix;
 mod values;
 mod yaml;

@@ -149,7 +149,7 @@ struct Parser<'s> {
     /// Every error, in line order, under the caps.
     errors: ErrorSink,
     /// Listener identity to where it was first defined.
-    listeners: HashMap<(HostKey, Port, Proto), Place>,
+    listeners: HashMap<(HostKey, Port, Proto), (Place, super::sni::Names)>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
     seen_rule: bool,
     /// The rules the last rule line made (several for a port range): where
@@ -601,19 +601,29 @@ impl Parser<'_> {
             Host::Unix(addr) => HostKey::Unix(addr.clone()),
         };
         let key = (key_host, bind.port.clone(), bind.proto);
-        if let Some(first) = self.listeners.get(&key) {
-            let message = format!(
-                "duplicate listener {bind}, first defined at {}",
-                self.describe(first)
-            );
-            return self.error(line, message, text);
+        // Rules may share a listener by server name (`[sni=]`, `super::sni`).
+        let name = super::sni::name_in(bind.proto, &options);
+        if let Some((first, taken)) = self.listeners.get(&key) {
+            if let Some(why) = super::sni::clash(taken, name) {
+                let message = format!(
+                    "duplicate listener {bind}, first defined at {}{why}",
+                    self.describe(first)
+                );
+                return self.error(line, message, text);
+            }
+        }
+        let name = name.map(str::to_string);
+        match self.listeners.get_mut(&key) {
+            Some((_, taken)) => taken.push(name),
+            None => {
+                let here = self.here(line);
+                self.listeners.insert(key, (here, vec![name]));
+            }
         }
         if self.config.rules.len() >= super::MAX_RULES {
             self.over_budget = true;
             return self.error(line, super::too_many_rules(), text);
         }
-        let here = self.here(line);
-        self.listeners.insert(key, here);
         for warning in unix_warnings {
             self.warn(line, warning, text);
         }

@@ -77,6 +77,10 @@ pub struct ResolvedRule {
     pub backends: Vec<ResolvedBackend>,
     /// The global settings a rule falls back on, copied so a rule stands alone.
     pub defaults: RuleDefaults,
+    /// The `[sni=NAME]` rules on this rule's listener, in file order, when
+    /// several rules share it: this rule (the one without `sni=`, else the
+    /// first) binds the socket, the others are chosen by server name.
+    pub sni: Vec<ResolvedRule>,
 }
 
 /// One backend with its names looked up.
@@ -201,7 +205,20 @@ impl ResolvedRule {
                 src: None,
             }],
             defaults: RuleDefaults::default(),
+            sni: Vec::new(),
         }
+    }
+
+    /// The server name pattern (`[sni=...]`) this rule serves, when it is
+    /// routed by one (TCP listeners only: on `/udp` the option is ignored).
+    pub fn server_name(&self) -> Option<&str> {
+        super::sni::server_name(&self.rule)
+    }
+
+    /// This rule and the rules it carries by server name, in file order of
+    /// each: every rule the file wrote for this listener.
+    pub fn with_routed(&self) -> impl Iterator<Item = &ResolvedRule> {
+        std::iter::once(self).chain(self.sni.iter())
     }
 }
 
@@ -211,7 +228,8 @@ pub struct ResolvedConfig {
     /// Global settings (logfile, ACL, ...); its `rules` are empty: each
     /// moved into its [`ResolvedRule::rule`].
     pub config: Config,
-    /// Rules with addresses, in file order.
+    /// Rules with addresses, in file order, one per listener: rules that
+    /// share a listener by server name are carried by one ([`ResolvedRule::sni`]).
     pub rules: Vec<ResolvedRule>,
 }
 
@@ -223,6 +241,9 @@ impl ResolvedConfig {
         let flags = Arc::new(flags.clone());
         for r in &mut self.rules {
             r.defaults.command_line = flags.clone();
+            for routed in &mut r.sni {
+                routed.defaults.command_line = flags.clone();
+            }
         }
         self
     }
@@ -245,7 +266,9 @@ pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig
     let mut rules = Vec::with_capacity(parsed.len());
     let chunk = parsed.len().div_ceil(8).max(1);
     // Listener to the file (None: the main one) and line that first defined it.
-    let mut listeners: HashMap<(BindAddr, Proto), RuleAt> = HashMap::new();
+    // With the server name (`[sni=]`) of each rule on it: rules may share a
+    // listener when their names differ (`super::sni`).
+    let mut listeners: HashMap<(BindAddr, Proto), (RuleAt, super::sni::Names)> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
     let mut next = Vec::new();
     let rules_in_order = std::iter::from_fn(|| {
@@ -305,23 +328,30 @@ pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig
         }
         let complete = backends.len() == rule.backends.len();
         if let (Some(bind), true, Some(first)) = (bind, complete, backends.first()) {
-            match listeners.get(&(bind.clone(), rule.bind.proto)) {
-                Some((file, line)) => {
-                    let at = if *file == rule.file {
-                        format!("line {line}")
-                    } else {
-                        let file = file.as_deref().unwrap_or(super::parse::PLACEHOLDER_FILE);
-                        format!("{file}:{line}")
-                    };
-                    problems.push(format!(
-                        "duplicate listener {bind}/{} (after resolving names), first defined at {at}",
-                        rule.bind.proto
-                    ))
-                }
+            let name = super::sni::server_name(&rule);
+            match listeners.get_mut(&(bind.clone(), rule.bind.proto)) {
+                Some(((file, line), taken)) => match super::sni::clash(taken, name) {
+                    Some(why) => {
+                        let at = if *file == rule.file {
+                            format!("line {line}")
+                        } else {
+                            let file = file.as_deref().unwrap_or(super::parse::PLACEHOLDER_FILE);
+                            format!("{file}:{line}")
+                        };
+                        problems.push(format!(
+                            "duplicate listener {bind}/{} (after resolving names), first defined at {at}{why}",
+                            rule.bind.proto
+                        ))
+                    }
+                    None => taken.push(name.map(str::to_string)),
+                },
                 None => {
                     listeners.insert(
                         (bind.clone(), rule.bind.proto),
-                        (rule.file.clone(), rule.line),
+                        (
+                            (rule.file.clone(), rule.line),
+                            vec![name.map(str::to_string)],
+                        ),
                     );
                 }
             }
@@ -336,6 +366,7 @@ pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig
                 bind,
                 backends,
                 defaults: defaults.clone(),
+                sni: Vec::new(),
             });
             continue;
         }
@@ -344,6 +375,7 @@ pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig
         }
     }
     errors.set_file(None);
+    let rules = super::sni::group(rules);
     errors.into_result(
         ResolvedConfig { config, rules },
         super::parse::PLACEHOLDER_FILE,

@@ -112,6 +112,8 @@ pub enum Value {
     /// Text with escapes (`\r`, `\n`, `\t`, `\\`, `\xHH`), at most this
     /// many bytes once unescaped.
     Text(usize),
+    /// A TLS server name or `*.` and a domain (`sni=`).
+    ServerName,
     /// Something with a shape of its own, described in the doc.
     Other(&'static str),
 }
@@ -274,6 +276,9 @@ impl Setting {
             Value::Text(max) => format!(
                 "text, at most {max} bytes; \\r, \\n, \\t, \\\\ and \\xHH (\\x2c for a comma in rinetd.conf) are escapes"
             ),
+            Value::ServerName => {
+                "a host name (www.example.com), or *. and a domain (*.example.com)".into()
+            }
             Value::Other(text) => text.into(),
         }
     }

@@ -90,7 +90,7 @@ struct Mapper {
     /// Rule names seen, with their lines (names must be unique).
     names: HashMap<String, usize>,
     /// Listeners seen (lower-cased host, port, protocol), with their lines.
-    listeners: HashMap<(String, Port, Proto), usize>,
+    listeners: HashMap<(String, Port, Proto), (usize, super::sni::Names)>,
     /// Set once the rules reach [`super::MAX_RULES`] (and said so).
     over_budget: bool,
 }
@@ -384,10 +384,22 @@ impl Mapper {
                 Host::Unix(addr) => addr.to_string(),
             };
             let key = (host, bind.port.clone(), bind.proto);
-            if let Some(first) = self.listeners.get(&key) {
-                let m = format!("duplicate listener {bind}, first defined at line {first}");
-                self.error(at, m);
-                continue;
+            // Rules may share a listener by server name (`sni:`, `super::sni`).
+            let sni = super::sni::name_in(bind.proto, &options);
+            if let Some((first, taken)) = self.listeners.get(&key) {
+                if let Some(why) = super::sni::clash(taken, sni) {
+                    let m =
+                        format!("duplicate listener {bind}, first defined at line {first}{why}");
+                    self.error(at, m);
+                    continue;
+                }
+            }
+            let sni = sni.map(str::to_string);
+            match self.listeners.get_mut(&key) {
+                Some((_, taken)) => taken.push(sni),
+                None => {
+                    self.listeners.insert(key, (line, vec![sni]));
+                }
             }
             if self.config.rules.len() >= super::MAX_RULES {
                 // Said once (the rules past it would each say it again).
@@ -397,7 +409,6 @@ impl Mapper {
                 }
                 return;
             }
-            self.listeners.insert(key, line);
             self.config.rules.push(Rule {
                 file: None,
                 line,

@@ -171,7 +171,14 @@ impl Listeners {
             }
         });
         self.shared.dns.watch(&route.pool, on_change);
-        self.shared.probes.watch(&route.pool);
+        // The rules routed by server name (`sni=`) have pools of their own;
+        // the rule's counters list its own backends only.
+        for (i, pool) in route.pools().iter().enumerate() {
+            if i > 0 {
+                self.shared.dns.watch(pool, Box::new(|_: &[SocketAddr]| {}));
+            }
+            self.shared.probes.watch(pool);
+        }
     }
 
     /// Starts serving already-bound sockets, each with its route.
@@ -393,7 +400,7 @@ impl Listeners {
                 }
             }
             // Backends the new file keeps keep their health and load.
-            route.pool.keep_state_of(&running.route.load().pool);
+            route.keep_state_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());
@@ -402,7 +409,9 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
-            running.route.load().pool.retire();
+            for pool in running.route.load().pools() {
+                pool.retire();
+            }
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             log::info!("stopped listening on {}", key.0.with_proto(key.1));

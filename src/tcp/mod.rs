@@ -13,6 +13,7 @@
 mod copy;
 mod mover;
 mod pump;
+pub(crate) mod sni;
 pub(crate) mod splice;
 mod throttle;
 
@@ -54,7 +55,26 @@ pub(crate) async fn forward(
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
     let live = stats.register(kind, peer);
-    shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
+    // A listener rules share by server name: the ClientHello picks the
+    // rule (peeked, so every byte still reaches the backend).
+    let (route, server_name) = match route.sni.clone() {
+        None => (route, None),
+        Some(names) => match sni::choose(&client, &names, &stats, &live, peer).await {
+            Ok(routed) => routed,
+            Err(name) => {
+                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                line.server_name = name;
+                return shared.log.log(line);
+            }
+        },
+    };
+    // Every log line of the connection names the server name it was routed by.
+    let event = |event: Event, bytes: Bytes| {
+        let mut line = route.event(ip, event, bytes);
+        line.server_name = server_name.clone();
+        line
+    };
+    shared.log.log(event(Event::Opened, Bytes::NONE));
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
@@ -80,7 +100,7 @@ pub(crate) async fn forward(
                     Event::DoneLocalClosed
                 }
             };
-            return shared.log.log(route.event(ip, ev, Bytes::NONE));
+            return shared.log.log(event(ev, Bytes::NONE));
         }
     };
     match backend_addr {
@@ -97,9 +117,7 @@ pub(crate) async fn forward(
         };
         if let Err(e) = sent {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
-            return shared
-                .log
-                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+            return shared.log.log(event(Event::DoneLocalClosed, Bytes::NONE));
         }
     }
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
@@ -156,7 +174,7 @@ pub(crate) async fn forward(
         from_client: outcome.from_client,
         to_client: outcome.to_client,
     };
-    shared.log.log(route.event(ip, ev, bytes));
+    shared.log.log(event(ev, bytes));
 }
 
 /// A pump that, after each poll, stores its byte totals and half-close

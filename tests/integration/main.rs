@@ -34,6 +34,7 @@ mod reload;
 mod runtime_bounds;
 mod shared_host;
 mod shutdown;
+mod sni;
 mod splice;
 mod splice_emfile;
 mod splice_resets;

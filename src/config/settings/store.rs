@@ -121,6 +121,10 @@ pub fn store(
                         Shown(value)
                     ));
                 }
+            } else if setting.value == Value::ServerName {
+                let pattern = crate::client_hello::NamePattern::parse(value)
+                    .map_err(|e| format!("invalid {name} '{}': {e}", Shown(value)))?;
+                return Ok(s.replace(pattern.to_string()).is_some());
             } else if value.is_empty() {
                 return Err(format!("{name} must not be empty"));
             }

@@ -76,6 +76,9 @@ pub struct RuleOptions {
     /// `[mptcp=on|off|listen|connect]` (oi): Multipath TCP on the listener,
     /// towards the backend, or both.
     pub mptcp: Option<Mptcp>,
+    /// `[sni=NAME]` (oi): the TLS server name (or `*.suffix`) this rule
+    /// serves on a listener several rules share; stored lowercase.
+    pub sni: Option<String>,
 }
 
 impl RuleOptions {
@@ -106,6 +109,7 @@ impl RuleOptions {
         client_rate: None,
         transparent: None,
         mptcp: None,
+        sni: None,
     };
 }
 
@@ -532,6 +536,34 @@ pub static SETTINGS: &[Setting] = &[
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
+    // ---- TLS passthrough by server name (oi) ----
+    Setting {
+        conf: Some("sni"),
+        yaml: Some("sni"),
+        value: Value::ServerName,
+        applies: &[Applies::TcpListener, Applies::TcpBackend],
+        default: Default::Unset("not routed by server name"),
+        doc: "Route TLS connections by the server name the client asks for \
+              (SNI), without decrypting (an oi extension). Several TCP rules \
+              may then share one listening address and port: each names a \
+              host (sni=www.example.com) or every name under a domain \
+              (sni=*.example.com: one or more labels in front of example.com); \
+              the rule without sni on that address is the default, for names \
+              no rule matches, clients that send no server name, and bytes \
+              that are not a TLS ClientHello. Without a default rule those \
+              connections are closed (logged as sni-unrouted). An exact name \
+              wins over a pattern, a longer pattern over a shorter one. oi \
+              reads the ClientHello with MSG_PEEK, so the backend receives \
+              every byte and splice still carries the rest; it waits at most \
+              10 s and 16 KiB for it. The listener's own settings (allow/deny, \
+              accept-proxy, maxconn, listen-backlog) are the default rule's \
+              (else the first rule's); everything about the backend (its pool, \
+              proxy, rate, connect-timeout, splice) is the routed rule's. \
+              Example: 0.0.0.0 443 10.0.0.1 443 [sni=app.example.com] and \
+              0.0.0.0 443 10.0.0.9 443 as the default; in YAML sni: app.example.com.",
+        rule: Some(|o| Slot::Text(&mut o.sni)),
+        ..BASE
+    },
     Setting {
         conf: Some("allow"),
         yaml: Some("access.allow"),
