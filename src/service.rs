@@ -69,6 +69,10 @@ pub fn run(opts: RunOptions) -> ExitCode {
     if let Some(to) = opts.convert {
         return convert(&opts.conf_file, to);
     }
+    // Listening sockets systemd passed (socket activation, the descriptor
+    // store): taken first, while no thread exists, since it clears the
+    // environment variables that name them.
+    let mut inherited = listen::Inherited::from_env();
     // Drop-in and daemon mode also report to syslog, as rinetd does.
     diagnostics::init(opts.program, opts.rinetd_defaults);
     // The daemon changes to / before reading anything again: pin the path now.
@@ -90,8 +94,11 @@ pub fn run(opts: RunOptions) -> ExitCode {
         diagnostics::report(&e);
         return ExitCode::FAILURE;
     }
-    let sockets = match listen::bind_all(&cfg, &file) {
-        Ok(s) => s,
+    let sockets = match listen::bind_all_with(&cfg, &file, &mut inherited) {
+        Ok(s) => {
+            inherited.report_unused();
+            s
+        }
         Err(errors) => {
             for e in capped(&errors) {
                 diagnostics::report(&e);

@@ -21,9 +21,12 @@
 mod accept;
 mod bind;
 mod driver;
+mod inherit;
 mod unix;
 
-pub use bind::{bind, bind_all, BoundSocket, UnixSocket};
+pub(crate) use bind::bind_all_with;
+pub use bind::{bind, bind_all, BoundSocket, TcpGroup, UnixSocket};
+pub(crate) use inherit::Inherited;
 
 use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
@@ -246,50 +249,8 @@ impl Listeners {
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
-            BoundSocket::Tcp(l) => {
-                let n = self.threads.len();
-                let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
-                let executors: Vec<usize> = if in_use + (n - 1) <= self.duplicate_budget {
-                    (0..n).collect()
-                } else {
-                    vec![self.serving.len() % n]
-                };
-                // Duplicates first, so a failure (EMFILE) leaves nothing running.
-                let mut fds = Vec::with_capacity(executors.len());
-                let mut executors = executors;
-                for _ in 1..executors.len() {
-                    match bind::sibling(&l, route.load().listen_backlog) {
-                        Ok(fd) => fds.push(fd),
-                        // A listener bound as root before `--user` took
-                        // effect: the kernel lets only its owner's sockets
-                        // join its SO_REUSEPORT group, so it gets one loop.
-                        Err(e) if e.kind() == io::ErrorKind::AddrInUse && fds.is_empty() => {
-                            executors.truncate(1);
-                            break;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                fds.push(l);
-                let failing = self.accept_failing.clone();
-                let mut tasks = Vec::with_capacity(fds.len());
-                for (own, fd) in executors.into_iter().zip(fds) {
-                    let accept = AcceptLoop {
-                        acceptor: accept::TcpAcceptor {
-                            listener: Async::new(fd)?,
-                        },
-                        threads: self.threads.clone(),
-                        own,
-                        route: route.clone(),
-                        shared: self.shared.clone(),
-                        failing: failing.clone(),
-                        stats: stats.clone(),
-                        limits: limits.clone(),
-                    };
-                    tasks.push(self.threads.executor(own).spawn(accept.run()));
-                }
-                Ok(tasks)
-            }
+            BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), route, stats, limits),
+            BoundSocket::TcpGroup(g) => self.spawn_tcp(g.first, g.rest, route, stats, limits),
             BoundSocket::Unix(socket) => {
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
@@ -316,6 +277,68 @@ impl Listeners {
                 Ok(vec![main.spawn(looped)])
             }
         }
+    }
+
+    /// Spawns a TCP listener's accept loops: one per executor within the
+    /// duplicate budget, each on a socket of its own in the listener's
+    /// `SO_REUSEPORT` group. `passed` are members of the group handed in
+    /// with `l` (see [`Inherited`]): they are used before any sibling is
+    /// made, and every one of them gets a loop, even past the thread count,
+    /// since a member left unserved would hold connections nobody accepts.
+    fn spawn_tcp(
+        &self,
+        l: std::net::TcpListener,
+        passed: Vec<std::net::TcpListener>,
+        route: Arc<ArcSwap<Route>>,
+        stats: &Arc<RuleStats>,
+        limits: Arc<RuleLimits>,
+    ) -> io::Result<Vec<Task<()>>> {
+        let n = self.threads.len();
+        let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
+        let wanted = if in_use + (n - 1) <= self.duplicate_budget {
+            n
+        } else {
+            1
+        };
+        let mut fds = passed;
+        // Duplicates first, so a failure (EMFILE) leaves nothing running.
+        let made = wanted.saturating_sub(fds.len() + 1);
+        for _ in 0..made {
+            match bind::sibling(&l, route.load().listen_backlog) {
+                Ok(fd) => fds.push(fd),
+                // A listener bound as root before `--user` took effect (or
+                // passed in without `SO_REUSEPORT`): the kernel lets only
+                // its owner's sockets join its group, so it gets one loop.
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => break,
+                Err(e) => return Err(e),
+            }
+        }
+        fds.push(l);
+        // One executor for a listener past the budget, in turn; else from the first.
+        let first = if wanted == 1 {
+            self.serving.len() % n
+        } else {
+            0
+        };
+        let failing = self.accept_failing.clone();
+        let mut tasks = Vec::with_capacity(fds.len());
+        for (i, fd) in fds.into_iter().enumerate() {
+            let own = (first + i) % n;
+            let accept = AcceptLoop {
+                acceptor: accept::TcpAcceptor {
+                    listener: Async::new(fd)?,
+                },
+                threads: self.threads.clone(),
+                own,
+                route: route.clone(),
+                shared: self.shared.clone(),
+                failing: failing.clone(),
+                stats: stats.clone(),
+                limits: limits.clone(),
+            };
+            tasks.push(self.threads.executor(own).spawn(accept.run()));
+        }
+        Ok(tasks)
     }
 
     /// See [`Command::Reload`]. Removed listeners are closed before this

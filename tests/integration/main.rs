@@ -4,6 +4,7 @@
 //! descriptors) runs in a process of its own: `common::run_in_own_process`.
 
 mod acl;
+mod activation;
 mod check_cli;
 mod check_preflight;
 mod command_line;
