@@ -43,6 +43,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -216,13 +217,15 @@ impl Listeners {
                 BoundSocket::Unix(u) => u.bound.file.clone(),
                 _ => None,
             };
-            let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.shared.stats.remove_rule(&stats);
-                    return Err(e);
-                }
-            };
+            let stored = crate::notify::fd_name(&addr.with_proto(proto));
+            let tasks =
+                match self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.shared.stats.remove_rule(&stats);
+                        return Err(e);
+                    }
+                };
             self.serving.insert(
                 (addr, proto),
                 Running {
@@ -239,19 +242,30 @@ impl Listeners {
 
     /// Spawns the loops serving `socket`: one accept loop per executor for
     /// TCP (within the duplicate budget), one datagram loop on the main
-    /// executor for UDP.
+    /// executor for UDP. With a descriptor store (see
+    /// [`crate::notify::fd_store_enabled`]) the sockets are stored under
+    /// `stored` first: every socket of a TCP listener's group (a member
+    /// closed at exit would reset the connections in its queue), the UDP
+    /// socket, an abstract unix socket. Not a unix socket with a file: oi
+    /// removes the file when it exits, so a restart could not be reached there.
     fn spawn_loops(
         &self,
         socket: BoundSocket,
+        stored: &str,
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
     ) -> io::Result<Vec<Task<()>>> {
         let main = self.threads.executor(0);
         match socket {
-            BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), route, stats, limits),
-            BoundSocket::TcpGroup(g) => self.spawn_tcp(g.first, g.rest, route, stats, limits),
+            BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), stored, route, stats, limits),
+            BoundSocket::TcpGroup(g) => {
+                self.spawn_tcp(g.first, g.rest, stored, route, stats, limits)
+            }
             BoundSocket::Unix(socket) => {
+                if matches!(socket.addr, crate::config::UnixAddr::Abstract(_)) {
+                    crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
+                }
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
                 let own = self.serving.len() % self.threads.len();
@@ -271,6 +285,7 @@ impl Listeners {
                 Ok(vec![self.threads.executor(own).spawn(accept.run())])
             }
             BoundSocket::Udp(s) => {
+                crate::notify::store_fds(stored, &[s.as_fd()]);
                 let s = Async::new(s)?;
                 let looped =
                     crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
@@ -289,6 +304,7 @@ impl Listeners {
         &self,
         l: std::net::TcpListener,
         passed: Vec<std::net::TcpListener>,
+        stored: &str,
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
@@ -314,6 +330,8 @@ impl Listeners {
             }
         }
         fds.push(l);
+        let group: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+        crate::notify::store_fds(stored, &group);
         // One executor for a listener past the budget, in turn; else from the first.
         let first = if wanted == 1 {
             self.serving.len() % n
@@ -424,7 +442,9 @@ impl Listeners {
             running.route.load().pool.retire();
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
-            log::info!("stopped listening on {}", key.0.with_proto(key.1));
+            let name = key.0.with_proto(key.1);
+            crate::notify::remove_stored(&crate::notify::fd_name(&name));
+            log::info!("stopped listening on {name}");
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));

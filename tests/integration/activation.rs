@@ -111,3 +111,203 @@ fn socket_activation_serves_the_passed_listeners_and_binds_the_rest() {
         "oi must not remove a socket file it did not make"
     );
 }
+
+/// A service manager's notify socket, as far as the descriptor store goes:
+/// the test binds it, and reads each datagram with the descriptors it carries.
+struct StoreSocket {
+    /// The bound datagram socket.
+    socket: std::os::unix::net::UnixDatagram,
+    /// Where it is bound, for NOTIFY_SOCKET.
+    path: std::path::PathBuf,
+}
+
+impl StoreSocket {
+    fn bind(dir: &std::path::Path) -> Self {
+        let path = dir.join("manager.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("notify socket");
+        socket
+            .set_read_timeout(Some(READY_PATIENCE))
+            .expect("timeout");
+        StoreSocket { socket, path }
+    }
+
+    /// The next datagram's text and descriptors (close-on-exec).
+    fn next(&self) -> (String, Vec<std::os::fd::OwnedFd>) {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(256))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut buf = vec![0u8; 8192];
+        let got = rustix::net::recvmsg(
+            &self.socket,
+            &mut [std::io::IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+        .expect("a notification within the patience");
+        let mut fds = Vec::new();
+        for m in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(passed) = m {
+                fds.extend(passed);
+            }
+        }
+        let text = String::from_utf8_lossy(&buf[..got.bytes]).into_owned();
+        (text, fds)
+    }
+}
+
+/// The value of `key=` in a notification's text.
+fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+#[test]
+fn a_restart_with_the_descriptor_store_refuses_no_connection() {
+    let backend = echo_backend("127.0.0.1:0");
+    let (udp_backend, _) = udp_echo_backend("127.0.0.1:0");
+    let dir = tempfile::Builder::new()
+        .prefix("oi-fdstore")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let (port, udp_port) = (free_port(), free_udp_port());
+    let conf = dir.path().join("oi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "127.0.0.1 {port} 127.0.0.1 {}\n127.0.0.1 {udp_port}/udp 127.0.0.1 {}/udp\n",
+            backend.port(),
+            udp_backend.port()
+        ),
+    )
+    .expect("conf");
+    let manager = StoreSocket::bind(dir.path());
+    let stderr_path = dir.path().join("first.stderr");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("-c")
+        .arg(&conf)
+        .args(["--threads", "2"])
+        .env("NOTIFY_SOCKET", &manager.path)
+        // What systemd 254+ sets from FileDescriptorStoreMax=.
+        .env("FDSTORE", "16")
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("spawn oi");
+    let first_log = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    // What it stores, until READY=1: (name, descriptors) per message.
+    let mut stored: Vec<(String, std::os::fd::OwnedFd)> = Vec::new();
+    for _ in 0..64 {
+        let (text, fds) = manager.next();
+        if field(&text, "FDSTORE") == Some("1") {
+            let name = field(&text, "FDNAME").unwrap_or_default().to_string();
+            stored.extend(fds.into_iter().map(|fd| (name.clone(), fd)));
+        }
+        if text.contains("READY=1") {
+            break;
+        }
+    }
+    let tcp_name = format!("127.0.0.1_{port}/tcp");
+    let udp_name = format!("127.0.0.1_{udp_port}/udp");
+    let count = |n: &str| stored.iter().filter(|(name, _)| name == n).count();
+    assert_eq!(
+        count(&tcp_name),
+        2,
+        "each socket of the TCP listener's group (two threads) is stored: {:?}\n{}",
+        stored.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        first_log()
+    );
+    assert_eq!(count(&udp_name), 1, "the UDP socket is stored");
+    ping(port).unwrap_or_else(|e| panic!("first oi serves: {e}\n{}", first_log()));
+
+    // A client connecting in a loop, through the stop and the second start.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            for _ in 0..1_000_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                match ping(port) {
+                    Ok(()) => ok += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&first),
+        rustix::process::Signal::TERM,
+    )
+    .expect("SIGTERM");
+    let status = first.wait().expect("wait");
+    assert!(status.success(), "{status}: {}", first_log());
+
+    // The second oi gets the stored descriptors back from 3 on, named, as
+    // systemd passes them: bash moves them there (the test's own numbers
+    // are not 3, 4, ...) and sets LISTEN_PID to its pid, which exec keeps.
+    let mut moves = Vec::new();
+    let mut names = Vec::new();
+    for (i, (name, fd)) in stored.iter().enumerate() {
+        use std::os::fd::AsRawFd;
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).expect("inheritable");
+        moves.push(format!(
+            "{}<&{} {}<&-",
+            i + 3,
+            fd.as_raw_fd(),
+            fd.as_raw_fd()
+        ));
+        names.push(name.clone());
+    }
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(format!(
+            "exec {}; export LISTEN_PID=$$; exec \"$0\" -c \"$1\"",
+            moves.join(" ")
+        ))
+        .arg(env!("CARGO_BIN_EXE_oi"))
+        .arg(&conf)
+        .env("LISTEN_FDS", stored.len().to_string())
+        .env("LISTEN_FDNAMES", names.join(":"));
+    let second_dir = dir.path().join("second");
+    std::fs::create_dir(&second_dir).expect("dir");
+    let second = OiProcess::spawn(command, &second_dir);
+    // The child has its copies; the test's are closed with `stored` below.
+    for (_, fd) in &stored {
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
+    }
+    second.wait_ready();
+    drop(stored);
+    // A few connections served by the second oi alone, then stop the client.
+    for _ in 0..20 {
+        ping(port).unwrap_or_else(|e| second.fail(&format!("second oi serves: {e}")));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = client.join().expect("client thread");
+    assert!(
+        failed.is_empty(),
+        "{} of {} connections failed across the restart, first: {:?}\nfirst oi:\n{}",
+        failed.len(),
+        failed.len() + ok as usize,
+        failed.first(),
+        first_log()
+    );
+    let udp = udp_client(local(udp_port));
+    assert_eq!(
+        udp_roundtrip(&udp, local(udp_port), b"dgram"),
+        b"dgram",
+        "the UDP socket came back too"
+    );
+    let log = second.stderr_tail();
+    assert!(
+        log.contains(&format!(
+            "127.0.0.1:{port}/tcp: serving the passed descriptor(s) 3, 4"
+        )),
+        "{log}"
+    );
+    let (status, stderr) = second.stop();
+    assert!(status.success(), "{status}: {stderr}");
+}
