@@ -24,6 +24,7 @@ mod connect;
 mod daemon;
 mod diagnostics;
 mod edge;
+mod handover;
 mod limits;
 mod listen;
 mod logfile;

@@ -21,6 +21,12 @@ pub(crate) fn reloading() {
     ]);
 }
 
+/// This process is the service's main process now (it took over from
+/// the one systemd started: `oi upgrade`).
+pub(crate) fn main_pid() {
+    send(&[NotifyState::MainPid(std::process::id())]);
+}
+
 /// The process is shutting down.
 pub(crate) fn stopping() {
     send(&[NotifyState::Stopping]);

@@ -43,11 +43,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// What a running server can be asked to do.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a handful of commands in a process's life, one at a time"
+)]
 pub enum Command {
     /// Apply a new configuration: unchanged listeners keep their sockets and
     /// take the new route, removed ones close, new ones are bound; open
@@ -63,6 +67,15 @@ pub enum Command {
         /// why it was refused as a whole (`Err`: nothing changed).
         done: Sender<Result<Vec<String>, Vec<String>>>,
     },
+    /// A copy of every listening socket (each socket of a TCP listener's
+    /// group), for handing to a new oi.
+    Sockets {
+        /// Receives the copies.
+        reply: Sender<Vec<OwnedFd>>,
+    },
+    /// A new oi serves the sockets now: when the listeners close, their
+    /// unix socket files stay.
+    KeepFiles,
 }
 
 /// Starts serving already-bound sockets, each with its route, on `runtime`'s
@@ -96,6 +109,14 @@ pub fn serve(
                     let errors = listeners.apply(&config, &file).await;
                     let _ = done.send(errors).await;
                 }
+                Command::Sockets { reply } => {
+                    let _ = reply.send(listeners.copies()).await;
+                }
+                Command::KeepFiles => {
+                    for file in listeners.serving.values().filter_map(|r| r.file.as_ref()) {
+                        file.keep();
+                    }
+                }
             }
         }
         listeners.close().await;
@@ -122,6 +143,9 @@ struct Running {
     /// A unix listener's socket file, so a reload's new `mode=` is applied
     /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
     file: Option<crate::unix::SocketFile>,
+    /// A second descriptor of each of its sockets (the loops own the
+    /// first), so `oi upgrade` can hand them to a new oi.
+    copies: Vec<OwnedFd>,
 }
 
 impl Running {
@@ -155,6 +179,14 @@ struct Listeners {
 }
 
 impl Listeners {
+    /// A copy of every listening socket, for a hand-over; one that cannot
+    /// be copied (no descriptor left) is left out, and the new oi binds
+    /// that rule itself (failing, since this one still holds it).
+    fn copies(&self) -> Vec<OwnedFd> {
+        let all = self.serving.values().flat_map(|r| r.copies.iter());
+        all.filter_map(|fd| fd.try_clone().ok()).collect()
+    }
+
     /// Stops every listener and waits until their sockets are closed.
     async fn close(mut self) {
         for (_, running) in self.serving.drain() {
@@ -218,14 +250,14 @@ impl Listeners {
                 _ => None,
             };
             let stored = crate::notify::fd_name(&addr.with_proto(proto));
-            let tasks =
-                match self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        self.shared.stats.remove_rule(&stats);
-                        return Err(e);
-                    }
-                };
+            let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
+            let (tasks, copies) = match spawned {
+                Ok(t) => t,
+                Err(e) => {
+                    self.shared.stats.remove_rule(&stats);
+                    return Err(e);
+                }
+            };
             self.serving.insert(
                 (addr, proto),
                 Running {
@@ -234,6 +266,7 @@ impl Listeners {
                     stats,
                     limits,
                     file,
+                    copies,
                 },
             );
         }
@@ -255,7 +288,7 @@ impl Listeners {
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
-    ) -> io::Result<Vec<Task<()>>> {
+    ) -> io::Result<(Vec<Task<()>>, Vec<OwnedFd>)> {
         let main = self.threads.executor(0);
         match socket {
             BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), stored, route, stats, limits),
@@ -266,6 +299,7 @@ impl Listeners {
                 if matches!(socket.addr, crate::config::UnixAddr::Abstract(_)) {
                     crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
                 }
+                let copies = copy(&[socket.bound.listener.as_fd()]);
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
                 let own = self.serving.len() % self.threads.len();
@@ -282,14 +316,15 @@ impl Listeners {
                     stats: stats.clone(),
                     limits,
                 };
-                Ok(vec![self.threads.executor(own).spawn(accept.run())])
+                Ok((vec![self.threads.executor(own).spawn(accept.run())], copies))
             }
             BoundSocket::Udp(s) => {
                 crate::notify::store_fds(stored, &[s.as_fd()]);
+                let copies = copy(&[s.as_fd()]);
                 let s = Async::new(s)?;
                 let looped =
                     crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
-                Ok(vec![main.spawn(looped)])
+                Ok((vec![main.spawn(looped)], copies))
             }
         }
     }
@@ -308,7 +343,7 @@ impl Listeners {
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
-    ) -> io::Result<Vec<Task<()>>> {
+    ) -> io::Result<(Vec<Task<()>>, Vec<OwnedFd>)> {
         let n = self.threads.len();
         let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
         let wanted = if in_use + (n - 1) <= self.duplicate_budget {
@@ -332,6 +367,8 @@ impl Listeners {
         fds.push(l);
         let group: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
         crate::notify::store_fds(stored, &group);
+        let copies = copy(&group);
+        drop(group);
         // One executor for a listener past the budget, in turn; else from the first.
         let first = if wanted == 1 {
             self.serving.len() % n
@@ -356,7 +393,7 @@ impl Listeners {
             };
             tasks.push(self.threads.executor(own).spawn(accept.run()));
         }
-        Ok(tasks)
+        Ok((tasks, copies))
     }
 
     /// See [`Command::Reload`]. Removed listeners are closed before this
@@ -464,8 +501,12 @@ impl Listeners {
             .filter(|((_, proto), _)| *proto == Proto::Udp)
             .map(|(_, r)| r.route.load().max_assoc())
             .collect();
-        // Each loop owns one descriptor of its listener.
-        let listener_fds = self.serving.values().map(|r| r.tasks.len()).sum();
+        // Each loop owns one descriptor of its listener, and each has a copy.
+        let listener_fds = self
+            .serving
+            .values()
+            .map(|r| r.tasks.len() + r.copies.len())
+            .sum();
         let soft = nofile_soft();
         let cap = udp_assoc_share(soft, listener_fds, udp.len());
         self.shared.set_udp_association_cap(cap);
@@ -482,6 +523,18 @@ impl Listeners {
             self.udp_cap_logged = Some(key);
         } else if wanted <= cap {
             self.udp_cap_logged = None;
+        }
+    }
+}
+
+/// Second descriptors of `fds`, kept for a hand-over; none when the
+/// descriptors run out (that listener is then not handed over).
+fn copy(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
+    match fds.iter().map(|fd| fd.try_clone_to_owned()).collect() {
+        Ok(copies) => copies,
+        Err(e) => {
+            log::debug!("cannot keep a copy of a listening socket for oi upgrade: {e}");
+            Vec::new()
         }
     }
 }

@@ -85,13 +85,62 @@ pub struct Observer {
     /// The control socket's file, removed on exit if it is still the one
     /// bound (another oi may have bound the path since).
     control_socket: Option<crate::unix::SocketFile>,
+    /// Second descriptors of the metrics listener and the control socket
+    /// (the thread owns the first), for `oi upgrade` to hand over.
+    copies: Given,
+}
+
+/// The observer's listening sockets as handed from one oi to the next
+/// (`oi upgrade`): each is used when it listens where the settings say.
+#[derive(Default)]
+pub(crate) struct Given {
+    /// The metrics endpoint's listener.
+    pub(crate) metrics: Option<TcpListener>,
+    /// The control socket.
+    pub(crate) control: Option<std::os::unix::net::UnixListener>,
+}
+
+impl Given {
+    /// A second descriptor of each (none where that fails).
+    fn copy(&self) -> Given {
+        Given {
+            metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
+            control: self.control.as_ref().and_then(|l| l.try_clone().ok()),
+        }
+    }
 }
 
 impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
+        Self::start_given(shared, settings, Given::default())
+    }
+
+    /// [`Observer::start`], serving on the sockets in `given` where they
+    /// listen at the configured address and path (handed over by an
+    /// earlier oi); the others are closed and the rest bound as usual. A
+    /// given control socket's file is left in place at exit (the bind that
+    /// made it was another process's; a later bind replaces it if stale).
+    pub(crate) fn start_given(
+        shared: Arc<Shared>,
+        settings: ObserveSettings,
+        given: Given,
+    ) -> io::Result<Observer> {
+        let given_metrics = given.metrics.filter(|l| {
+            l.local_addr()
+                .ok()
+                .is_some_and(|a| Some(a) == settings.metrics)
+        });
+        let given_control = given.control.filter(|l| {
+            let path = l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+            path.is_some() && path == settings.control_socket
+        });
         let metrics = match settings.metrics {
+            _ if given_metrics.is_some() => given_metrics,
             Some(addr) => {
                 let l = TcpListener::bind(addr).map_err(|e| {
                     io::Error::new(
@@ -105,6 +154,7 @@ impl Observer {
         };
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
         let (control, control_socket) = match &settings.control_socket {
+            _ if given_control.is_some() => (given_control, None),
             Some(path) => {
                 let (l, file) = control::bind(path).map_err(|e| {
                     io::Error::new(
@@ -116,6 +166,10 @@ impl Observer {
             }
             None => (None, None),
         };
+        let copies = Given {
+            metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
+            control: control.as_ref().and_then(|l| l.try_clone().ok()),
+        };
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
@@ -125,7 +179,20 @@ impl Observer {
             stop,
             thread: Some(thread),
             control_socket,
+            copies,
         })
+    }
+
+    /// Copies of the metrics listener and the control socket, for `oi upgrade`.
+    pub(crate) fn copies(&self) -> Given {
+        self.copies.copy()
+    }
+
+    /// A new oi serves the control socket now: its file stays at exit.
+    pub(crate) fn keep_control_file(&self) {
+        if let Some(file) = &self.control_socket {
+            file.keep();
+        }
     }
 
     /// Where `GET /metrics` is served (the bound address, for port 0).

@@ -45,4 +45,5 @@ mod udp_flood;
 mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
+mod upgrade;
 mod watch;
