@@ -14,7 +14,7 @@ use crate::handover;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
-use crate::observe::{Given, Observer};
+use crate::observe::{Given, Observer, UpgradeAsk};
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
@@ -195,10 +195,12 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // After the fork (it starts a thread); dropped, removing the control
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
+    let (upgrade_asked, upgrades) = async_channel::bounded(1);
     let observer = match Observer::start_given(
         shared.clone(),
         opts.observe_with(&cfg.config.globals),
         given,
+        Some(upgrade_asked),
     ) {
         Ok(o) => o,
         Err(e) => {
@@ -238,6 +240,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         observer,
         binary,
         args,
+        upgrades,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
@@ -270,9 +273,21 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let (query, json) = match q.action {
-        crate::cli::ClientAction::Print { query, json } => (query, json),
-        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, interval),
+    let (query, json) = match &q.action {
+        crate::cli::ClientAction::Print { query, json } => (*query, *json),
+        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, *interval),
+        crate::cli::ClientAction::Upgrade { binary } => {
+            return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
+                Ok(answer) => {
+                    print!("{answer}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("oi: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match crate::observe::ask(&socket, query, json) {
         Ok(answer) => {
@@ -407,6 +422,8 @@ struct Service {
     binary: PathBuf,
     /// The arguments it starts it with: this one's.
     args: Vec<std::ffi::OsString>,
+    /// `oi upgrade` requests, from the control socket.
+    upgrades: Receiver<UpgradeAsk>,
 }
 
 /// Sorts what an old oi handed over: rules' listeners go to `inherited`
@@ -439,6 +456,8 @@ enum Wakeup {
     Signal(Option<std::io::Result<Signal>>),
     /// The watcher saw the configuration change.
     Changed,
+    /// `oi upgrade` asked for an upgrade.
+    Upgrade(UpgradeAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`loaded`: the digest
@@ -471,6 +490,13 @@ impl Service {
                     let _ = self.changes.recv().await;
                     Wakeup::Changed
                 })
+                .or(async {
+                    match self.upgrades.recv().await {
+                        Ok(ask) => Wakeup::Upgrade(ask),
+                        // The observer stopped: no more requests.
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                })
                 .await;
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
@@ -482,18 +508,32 @@ impl Service {
                     }
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
-                Wakeup::Signal(Some(Ok(Signal::Usr2))) => match self.upgrade(None).await {
-                    Ok(pid) => {
-                        log::info!(
-                            "upgraded: oi pid {pid} serves now; this one (pid {}) stops \
-                             accepting and exits when its open connections end",
-                            std::process::id()
-                        );
+                Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
+                    if self.upgrade(None).await.is_ok() {
                         handed_over = true;
                         break;
                     }
-                    Err(e) => log::error!("upgrade failed: {e}; this oi keeps serving"),
-                },
+                }
+                Wakeup::Upgrade(ask) => {
+                    let outcome = self.upgrade(ask.binary).await;
+                    let done = outcome.is_ok();
+                    // The answer is written before this process goes on
+                    // (and may exit): the observer drops `written` then.
+                    let (written, wait) = async_channel::bounded::<()>(1);
+                    if ask.reply.send((outcome, written)).await.is_ok() {
+                        let _ = wait
+                            .recv()
+                            .or(async {
+                                async_io::Timer::after(Duration::from_secs(5)).await;
+                                Ok(())
+                            })
+                            .await;
+                    }
+                    if done {
+                        handed_over = true;
+                        break;
+                    }
+                }
                 Wakeup::Signal(Some(Ok(_)) | None) => break,
                 Wakeup::Signal(Some(Err(e))) => log::warn!("signal stream: {e}"),
             }
@@ -546,7 +586,27 @@ impl Service {
     /// Hands every listening socket to a new oi (`binary`, else this one's
     /// path as started), which then serves; returns its pid. On error
     /// nothing changed here, and the message says why.
-    async fn upgrade(&self, binary: Option<PathBuf>) -> Result<u32, String> {
+    async fn upgrade(&self, binary: Option<PathBuf>) -> Result<String, String> {
+        let me = std::process::id();
+        match self.hand_over(binary).await {
+            Ok(pid) => {
+                let line = format!(
+                    "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
+                     accepting and exits when its open connections end"
+                );
+                log::info!("{line}");
+                Ok(line)
+            }
+            Err(e) => {
+                let line = format!("upgrade failed: {e}; this oi keeps serving");
+                log::error!("{line}");
+                Err(line)
+            }
+        }
+    }
+
+    /// [`Service::upgrade`]'s work: returns the new process's pid.
+    async fn hand_over(&self, binary: Option<PathBuf>) -> Result<u32, String> {
         let (reply, copies) = async_channel::bounded(1);
         let stopped = || "the server has stopped".to_string();
         self.commands

@@ -17,7 +17,8 @@ pub mod request;
 mod slots;
 mod status_file;
 
-pub use control::ask;
+pub(crate) use control::UpgradeAsk;
+pub use control::{ask, ask_upgrade};
 pub use request::Query;
 
 use crate::shared::Shared;
@@ -114,7 +115,7 @@ impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
-        Self::start_given(shared, settings, Given::default())
+        Self::start_given(shared, settings, Given::default(), None)
     }
 
     /// [`Observer::start`], serving on the sockets in `given` where they
@@ -126,6 +127,7 @@ impl Observer {
         shared: Arc<Shared>,
         settings: ObserveSettings,
         given: Given,
+        upgrades: Option<async_channel::Sender<UpgradeAsk>>,
     ) -> io::Result<Observer> {
         let given_metrics = given.metrics.filter(|l| {
             l.local_addr()
@@ -173,7 +175,7 @@ impl Observer {
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
-            .spawn(move || run(shared, settings, metrics, control, stopped))?;
+            .spawn(move || run(shared, settings, metrics, control, upgrades, stopped))?;
         Ok(Observer {
             metrics_addr,
             stop,
@@ -219,6 +221,7 @@ fn run(
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
     control: Option<std::os::unix::net::UnixListener>,
+    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
     stopped: async_channel::Receiver<()>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
@@ -234,7 +237,7 @@ fn run(
     }
     if let Some(l) = control {
         match Async::new(l) {
-            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone()))),
+            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone(), upgrades))),
             Err(e) => log::error!("control socket: {e}"),
         }
     }

@@ -220,14 +220,45 @@ impl Adopted {
     }
 }
 
-/// Starts oi, puts `script` where its binary was, sends SIGUSR2, and checks
-/// that the upgrade fails with a message containing `why` while the old oi
-/// serves every listener on.
-fn a_bad_binary_leaves_the_old_oi_serving(script: impl Fn(&Setup) -> String, why: &str) {
+/// `oi upgrade --socket CONTROL [--binary PATH]` with the binary under test.
+fn oi_upgrade(control: &Path, binary: Option<&Path>) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_oi"));
+    c.arg("upgrade").arg("--socket").arg(control);
+    if let Some(b) = binary {
+        c.arg("--binary").arg(b);
+    }
+    c.output().expect("oi upgrade")
+}
+
+/// How a test asks for the upgrade.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// SIGUSR2, with the script put at the path oi was started from.
+    Signal,
+    /// `oi upgrade --binary SCRIPT`: it must exit non-zero with the reason.
+    Command,
+}
+
+/// Starts oi, asks it to upgrade to `script`, and checks that the upgrade
+/// fails with a message containing `why` while the old oi serves every
+/// listener on.
+fn a_bad_binary_leaves_the_old_oi_serving(ask: Ask, script: impl Fn(&Setup) -> String, why: &str) {
     let s = setup();
     let old = OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &[]);
-    put_script(&s.binary, &script(&s));
-    old.signal(rustix::process::Signal::USR2);
+    match ask {
+        Ask::Signal => {
+            put_script(&s.binary, &script(&s));
+            old.signal(rustix::process::Signal::USR2);
+        }
+        Ask::Command => {
+            let fake = s.dir.path().join("fake-oi");
+            put_script(&fake, &script(&s));
+            let out = oi_upgrade(&s.control, Some(&fake));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "oi upgrade must fail: {err}");
+            assert!(err.contains(why), "expected {why:?} in oi upgrade's: {err}");
+        }
+    }
     wait_until("the upgrade fails", || {
         old.stderr_tail().contains("upgrade failed")
     });
@@ -254,6 +285,7 @@ fn a_bad_binary_leaves_the_old_oi_serving(script: impl Fn(&Setup) -> String, why
 #[test]
 fn a_new_binary_that_exits_at_once_leaves_the_old_one_serving() {
     a_bad_binary_leaves_the_old_oi_serving(
+        Ask::Signal,
         |_| "#!/bin/sh\nexit 3\n".to_string(),
         "exited (exit status: 3) before taking over",
     );
@@ -262,6 +294,7 @@ fn a_new_binary_that_exits_at_once_leaves_the_old_one_serving() {
 #[test]
 fn a_new_binary_that_rejects_the_configuration_leaves_the_old_one_serving() {
     a_bad_binary_leaves_the_old_oi_serving(
+        Ask::Command,
         |s| {
             let broken = s.dir.path().join("broken.conf");
             std::fs::write(&broken, "127.0.0.1 notaport 127.0.0.1 9\n").expect("broken conf");
@@ -291,6 +324,7 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
     }
     // Says hello as a version-99 oi would, then waits to be turned away.
     a_bad_binary_leaves_the_old_oi_serving(
+        Ask::Command,
         |_| {
             "#!/usr/bin/env python3\n\
              import json, os, socket, struct\n\
@@ -303,4 +337,33 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
         },
         "speaks hand-over version 99, this oi speaks version 1",
     );
+}
+
+#[test]
+fn oi_upgrade_says_which_pid_serves_now() {
+    let s = setup();
+    let mut old = OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &[]);
+    let out = oi_upgrade(&s.control, None);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "oi upgrade: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        old.stderr_tail()
+    );
+    let pid: i32 = said
+        .strip_prefix("upgraded: oi pid ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected answer: {said:?}"));
+    let new = Adopted(pid);
+    // Nothing open: the old one exits at once.
+    let status_old = old
+        .exited_within(PATIENCE)
+        .unwrap_or_else(|| old.fail("the old oi did not exit"));
+    assert!(status_old.success(), "{status_old}");
+    ping(s.port).unwrap_or_else(|e| old.fail(&format!("the new oi serves: {e}")));
+    assert!(!new.exited());
+    // The new one answers `oi upgrade` too (it has the control socket).
+    assert!(status(&s.control).status.success());
 }
