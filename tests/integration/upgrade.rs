@@ -367,3 +367,48 @@ fn oi_upgrade_says_which_pid_serves_now() {
     // The new one answers `oi upgrade` too (it has the control socket).
     assert!(status(&s.control).status.success());
 }
+
+#[test]
+fn the_package_postinst_upgrades_a_running_oi_and_keeps_its_connection() {
+    let s = setup();
+    let mut old = OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &[]);
+    let mut held = connect(local(s.port));
+    let mut b = [0u8; 4];
+    held.write_all(b"held").expect("write");
+    held.read_exact(&mut b).expect("echo");
+    // What `dpkg -i` runs after unpacking; only its upgrade step, against
+    // this test's oi (the rest creates a system user).
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/dist/deb/postinst");
+    let out = std::process::Command::new("sh")
+        .arg(script)
+        .arg("configure")
+        .env("OI_POSTINST_UPGRADE_ONLY", "1")
+        .env("OI_CONTROL_SOCKET", &s.control)
+        .env("OI_BINARY", env!("CARGO_BIN_EXE_oi"))
+        .output()
+        .expect("postinst");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && said.starts_with("upgraded: oi pid "),
+        "postinst: {said}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        old.stderr_tail()
+    );
+    let pid: i32 = said["upgraded: oi pid ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    let new = Adopted(pid);
+    // The connection opened before the upgrade carries on.
+    held.write_all(b"kept").expect("write after the upgrade");
+    held.read_exact(&mut b).expect("echo after the upgrade");
+    assert_eq!(&b, b"kept");
+    ping(s.port).unwrap_or_else(|e| old.fail(&format!("the new oi serves: {e}")));
+    drop(held);
+    let st = old
+        .exited_within(PATIENCE)
+        .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
+    assert!(st.success(), "{st}");
+    assert!(!new.exited());
+}
