@@ -554,7 +554,7 @@ impl Service {
             // The files are the new oi's now; and it, not this one, is the
             // service systemd watches: no STOPPING=1.
             let _ = self.commands.send(Command::KeepFiles).await;
-            self.observer.keep_control_file();
+            self.observer.handed_over();
         } else {
             log::info!("stopping");
             notify::stopping();

@@ -28,6 +28,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -89,6 +90,8 @@ pub struct Observer {
     /// Second descriptors of the metrics listener and the control socket
     /// (the thread owns the first), for `oi upgrade` to hand over.
     copies: Given,
+    /// Set once a new oi serves: the thread skips its last status file write.
+    handed: Arc<AtomicBool>,
 }
 
 /// The observer's listening sockets as handed from one oi to the next
@@ -173,15 +176,28 @@ impl Observer {
             control: control.as_ref().and_then(|l| l.try_clone().ok()),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
+        let handed = Arc::new(AtomicBool::new(false));
+        let thread_handed = handed.clone();
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
-            .spawn(move || run(shared, settings, metrics, control, upgrades, stopped))?;
+            .spawn(move || {
+                run(
+                    shared,
+                    settings,
+                    metrics,
+                    control,
+                    upgrades,
+                    stopped,
+                    thread_handed,
+                )
+            })?;
         Ok(Observer {
             metrics_addr,
             stop,
             thread: Some(thread),
             control_socket,
             copies,
+            handed,
         })
     }
 
@@ -190,8 +206,10 @@ impl Observer {
         self.copies.copy()
     }
 
-    /// A new oi serves the control socket now: its file stays at exit.
-    pub(crate) fn keep_control_file(&self) {
+    /// A new oi serves the control socket now: its file stays at exit,
+    /// and the status file is the new oi's to write (no last write here).
+    pub(crate) fn handed_over(&self) {
+        self.handed.store(true, Ordering::Relaxed);
         if let Some(file) = &self.control_socket {
             file.keep();
         }
@@ -223,6 +241,7 @@ fn run(
     control: Option<std::os::unix::net::UnixListener>,
     upgrades: Option<async_channel::Sender<UpgradeAsk>>,
     stopped: async_channel::Receiver<()>,
+    handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
     let mut tasks = Vec::new();
@@ -275,7 +294,7 @@ fn run(
     drop(tasks);
     // A last status file, so it does not say "running" with old numbers
     // after a clean stop.
-    if let Some(file) = status {
+    if let Some(file) = status.filter(|_| !handed.load(Ordering::Relaxed)) {
         file.write(&shared.snapshot());
     }
 }
