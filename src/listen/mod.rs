@@ -123,6 +123,9 @@ pub fn serve(
     })
 }
 
+/// A listening socket as its loop and its `Running` share it.
+type Listening = Arc<dyn AsFd + Send + Sync>;
+
 /// Identifies a listener across reloads: same address, port and protocol
 /// (or same unix socket path or name) means same socket.
 type ListenerKey = (BindAddr, Proto);
@@ -140,12 +143,13 @@ struct Running {
     /// The rule's counters: they live as long as the listener, so a reload
     /// that keeps the listener keeps them.
     stats: Arc<RuleStats>,
+    /// Its sockets, shared with the loops that serve them (no descriptor
+    /// more), so `oi upgrade` can copy them for a new oi when it runs.
+    /// Declared before `file`: a socket file goes only once its socket is closed.
+    sockets: Vec<Listening>,
     /// A unix listener's socket file, so a reload's new `mode=` is applied
     /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
     file: Option<crate::unix::SocketFile>,
-    /// A second descriptor of each of its sockets (the loops own the
-    /// first), so `oi upgrade` can hand them to a new oi.
-    copies: Vec<OwnedFd>,
 }
 
 impl Running {
@@ -183,8 +187,9 @@ impl Listeners {
     /// be copied (no descriptor left) is left out, and the new oi binds
     /// that rule itself (failing, since this one still holds it).
     fn copies(&self) -> Vec<OwnedFd> {
-        let all = self.serving.values().flat_map(|r| r.copies.iter());
-        all.filter_map(|fd| fd.try_clone().ok()).collect()
+        let all = self.serving.values().flat_map(|r| r.sockets.iter());
+        all.filter_map(|s| s.as_fd().try_clone_to_owned().ok())
+            .collect()
     }
 
     /// Stops every listener and waits until their sockets are closed.
@@ -251,7 +256,7 @@ impl Listeners {
             };
             let stored = crate::notify::fd_name(&addr.with_proto(proto));
             let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
-            let (tasks, copies) = match spawned {
+            let (tasks, sockets) = match spawned {
                 Ok(t) => t,
                 Err(e) => {
                     self.shared.stats.remove_rule(&stats);
@@ -266,7 +271,7 @@ impl Listeners {
                     stats,
                     limits,
                     file,
-                    copies,
+                    sockets,
                 },
             );
         }
@@ -288,7 +293,7 @@ impl Listeners {
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
-    ) -> io::Result<(Vec<Task<()>>, Vec<OwnedFd>)> {
+    ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
         let main = self.threads.executor(0);
         match socket {
             BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), stored, route, stats, limits),
@@ -299,13 +304,13 @@ impl Listeners {
                 if matches!(socket.addr, crate::config::UnixAddr::Abstract(_)) {
                     crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
                 }
-                let copies = copy(&[socket.bound.listener.as_fd()]);
+                let listener = Arc::new(Async::new(socket.bound.listener)?);
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
                 let own = self.serving.len() % self.threads.len();
                 let accept = AcceptLoop {
                     acceptor: unix::UnixAcceptor {
-                        listener: Async::new(socket.bound.listener)?,
+                        listener: listener.clone(),
                         file: socket.bound.file,
                     },
                     threads: self.threads.clone(),
@@ -316,15 +321,20 @@ impl Listeners {
                     stats: stats.clone(),
                     limits,
                 };
-                Ok((vec![self.threads.executor(own).spawn(accept.run())], copies))
+                let task = self.threads.executor(own).spawn(accept.run());
+                Ok((vec![task], vec![listener]))
             }
             BoundSocket::Udp(s) => {
                 crate::notify::store_fds(stored, &[s.as_fd()]);
-                let copies = copy(&[s.as_fd()]);
-                let s = Async::new(s)?;
-                let looped =
-                    crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
-                Ok((vec![main.spawn(looped)], copies))
+                let s = Arc::new(Async::new(s)?);
+                let looped = crate::udp::serve(
+                    main.clone(),
+                    s.clone(),
+                    route,
+                    self.shared.clone(),
+                    stats.clone(),
+                );
+                Ok((vec![main.spawn(looped)], vec![s]))
             }
         }
     }
@@ -343,7 +353,7 @@ impl Listeners {
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
-    ) -> io::Result<(Vec<Task<()>>, Vec<OwnedFd>)> {
+    ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
         let n = self.threads.len();
         let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
         let wanted = if in_use + (n - 1) <= self.duplicate_budget {
@@ -367,7 +377,6 @@ impl Listeners {
         fds.push(l);
         let group: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
         crate::notify::store_fds(stored, &group);
-        let copies = copy(&group);
         drop(group);
         // One executor for a listener past the budget, in turn; else from the first.
         let first = if wanted == 1 {
@@ -377,12 +386,13 @@ impl Listeners {
         };
         let failing = self.accept_failing.clone();
         let mut tasks = Vec::with_capacity(fds.len());
+        let mut sockets: Vec<Listening> = Vec::with_capacity(fds.len());
         for (i, fd) in fds.into_iter().enumerate() {
             let own = (first + i) % n;
+            let listener = Arc::new(Async::new(fd)?);
+            sockets.push(listener.clone());
             let accept = AcceptLoop {
-                acceptor: accept::TcpAcceptor {
-                    listener: Async::new(fd)?,
-                },
+                acceptor: accept::TcpAcceptor { listener },
                 threads: self.threads.clone(),
                 own,
                 route: route.clone(),
@@ -393,7 +403,7 @@ impl Listeners {
             };
             tasks.push(self.threads.executor(own).spawn(accept.run()));
         }
-        Ok((tasks, copies))
+        Ok((tasks, sockets))
     }
 
     /// See [`Command::Reload`]. Removed listeners are closed before this
@@ -501,12 +511,8 @@ impl Listeners {
             .filter(|((_, proto), _)| *proto == Proto::Udp)
             .map(|(_, r)| r.route.load().max_assoc())
             .collect();
-        // Each loop owns one descriptor of its listener, and each has a copy.
-        let listener_fds = self
-            .serving
-            .values()
-            .map(|r| r.tasks.len() + r.copies.len())
-            .sum();
+        // Each loop owns one descriptor of its listener.
+        let listener_fds = self.serving.values().map(|r| r.tasks.len()).sum();
         let soft = nofile_soft();
         let cap = udp_assoc_share(soft, listener_fds, udp.len());
         self.shared.set_udp_association_cap(cap);
@@ -523,18 +529,6 @@ impl Listeners {
             self.udp_cap_logged = Some(key);
         } else if wanted <= cap {
             self.udp_cap_logged = None;
-        }
-    }
-}
-
-/// Second descriptors of `fds`, kept for a hand-over; none when the
-/// descriptors run out (that listener is then not handed over).
-fn copy(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
-    match fds.iter().map(|fd| fd.try_clone_to_owned()).collect() {
-        Ok(copies) => copies,
-        Err(e) => {
-            log::debug!("cannot keep a copy of a listening socket for oi upgrade: {e}");
-            Vec::new()
         }
     }
 }
