@@ -249,20 +249,21 @@ fn a_restart_with_the_descriptor_store_refuses_no_connection() {
     assert!(status.success(), "{status}: {}", first_log());
 
     // The second oi gets the stored descriptors back from 3 on, named, as
-    // systemd passes them: bash moves them there (the test's own numbers
-    // are not 3, 4, ...) and sets LISTEN_PID to its pid, which exec keeps.
+    // systemd passes them: bash moves them there and sets LISTEN_PID to its
+    // pid, which exec keeps. The test's own numbers may be 3, 4, ... too, so
+    // bash is given copies at 1000 and up (inheritable), which no move
+    // overwrites before it is read.
     let mut moves = Vec::new();
     let mut names = Vec::new();
+    let mut high = Vec::new();
     for (i, (name, fd)) in stored.iter().enumerate() {
         use std::os::fd::AsRawFd;
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).expect("inheritable");
-        moves.push(format!(
-            "{}<&{} {}<&-",
-            i + 3,
-            fd.as_raw_fd(),
-            fd.as_raw_fd()
-        ));
+        let copy = rustix::io::fcntl_dupfd_cloexec(fd, 1000).expect("copy at 1000 and up");
+        rustix::io::fcntl_setfd(&copy, rustix::io::FdFlags::empty()).expect("inheritable");
+        let n = copy.as_raw_fd();
+        moves.push(format!("{}<&{n} {n}<&-", i + 3));
         names.push(name.clone());
+        high.push(copy);
     }
     let mut command = Command::new("bash");
     command
@@ -278,10 +279,8 @@ fn a_restart_with_the_descriptor_store_refuses_no_connection() {
     let second_dir = dir.path().join("second");
     std::fs::create_dir(&second_dir).expect("dir");
     let second = OiProcess::spawn(command, &second_dir);
-    // The child has its copies; the test's are closed with `stored` below.
-    for (_, fd) in &stored {
-        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
-    }
+    // The child has its copies; the test's are closed (`stored` below).
+    drop(high);
     second.wait_ready();
     drop(stored);
     // A few connections served by the second oi alone, then stop the client.
