@@ -129,7 +129,9 @@ fn status(control: &Path) -> std::process::Output {
 #[test]
 fn an_upgrade_hands_every_listener_over_and_refuses_no_connection() {
     let s = setup();
-    let mut old = OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &[]);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut old =
+        OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &["--metrics", &metrics]);
     ping(s.port).unwrap_or_else(|e| old.fail(&format!("serves before: {e}")));
     // Open across the upgrade: the old process finishes it.
     let mut held = connect(local(s.port));
@@ -195,6 +197,13 @@ fn an_upgrade_hands_every_listener_over_and_refuses_no_connection() {
         "the control socket answers: {}",
         String::from_utf8_lossy(&st.stderr)
     );
+    // The metrics endpoint was handed over too: the old oi is gone and it answers.
+    let mut m = connect(metrics.parse().expect("addr"));
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut head = [0u8; 12];
+    m.read_exact(&mut head).expect("metrics answer");
+    assert_eq!(&head, b"HTTP/1.1 200", "the new oi serves /metrics");
     stop.store(true, Ordering::Relaxed);
     let (ok, failed) = client.join().expect("client");
     assert!(
