@@ -25,6 +25,7 @@ mod connect;
 mod daemon;
 mod diagnostics;
 mod edge;
+mod handover;
 mod limits;
 mod listen;
 mod logfile;
@@ -53,7 +54,7 @@ mod watch;
 
 pub use buffers::BufferPool;
 pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;
-pub use listen::{bind, bind_all, serve, BoundSocket, Command, UnixSocket};
+pub use listen::{bind, bind_all, serve, BoundSocket, Command, TcpGroup, UnixSocket};
 pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
 pub use peer::{Client, Peer, UNIX_CLIENT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};

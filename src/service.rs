@@ -10,10 +10,11 @@ use crate::cli::RunOptions;
 use crate::config::{self, ResolvedConfig};
 use crate::daemon;
 use crate::diagnostics;
+use crate::handover;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
-use crate::observe::Observer;
+use crate::observe::{Given, Observer, UpgradeAsk};
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
@@ -69,8 +70,26 @@ pub fn run(opts: RunOptions) -> ExitCode {
     if let Some(to) = opts.convert {
         return convert(&opts.conf_file, to);
     }
+    // Listening sockets systemd passed (socket activation, the descriptor
+    // store): taken first, while no thread exists, since it clears the
+    // environment variables that name them.
+    let mut inherited = listen::Inherited::from_env();
+    // Started by a running oi (`oi upgrade`): take what it hands over.
+    let taken = handover::take_from_env();
+    // What `oi upgrade` starts: this binary's path as started (read before
+    // anything can replace the file) and the same arguments.
+    let binary = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     // Drop-in and daemon mode also report to syslog, as rinetd does.
     diagnostics::init(opts.program, opts.rinetd_defaults);
+    let (mut taker, given) = match taken {
+        None => (None, Given::default()),
+        Some(Err(e)) => {
+            diagnostics::report(&e);
+            return ExitCode::FAILURE;
+        }
+        Some(Ok((taker, handed))) => (Some(taker), adopt(handed, &mut inherited)),
+    };
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
@@ -81,18 +100,25 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
-            diagnostics::report(&e.with_file(&file).to_string());
+            let e = e.with_file(&file).to_string();
+            give_up(&mut taker, &e);
+            diagnostics::report(&e);
             return ExitCode::FAILURE;
         }
     };
     raise_nofile();
     if let Err(e) = listen::check_budget(&file, cfg.rules.len()) {
+        give_up(&mut taker, &e);
         diagnostics::report(&e);
         return ExitCode::FAILURE;
     }
-    let sockets = match listen::bind_all(&cfg, &file) {
-        Ok(s) => s,
+    let sockets = match listen::bind_all_with(&cfg, &file, &mut inherited) {
+        Ok(s) => {
+            inherited.report_unused();
+            s
+        }
         Err(errors) => {
+            give_up(&mut taker, &errors.join("; "));
             for e in capped(&errors) {
                 diagnostics::report(&e);
             }
@@ -107,7 +133,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
         write_pidfile(pidfile.as_deref());
         Ok(())
     };
-    let started = if opts.background {
+    // A new oi started by `oi upgrade` stays the old one's child (which
+    // exits): forking again would leave the old one talking to a parent.
+    let started = if opts.background && taker.is_none() {
         daemon::daemonize(write_pid).map(|()| diagnostics::daemonized(opts.program))
     } else {
         write_pid()
@@ -151,7 +179,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // does to rinetd): it logs one status line, until statistics give it more.
     // Listed first: signals pending together come out in this order, so a
     // status asked for before a SIGTERM is still printed.
-    let signals = match Signals::new([Signal::Usr1, Signal::Hup, Signal::Int, Signal::Term]) {
+    let signals = match Signals::new([
+        Signal::Usr1,
+        Signal::Usr2,
+        Signal::Hup,
+        Signal::Int,
+        Signal::Term,
+    ]) {
         Ok(s) => s,
         Err(e) => {
             log::error!("cannot install signal handlers: {e}");
@@ -162,9 +196,16 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // After the fork (it starts a thread); dropped, removing the control
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
-    let _observer = match Observer::start(shared.clone(), opts.observe_with(&cfg.config.globals)) {
+    let (upgrade_asked, upgrades) = async_channel::bounded(1);
+    let observer = match Observer::start_given(
+        shared.clone(),
+        opts.observe_with(&cfg.config.globals),
+        given,
+        Some(upgrade_asked),
+    ) {
         Ok(o) => o,
         Err(e) => {
+            give_up(&mut taker, &format!("cannot start: {e}"));
             diagnostics::report(&format!("cannot start: {e}"));
             return ExitCode::FAILURE;
         }
@@ -179,6 +220,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
+            give_up(&mut taker, &format!("cannot start listeners: {e}"));
             diagnostics::report(&format!("cannot start listeners: {e}"));
             return ExitCode::FAILURE;
         }
@@ -196,11 +238,22 @@ pub fn run(opts: RunOptions) -> ExitCode {
         watcher,
         changed,
         changes,
+        observer,
+        binary,
+        args,
+        upgrades,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
         let server = service.runtime.spawn(server);
         log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
+        if let Some(taker) = taker {
+            // The old oi stops accepting once it reads this; systemd
+            // follows this process from now on (NotifyAccess=all).
+            taker.ready();
+            notify::main_pid();
+            log::info!("took over from the previous oi");
+        }
         notify::ready(&status);
         service.until_stopped(server, signals).await
     })
@@ -221,9 +274,21 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let (query, json) = match q.action {
-        crate::cli::ClientAction::Print { query, json } => (query, json),
-        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, interval),
+    let (query, json) = match &q.action {
+        crate::cli::ClientAction::Print { query, json } => (*query, *json),
+        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, *interval),
+        crate::cli::ClientAction::Upgrade { binary } => {
+            return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
+                Ok(answer) => {
+                    print!("{answer}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("oi: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match crate::observe::ask(&socket, query, json) {
         Ok(answer) => {
@@ -396,6 +461,38 @@ struct Service {
     changed: Sender<()>,
     /// Where file changes arrive: a reload, as SIGHUP's.
     changes: Receiver<()>,
+    /// The metrics endpoint and control socket, whose sockets an upgrade hands over.
+    observer: Observer,
+    /// The binary `oi upgrade` starts by default: this one's path as started.
+    binary: PathBuf,
+    /// The arguments it starts it with: this one's.
+    args: Vec<std::ffi::OsString>,
+    /// `oi upgrade` requests, from the control socket.
+    upgrades: Receiver<UpgradeAsk>,
+}
+
+/// Sorts what an old oi handed over: rules' listeners go to `inherited`
+/// (matched by address like systemd's), the observer's are returned.
+fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Given {
+    let mut given = Given::default();
+    for (i, h) in handed.into_iter().enumerate() {
+        match h.role {
+            handover::Role::Listener => {
+                let n = i32::try_from(i).unwrap_or(i32::MAX);
+                inherited.add(h.fd, n, "handed over".into());
+            }
+            handover::Role::Metrics => given.metrics = Some(h.fd.into()),
+            handover::Role::Control => given.control = Some(h.fd.into()),
+        }
+    }
+    given
+}
+
+/// Tells the old oi, if one is handing over, why this one cannot serve.
+fn give_up(taker: &mut Option<handover::Taker>, why: &str) {
+    if let Some(t) = taker.take() {
+        t.failed(why);
+    }
 }
 
 /// What woke the service loop.
@@ -404,6 +501,8 @@ enum Wakeup {
     Signal(Option<std::io::Result<Signal>>),
     /// The watcher saw the configuration change.
     Changed,
+    /// `oi upgrade` asked for an upgrade.
+    Upgrade(UpgradeAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`loaded`: the digest
@@ -428,12 +527,20 @@ impl Service {
     /// listeners, drains, and flushes the log.
     /// A change the watcher saw takes the SIGHUP path.
     async fn until_stopped(mut self, server: smol::Task<()>, mut signals: Signals) -> ExitCode {
+        let mut handed_over = false;
         loop {
             let wakeup = async { Wakeup::Signal(signals.next().await) }
                 .or(async {
                     // Never closed: `self.changed` is a sender.
                     let _ = self.changes.recv().await;
                     Wakeup::Changed
+                })
+                .or(async {
+                    match self.upgrades.recv().await {
+                        Ok(ask) => Wakeup::Upgrade(ask),
+                        // The observer stopped: no more requests.
+                        Err(_) => futures_lite::future::pending().await,
+                    }
                 })
                 .await;
             match wakeup {
@@ -446,6 +553,32 @@ impl Service {
                     }
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
+                    if self.upgrade(None).await.is_ok() {
+                        handed_over = true;
+                        break;
+                    }
+                }
+                Wakeup::Upgrade(ask) => {
+                    let outcome = self.upgrade(ask.binary).await;
+                    let done = outcome.is_ok();
+                    // The answer is written before this process goes on
+                    // (and may exit): the observer drops `written` then.
+                    let (written, wait) = async_channel::bounded::<()>(1);
+                    if ask.reply.send((outcome, written)).await.is_ok() {
+                        let _ = wait
+                            .recv()
+                            .or(async {
+                                async_io::Timer::after(Duration::from_secs(5)).await;
+                                Ok(())
+                            })
+                            .await;
+                    }
+                    if done {
+                        handed_over = true;
+                        break;
+                    }
+                }
                 Wakeup::Signal(Some(Ok(_)) | None) => break,
                 Wakeup::Signal(Some(Err(e))) => log::warn!("signal stream: {e}"),
             }
@@ -462,8 +595,15 @@ impl Service {
                 _ => break,
             }
         }
-        log::info!("stopping");
-        notify::stopping();
+        if handed_over {
+            // The files are the new oi's now; and it, not this one, is the
+            // service systemd watches: no STOPPING=1.
+            let _ = self.commands.send(Command::KeepFiles).await;
+            self.observer.handed_over();
+        } else {
+            log::info!("stopping");
+            notify::stopping();
+        }
         self.commands.close();
         server.await;
         // A second SIGTERM or SIGINT cuts the drain short.
@@ -475,10 +615,68 @@ impl Service {
                 }
             }
         };
-        self.runtime.drained(self.drain).or(again).await;
+        // After a hand-over the open connections are this process's to
+        // finish (they are not handed over yet): as long as they last.
+        let drain = if handed_over {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.drain
+        };
+        self.runtime.drained(drain).or(again).await;
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS
+    }
+
+    /// Hands every listening socket to a new oi (`binary`, else this one's
+    /// path as started), which then serves; returns its pid. On error
+    /// nothing changed here, and the message says why.
+    async fn upgrade(&self, binary: Option<PathBuf>) -> Result<String, String> {
+        let me = std::process::id();
+        match self.hand_over(binary).await {
+            Ok(pid) => {
+                let line = format!(
+                    "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
+                     accepting and exits when its open connections end"
+                );
+                log::info!("{line}");
+                Ok(line)
+            }
+            Err(e) => {
+                let line = format!("upgrade failed: {e}; this oi keeps serving");
+                log::error!("{line}");
+                Err(line)
+            }
+        }
+    }
+
+    /// [`Service::upgrade`]'s work: returns the new process's pid.
+    async fn hand_over(&self, binary: Option<PathBuf>) -> Result<u32, String> {
+        let (reply, copies) = async_channel::bounded(1);
+        let stopped = || "the server has stopped".to_string();
+        self.commands
+            .send(Command::Sockets { reply })
+            .await
+            .map_err(|_| stopped())?;
+        let fds = copies.recv().await.map_err(|_| stopped())?;
+        let listener = |fd| handover::Handed {
+            role: handover::Role::Listener,
+            fd,
+        };
+        let mut handed: Vec<handover::Handed> = fds.into_iter().map(listener).collect();
+        let observed = self.observer.copies();
+        if let Some(l) = observed.metrics {
+            let role = handover::Role::Metrics;
+            handed.push(handover::Handed { role, fd: l.into() });
+        }
+        if let Some(l) = observed.control {
+            let role = handover::Role::Control;
+            handed.push(handover::Handed { role, fd: l.into() });
+        }
+        let binary = binary.unwrap_or_else(|| self.binary.clone());
+        let args = self.args.clone();
+        log::info!("upgrade: starting {}", binary.display());
+        smol::unblock(move || handover::hand_over(&binary, &args, &handed)).await
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS

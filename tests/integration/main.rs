@@ -4,6 +4,7 @@
 //! descriptors) runs in a process of its own: `common::run_in_own_process`.
 
 mod acl;
+mod activation;
 mod check_cli;
 mod check_preflight;
 mod command_line;
@@ -47,4 +48,5 @@ mod udp_flood;
 mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
+mod upgrade;
 mod watch;

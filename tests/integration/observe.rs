@@ -813,6 +813,10 @@ fn limit_refusals_and_accept_proxy_drops_show_in_every_output() {
 
     // SIGUSR1's status line names both.
     oi.signal(rustix::process::Signal::USR1);
+    // Stopping at once could race the line: SIGTERM may be served first.
+    wait_until("oi's status line on stderr after SIGUSR1", || {
+        oi.stderr_tail().contains("status: STATS:")
+    });
     drop(held);
     let (code, stderr) = oi.stop();
     assert!(code.success());
