@@ -1,0 +1,223 @@
+//! `oi upgrade` hands live TCP connections to the new oi (issue 24, step
+//! 4): a transfer each way over a copying rule and a splicing rule, paused
+//! mid-way so bytes sit in oi's buffers and pipes, and idle connections,
+//! all survive the switch; the old oi exits without waiting for them.
+
+use super::upgrade::{put_binary, Adopted};
+use crate::common::*;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Bytes each way per transfer.
+const TOTAL: usize = 64 * 1024 * 1024;
+
+/// Where each reader stops until the upgrade is done.
+const PAUSE_AT: usize = 8 * 1024 * 1024;
+
+/// The deterministic bytes a transfer seeded `seed` carries (xorshift64).
+fn stream(seed: u64) -> impl Iterator<Item = Vec<u8>> {
+    let mut x = seed | 1;
+    (0..TOTAL / 65536).map(move |_| {
+        let mut chunk = Vec::with_capacity(65536);
+        for _ in 0..65536 / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chunk.extend_from_slice(&x.to_le_bytes());
+        }
+        chunk
+    })
+}
+
+/// The sha256 of [`stream`]`(seed)`.
+fn expected(seed: u64) -> Vec<u8> {
+    let mut h = Sha256::new();
+    stream(seed).for_each(|c| h.update(&c));
+    h.finalize().to_vec()
+}
+
+/// Writes the stream seeded `seed`, then shuts the write half down.
+fn send(mut s: TcpStream, seed: u64) -> std::io::Result<()> {
+    for chunk in stream(seed) {
+        s.write_all(&chunk)?;
+    }
+    s.shutdown(Shutdown::Write)
+}
+
+/// Reads to EOF and hashes; after [`PAUSE_AT`] bytes it counts itself in
+/// `paused` and waits until `go` is set (bounded by [`PATIENCE`]).
+fn receive(mut s: TcpStream, paused: &AtomicUsize, go: &AtomicBool) -> (usize, Vec<u8>) {
+    let mut h = Sha256::new();
+    let mut n = 0;
+    let mut buf = vec![0u8; 65536];
+    let mut waited = false;
+    loop {
+        if n >= PAUSE_AT && !waited {
+            waited = true;
+            paused.fetch_add(1, Ordering::SeqCst);
+            wait_until("the upgrade is done", || go.load(Ordering::SeqCst));
+        }
+        let want = if waited {
+            buf.len()
+        } else {
+            (PAUSE_AT - n).min(buf.len())
+        };
+        match s.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(k) => {
+                h.update(&buf[..k]);
+                n += k;
+            }
+            Err(e) => panic!("transfer broken after {n} bytes: {e}"),
+        }
+    }
+    (n, h.finalize().to_vec())
+}
+
+/// A backend: a connection starting with `E` is echoed; one starting with
+/// `B` gets the stream seeded 2 while what it sends is hashed (seed 1
+/// expected) and its (bytes, hash) sent on `got`.
+fn backend(
+    paused: Arc<AtomicUsize>,
+    go: Arc<AtomicBool>,
+    got: std::sync::mpsc::Sender<(usize, Vec<u8>)>,
+) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(64) {
+            let Ok(mut s) = s else { continue };
+            let mut role = [0u8; 1];
+            if s.read_exact(&mut role).is_err() {
+                continue;
+            }
+            let (paused, go, got) = (paused.clone(), go.clone(), got.clone());
+            std::thread::spawn(move || {
+                if role[0] == b'E' {
+                    let mut b = [0u8; 4096];
+                    while let Ok(n @ 1..) = s.read(&mut b) {
+                        if s.write_all(&b[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    return;
+                }
+                let out = s.try_clone().expect("clone");
+                let writer = std::thread::spawn(move || send(out, 2));
+                let _ = got.send(receive(s, &paused, &go));
+                writer
+                    .join()
+                    .expect("backend writer")
+                    .expect("backend sends");
+            });
+        }
+    });
+    port
+}
+
+/// One echo round trip on `s`.
+fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
+    s.write_all(what)?;
+    let mut b = vec![0u8; what.len()];
+    s.read_exact(&mut b)?;
+    assert_eq!(b, what, "echoed in order");
+    Ok(())
+}
+
+#[test]
+fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
+    let paused = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicBool::new(false));
+    let (got, backend_got) = std::sync::mpsc::channel();
+    let b = backend(paused.clone(), go.clone(), got);
+    let dir = tempfile::Builder::new()
+        .prefix("oi-upgl")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let binary = dir.path().join("oi");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    let (copy, splice) = (free_port(), free_port());
+    let conf = dir.path().join("oi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "127.0.0.1 {copy} 127.0.0.1 {b} [splice=off]\n127.0.0.1 {splice} 127.0.0.1 {b} [splice=on]\n"
+        ),
+    )
+    .expect("conf");
+    let mut old = OiProcess::start_program(&binary, dir.path(), &conf, &[]);
+
+    // Three idle connections per rule, each echoing once before.
+    let mut idle = Vec::new();
+    for port in [copy, splice] {
+        for i in 0..3u8 {
+            let mut s = connect(local(port));
+            s.write_all(b"E").expect("role");
+            echo(&mut s, &[b'a' + i; 5]).unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
+            idle.push(s);
+        }
+    }
+    // A transfer each way per rule; both readers stop at 8 MiB, so oi's
+    // buffers and pipes fill with bytes in flight.
+    let mut clients = Vec::new();
+    for port in [copy, splice] {
+        let mut s = connect(local(port));
+        s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        s.write_all(b"B").expect("role");
+        let out = s.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || send(out, 1));
+        let (paused, go) = (paused.clone(), go.clone());
+        let reader = std::thread::spawn(move || receive(s, &paused, &go));
+        clients.push((port, writer, reader));
+    }
+    wait_until("both ends of both transfers are paused mid-way", || {
+        paused.load(Ordering::SeqCst) == 4
+    });
+
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    old.signal(rustix::process::Signal::USR2);
+    let main = old.next_notify();
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
+    let new = Adopted(pid);
+    wait_until("the old oi says it handed every connection over", || {
+        old.stderr_tail().contains("handed 8 live connection(s)")
+    });
+    // The old oi exits while the transfers are still paused: it does not
+    // wait for connections it no longer serves.
+    let status = old
+        .exited_within(PATIENCE)
+        .unwrap_or_else(|| old.fail("the old oi did not exit after handing its connections over"));
+    assert!(status.success(), "{status}");
+    assert!(!new.exited(), "the new oi serves on");
+
+    // Only the new oi is left: every byte arrives, in order.
+    go.store(true, Ordering::SeqCst);
+    for (port, writer, reader) in clients {
+        writer
+            .join()
+            .expect("client writer")
+            .unwrap_or_else(|e| panic!("sending through {port}: {e}"));
+        let (n, hash) = reader.join().expect("client reader");
+        assert_eq!(n, TOTAL, "bytes to the client through {port}");
+        assert_eq!(hash, expected(2), "the client's bytes through {port}");
+    }
+    for _ in 0..2 {
+        let (n, hash) = backend_got
+            .recv_timeout(PATIENCE)
+            .expect("the backend finishes both transfers");
+        assert_eq!(n, TOTAL, "bytes to the backend");
+        assert_eq!(hash, expected(1), "the backend's bytes");
+    }
+    for (i, s) in idle.iter_mut().enumerate() {
+        echo(s, format!("after {i}").as_bytes())
+            .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
+    }
+}
