@@ -505,6 +505,11 @@ async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
         }
     };
     let count = offered.len();
+    // Bytes in flight per connection, for the log line.
+    let unsent: Vec<(u64, usize)> = offered
+        .iter()
+        .map(|o| (o.id, o.up.unsent.len() + o.down.unsent.len()))
+        .collect();
     let (reply, ids) = async_channel::bounded(1);
     let (go, gate) = async_channel::bounded(1);
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -518,10 +523,15 @@ async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
         Ok(()) => ids.recv().await.unwrap_or_default(),
         Err(_) => Vec::new(),
     };
+    let carried: usize = unsent
+        .iter()
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, n)| n)
+        .sum();
     let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
     if let Some(n) = confirmed {
         started.store(true, std::sync::atomic::Ordering::Release);
-        log::info!("took over {n} of {count} live connection(s)");
+        log::info!("took over {n} of {count} live connection(s), with {carried} byte(s) in flight");
     }
     // Closing the gate starts them (or, unconfirmed, closes them).
     drop(go);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 const TOTAL: usize = 64 * 1024 * 1024;
 
 /// Where each reader stops until the upgrade is done.
-const PAUSE_AT: usize = 8 * 1024 * 1024;
+const PAUSE_AT: usize = 1024 * 1024;
 
 /// The deterministic bytes a transfer seeded `seed` carries (xorshift64).
 fn stream(seed: u64) -> impl Iterator<Item = Vec<u8>> {
@@ -40,10 +40,47 @@ fn expected(seed: u64) -> Vec<u8> {
     h.finalize().to_vec()
 }
 
-/// Writes the stream seeded `seed`, then shuts the write half down.
-fn send(mut s: TcpStream, seed: u64) -> std::io::Result<()> {
+/// Writes the stream seeded `seed`, then shuts the write half down. Once
+/// every reader is paused (`paused` is 4), the first write that would
+/// block counts in `stalled`: the path is full, so oi's pump for this
+/// direction is blocked writing, with bytes it read and has not written.
+/// A writer whose every byte fitted in the kernel's buffers counts when it
+/// is done instead (its direction is then handed over half-closed).
+fn send(
+    s: TcpStream,
+    seed: u64,
+    paused: &AtomicUsize,
+    stalled: &AtomicUsize,
+) -> std::io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use rustix::net::SendFlags;
+    let mut counted = false;
     for chunk in stream(seed) {
-        s.write_all(&chunk)?;
+        let mut at = 0;
+        while at < chunk.len() {
+            match rustix::net::send(&s, &chunk[at..], SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(n) => at += n,
+                Err(rustix::io::Errno::AGAIN) => {
+                    if !counted && paused.load(Ordering::SeqCst) == 4 {
+                        counted = true;
+                        stalled.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let limit = Timespec {
+                        tv_sec: PATIENCE.as_secs() as i64,
+                        tv_nsec: 0,
+                    };
+                    let mut fds = [PollFd::new(&s, PollFlags::OUT)];
+                    if poll(&mut fds, Some(&limit))? == 0 {
+                        return Err(std::io::Error::other("not writable for PATIENCE"));
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if !counted {
+        stalled.fetch_add(1, Ordering::SeqCst);
     }
     s.shutdown(Shutdown::Write)
 }
@@ -83,10 +120,13 @@ fn receive(mut s: TcpStream, paused: &AtomicUsize, go: &AtomicBool) -> (usize, V
 /// expected) and its (bytes, hash) sent on `got`.
 fn backend(
     paused: Arc<AtomicUsize>,
+    stalled: Arc<AtomicUsize>,
     go: Arc<AtomicBool>,
     got: std::sync::mpsc::Sender<(usize, Vec<u8>)>,
 ) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+    // Accepted sockets inherit it: see [`small_window`].
+    small_window(&l);
     let port = l.local_addr().expect("addr").port();
     std::thread::spawn(move || {
         for s in l.incoming().take(64) {
@@ -95,7 +135,8 @@ fn backend(
             if s.read_exact(&mut role).is_err() {
                 continue;
             }
-            let (paused, go, got) = (paused.clone(), go.clone(), got.clone());
+            let (paused, stalled, go, got) =
+                (paused.clone(), stalled.clone(), go.clone(), got.clone());
             std::thread::spawn(move || {
                 if role[0] == b'E' {
                     let mut b = [0u8; 4096];
@@ -107,7 +148,8 @@ fn backend(
                     return;
                 }
                 let out = s.try_clone().expect("clone");
-                let writer = std::thread::spawn(move || send(out, 2));
+                let p = paused.clone();
+                let writer = std::thread::spawn(move || send(out, 2, &p, &stalled));
                 let _ = got.send(receive(s, &paused, &go));
                 writer
                     .join()
@@ -117,6 +159,24 @@ fn backend(
         }
     });
     port
+}
+
+/// A fixed 256 KiB receive buffer (no autotuning, which here grows to 32
+/// MiB): a paused reader then stops oi's pump within a few MiB, with bytes
+/// read and not yet written in its buffer or pipe.
+fn small_window(s: &impl std::os::fd::AsFd) {
+    socket2::SockRef::from(s)
+        .set_recv_buffer_size(256 * 1024)
+        .expect("SO_RCVBUF");
+}
+
+/// A client of `port` with [`small_window`].
+fn bulk_client(port: u16) -> TcpStream {
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    small_window(&s);
+    s.connect(&local(port).into()).expect("connect");
+    s.into()
 }
 
 /// One echo round trip on `s`.
@@ -131,9 +191,10 @@ fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
 #[test]
 fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
     let paused = Arc::new(AtomicUsize::new(0));
+    let stalled = Arc::new(AtomicUsize::new(0));
     let go = Arc::new(AtomicBool::new(false));
     let (got, backend_got) = std::sync::mpsc::channel();
-    let b = backend(paused.clone(), go.clone(), got);
+    let b = backend(paused.clone(), stalled.clone(), go.clone(), got);
     let dir = tempfile::Builder::new()
         .prefix("oi-upgl")
         .tempdir_in("/tmp")
@@ -161,21 +222,25 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
             idle.push(s);
         }
     }
-    // A transfer each way per rule; both readers stop at 8 MiB, so oi's
+    // A transfer each way per rule; both readers stop at 1 MiB, so oi's
     // buffers and pipes fill with bytes in flight.
     let mut clients = Vec::new();
     for port in [copy, splice] {
-        let mut s = connect(local(port));
+        let mut s = bulk_client(port);
         s.set_read_timeout(Some(PATIENCE)).expect("timeout");
         s.write_all(b"B").expect("role");
         let out = s.try_clone().expect("clone");
-        let writer = std::thread::spawn(move || send(out, 1));
+        let (p, st) = (paused.clone(), stalled.clone());
+        let writer = std::thread::spawn(move || send(out, 1, &p, &st));
         let (paused, go) = (paused.clone(), go.clone());
         let reader = std::thread::spawn(move || receive(s, &paused, &go));
         clients.push((port, writer, reader));
     }
     wait_until("both ends of both transfers are paused mid-way", || {
         paused.load(Ordering::SeqCst) == 4
+    });
+    wait_until("every writer is stalled or done", || {
+        stalled.load(Ordering::SeqCst) == 4
     });
 
     put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
@@ -197,6 +262,20 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
         .unwrap_or_else(|| old.fail("the old oi did not exit after handing its connections over"));
     assert!(status.success(), "{status}");
     assert!(!new.exited(), "the new oi serves on");
+    // The paused transfers had bytes in oi's buffers and pipes: they came along.
+    wait_until("the new oi says what it took over", || {
+        old.stderr_tail()
+            .contains("took over 8 of 8 live connection(s)")
+    });
+    let tail = old.stderr_tail();
+    let carried: u64 = tail
+        .split("took over 8 of 8 live connection(s), with ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| old.fail("the new oi says what it took over"));
+    assert!(carried > 0, "bytes in flight were handed over");
+    eprintln!("{carried} bytes in flight were handed over");
 
     // Only the new oi is left: every byte arrives, in order.
     go.store(true, Ordering::SeqCst);
