@@ -300,3 +300,65 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
             .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
     }
 }
+
+#[test]
+fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
+    let b = echo_backend("127.0.0.1:0").port();
+    let dir = tempfile::Builder::new()
+        .prefix("oi-upgk")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let binary = dir.path().join("oi");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    let (kept, gone) = (free_port(), free_port());
+    let conf = dir.path().join("oi.conf");
+    let kept_line = format!("127.0.0.1 {kept} 127.0.0.1 {b}\n");
+    std::fs::write(
+        &conf,
+        format!("{kept_line}127.0.0.1 {gone} 127.0.0.1 {b}\n"),
+    )
+    .expect("conf");
+    let mut old = OiProcess::start_program(&binary, dir.path(), &conf, &[]);
+    let mut on_kept = connect(local(kept));
+    let mut on_gone = connect(local(gone));
+    echo(&mut on_kept, b"one").unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
+    echo(&mut on_gone, b"two").unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
+
+    // The new oi reads a configuration without the second rule.
+    std::fs::write(&conf, kept_line).expect("conf");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    old.signal(rustix::process::Signal::USR2);
+    let main = old.next_notify();
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
+    let new = Adopted(pid);
+    wait_until(
+        "the old oi says what it handed over and what it keeps",
+        || {
+            let tail = old.stderr_tail();
+            tail.contains("handed 1 live connection(s)")
+                && tail.contains("1 connection(s) the new oi did not take stay here")
+        },
+    );
+    assert!(
+        old.stderr_tail().contains("no TCP rule listens on"),
+        "the new oi says why it left one"
+    );
+    // Both still echo: one through the new oi, one through the old.
+    echo(&mut on_kept, b"three").unwrap_or_else(|e| old.fail(&format!("kept: {e}")));
+    echo(&mut on_gone, b"four").unwrap_or_else(|e| old.fail(&format!("left: {e}")));
+    assert!(
+        old.exited_within(std::time::Duration::ZERO).is_none(),
+        "the old oi serves the connection it kept"
+    );
+    drop(on_gone);
+    let status = old
+        .exited_within(PATIENCE)
+        .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
+    assert!(status.success(), "{status}");
+    echo(&mut on_kept, b"five").unwrap_or_else(|e| panic!("kept, after the old oi exited: {e}"));
+    assert!(!new.exited(), "the new oi serves on");
+}
