@@ -176,3 +176,67 @@ fn read_half(v: &Value, data: &OwnedFd, at: &mut u64) -> Result<HalfState, Strin
 pub(crate) fn confirm(conn: &OwnedFd, ids: &[u64]) -> std::io::Result<()> {
     wire::send(conn, Kind::Adopted, &json!({ "ids": ids }), &[])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+
+    fn half(unsent: &[u8], done: bool, bytes: u64) -> HalfState {
+        HalfState {
+            unsent: unsent.to_vec(),
+            done,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn connections_travel_with_their_unsent_bytes_in_order_and_the_answer_comes_back() {
+        let (old, new) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair");
+        let sock = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind").into();
+        let (verdict, _answer) = crate::handover::park::verdict();
+        let parked: Vec<Parked> = (0..3u8)
+            .map(|i| Parked {
+                client: sock(),
+                backend: sock(),
+                rule: format!("127.0.0.1:{i}"),
+                up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
+                down: half(b"down", i == 2, 7),
+                started: 1_700_000_000,
+                verdict: verdict.clone(),
+            })
+            .collect();
+        let taker = std::thread::spawn(move || {
+            let got = receive(&new).expect("receive");
+            confirm(&new, &[1]).expect("confirm");
+            got
+        });
+        assert_eq!(offer(&old, &parked), Ok(vec![1]));
+        let got = taker.join().expect("taker");
+        assert_eq!(got.len(), 3);
+        for (i, g) in got.iter().enumerate() {
+            let i8 = u8::try_from(i).expect("small");
+            assert_eq!(g.id, i as u64);
+            assert_eq!(g.rule, format!("127.0.0.1:{i}"));
+            assert_eq!(g.up, half(&vec![i8; i * 1000], false, i as u64));
+            assert_eq!(g.down, half(b"down", i == 2, 7));
+            assert_eq!(g.started, 1_700_000_000);
+        }
+    }
+
+    #[test]
+    fn a_direction_claiming_more_than_the_bound_is_refused() {
+        let data = memfd(b"").expect("memfd");
+        let mut at = 0;
+        let v = json!({ "unsent": MOST_UNSENT + 1, "done": false, "bytes": 0 });
+        assert!(read_half(&v, &data, &mut at).is_err());
+        let v = json!({ "unsent": 5, "done": false, "bytes": 0 });
+        assert!(read_half(&v, &data, &mut at).is_err(), "cut short");
+    }
+}
