@@ -199,7 +199,11 @@ mod tests {
             None,
         )
         .expect("socketpair");
-        let sock = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind").into();
+        let sock = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("bind")
+                .into()
+        };
         let (verdict, _answer) = crate::handover::park::verdict();
         let parked: Vec<Parked> = (0..3u8)
             .map(|i| Parked {

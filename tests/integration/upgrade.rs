@@ -74,7 +74,7 @@ pub(super) fn put_binary(from: &Path, to: &Path) {
 }
 
 /// Writes an executable script at `to` the same way.
-fn put_script(to: &Path, text: &str) {
+pub(super) fn put_script(to: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
     let tmp = to.with_extension("new");
     std::fs::write(&tmp, text).expect("script");

@@ -3,7 +3,7 @@
 //! mid-way so bytes sit in oi's buffers and pipes, and idle connections,
 //! all survive the switch; the old oi exits without waiting for them.
 
-use super::upgrade::{put_binary, Adopted};
+use super::upgrade::{put_binary, put_script, Adopted};
 use crate::common::*;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -190,6 +190,57 @@ fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
 
 #[test]
 fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
+    transfers_across_an_upgrade(None);
+}
+
+/// A new "oi" that takes the listeners, says ready, receives the live
+/// connections and dies without answering: hand-over version 2 in python3.
+const DIES_HALF_WAY: &str = "#!/usr/bin/env python3
+import array, json, os, socket, struct
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect('\\0' + os.environ['OI_HANDOVER'])
+def say(kind):
+    s.send(b'OIHO' + struct.pack('>HB', 2, kind) + json.dumps({'pid': os.getpid()}).encode())
+def until(kind):
+    s.settimeout(60)
+    while True:
+        msg, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(253 * 4))
+        for _, _, data in anc:
+            for fd in array.array('i', data[:len(data) - len(data) % 4]):
+                os.close(fd)
+        if msg[6] == kind:
+            return
+say(1)
+until(3)
+say(4)
+until(7)
+os._exit(3)
+";
+
+#[test]
+fn a_new_oi_that_dies_taking_the_connections_leaves_them_all_with_the_old_one() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
+            "python3 is missing and OI_REQUIRE_TOOLS is set"
+        );
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    transfers_across_an_upgrade(Some(DIES_HALF_WAY));
+}
+
+/// Two transfers (64 MiB each way, one copying, one splicing) paused with
+/// bytes in oi's buffers and pipes, and six idle connections, across an
+/// upgrade to the same oi (`fake: None`: the new oi takes every one and
+/// the old exits at once) or to `fake`, a script that dies half-way (every
+/// connection resumes in the old oi, which exits once they end). Either
+/// way every byte arrives in order and no connection is closed.
+fn transfers_across_an_upgrade(fake: Option<&str>) {
     let paused = Arc::new(AtomicUsize::new(0));
     let stalled = Arc::new(AtomicUsize::new(0));
     let go = Arc::new(AtomicBool::new(false));
@@ -243,41 +294,25 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
         stalled.load(Ordering::SeqCst) == 4
     });
 
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
-    old.signal(rustix::process::Signal::USR2);
-    let main = old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
-    wait_until("the old oi says it handed every connection over", || {
-        old.stderr_tail().contains("handed 8 live connection(s)")
-    });
-    // The old oi exits while the transfers are still paused: it does not
-    // wait for connections it no longer serves.
-    let status = old
-        .exited_within(PATIENCE)
-        .unwrap_or_else(|| old.fail("the old oi did not exit after handing its connections over"));
-    assert!(status.success(), "{status}");
-    assert!(!new.exited(), "the new oi serves on");
-    // The paused transfers had bytes in oi's buffers and pipes: they came along.
-    wait_until("the new oi says what it took over", || {
-        old.stderr_tail()
-            .contains("took over 8 of 8 live connection(s)")
-    });
-    let tail = old.stderr_tail();
-    let carried: u64 = tail
-        .split("took over 8 of 8 live connection(s), with ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| old.fail("the new oi says what it took over"));
-    assert!(carried > 0, "bytes in flight were handed over");
-    eprintln!("{carried} bytes in flight were handed over");
+    let new = match fake {
+        None => Some(hand_all_over(&mut old, &binary)),
+        Some(script) => {
+            put_script(&binary, script);
+            old.signal(rustix::process::Signal::USR2);
+            wait_until("the old oi says the connections stay", || {
+                let tail = old.stderr_tail();
+                tail.contains("connections not handed over")
+                    && tail.contains("8 connection(s) the new oi did not take stay here")
+            });
+            assert!(
+                old.exited_within(std::time::Duration::ZERO).is_none(),
+                "the old oi serves the connections it kept"
+            );
+            None
+        }
+    };
 
-    // Only the new oi is left: every byte arrives, in order.
+    // Every byte arrives, in order.
     go.store(true, Ordering::SeqCst);
     for (port, writer, reader) in clients {
         writer
@@ -298,6 +333,16 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
     for (i, s) in idle.iter_mut().enumerate() {
         echo(s, format!("after {i}").as_bytes())
             .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
+    }
+    match new {
+        Some(new) => assert!(!new.exited(), "the new oi serves on"),
+        None => {
+            drop(idle);
+            let status = old
+                .exited_within(PATIENCE)
+                .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
+            assert!(status.success(), "{status}");
+        }
     }
 }
 
@@ -361,4 +406,43 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
     assert!(status.success(), "{status}");
     echo(&mut on_kept, b"five").unwrap_or_else(|e| panic!("kept, after the old oi exited: {e}"));
     assert!(!new.exited(), "the new oi serves on");
+}
+
+/// Upgrades `old` to the same oi; waits until it has handed all 8
+/// connections over, with bytes in flight, and exited.
+fn hand_all_over(old: &mut OiProcess, binary: &Path) -> Adopted {
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), binary);
+    old.signal(rustix::process::Signal::USR2);
+    let main = old.next_notify();
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
+    let new = Adopted(pid);
+    wait_until("the old oi says it handed every connection over", || {
+        old.stderr_tail().contains("handed 8 live connection(s)")
+    });
+    // The old oi exits while the transfers are still paused: it does not
+    // wait for connections it no longer serves.
+    let status = old
+        .exited_within(PATIENCE)
+        .unwrap_or_else(|| old.fail("the old oi did not exit after handing its connections over"));
+    assert!(status.success(), "{status}");
+    assert!(!new.exited(), "the new oi serves on");
+    // The paused transfers had bytes in oi's buffers and pipes: they came along.
+    wait_until("the new oi says what it took over", || {
+        old.stderr_tail()
+            .contains("took over 8 of 8 live connection(s)")
+    });
+    let tail = old.stderr_tail();
+    let carried: u64 = tail
+        .split("took over 8 of 8 live connection(s), with ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| old.fail("the new oi says what it took over"));
+    assert!(carried > 0, "bytes in flight were handed over");
+    eprintln!("{carried} bytes in flight were handed over");
+    new
 }
