@@ -686,7 +686,7 @@ impl Service {
             Ok(pid) => {
                 let line = format!(
                     "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
-                     accepting and exits when its open connections end"
+                     accepting and exits when the connections it kept end"
                 );
                 log::info!("{line}");
                 Ok(line)

@@ -87,15 +87,28 @@ pub(super) async fn run(
         match ran {
             Ran::Done(outcome) => return Some(outcome),
             Ran::Stop => {
-                if offer(published, client, backend, shared, &ticket, rule, started).await {
-                    return None;
+                match offer(published, client, backend, shared, &ticket, rule, started).await {
+                    Offer::Adopted => return None,
+                    Offer::Resume => {}
+                    Offer::Broken(e) => return Some(published.pump.abort(e)),
                 }
             }
         }
     }
 }
 
-/// Pauses the pump and offers the connection; `true` when the new oi confirmed it.
+/// How an offer ended.
+enum Offer {
+    /// The new oi confirmed it: this one only closes its descriptors.
+    Adopted,
+    /// It stays here: the pump runs on, its unsent bytes first.
+    Resume,
+    /// Its unsent bytes could not be taken out whole (a pipe read failed):
+    /// it ends, rather than go on with bytes missing.
+    Broken(std::io::Error),
+}
+
+/// Pauses the pump and offers the connection.
 async fn offer(
     published: &mut Published<'_>,
     client: &Async<TcpStream>,
@@ -104,16 +117,21 @@ async fn offer(
     ticket: &Ticket<'_>,
     rule: &str,
     started: u64,
-) -> bool {
-    let copies = (
+) -> Offer {
+    let (up, down) = match published.pump.pause() {
+        Ok(halves) => halves,
+        Err(e) => {
+            shared.parking.decline(ticket);
+            return Offer::Broken(e);
+        }
+    };
+    let (Ok(client), Ok(backend)) = (
         client.as_fd().try_clone_to_owned(),
         backend.as_fd().try_clone_to_owned(),
-    );
-    let paused = published.pump.pause();
-    let ((Ok(client), Ok(backend)), Ok((up, down))) = (copies, paused) else {
-        log::debug!("upgrade: a connection cannot be paused (no descriptor left); it stays here");
+    ) else {
+        log::debug!("upgrade: a connection cannot be copied (no descriptor left); it stays here");
         shared.parking.decline(ticket);
-        return false;
+        return Offer::Resume;
     };
     let (verdict, answer) = park::verdict();
     let parked = Parked {
@@ -126,10 +144,13 @@ async fn offer(
         verdict,
     };
     if !shared.parking.park(ticket, parked) {
-        return false;
+        return Offer::Resume;
     }
     // A closed channel (the hand-over gave up) means: run on here.
-    answer.recv().await.unwrap_or(false)
+    match answer.recv().await {
+        Ok(true) => Offer::Adopted,
+        _ => Offer::Resume,
+    }
 }
 
 /// Seconds since the epoch now, for a connection's start.

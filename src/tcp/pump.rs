@@ -347,6 +347,11 @@ impl Pump<'_> {
         ))
     }
 
+    /// Ends the connection with `e` (a pause that could not keep its bytes).
+    pub(crate) fn abort(&mut self, e: io::Error) -> PumpOutcome {
+        self.finish(Some(e), Side::Client)
+    }
+
     /// Takes up a connection another oi paused: `up` and `down` are its
     /// directions' states; their unsent bytes go out first.
     pub(crate) fn adopt(&mut self, up: Half, down: Half) {

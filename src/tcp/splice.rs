@@ -204,8 +204,18 @@ impl SpliceMover {
             Some(pipe) if self.in_pipe > 0 => drain(pipe, self.in_pipe)?,
             _ => Vec::new(),
         };
-        self.in_pipe = 0;
-        self.release(pipes);
+        if out.len() == self.in_pipe {
+            self.in_pipe = 0;
+            self.release(pipes);
+        } else {
+            // Cannot happen (the pipe holds what was spliced in); were it to,
+            // the bytes' order is lost: end the connection, never reorder.
+            self.pipe = None;
+            self.in_pipe = 0;
+            return Err(io::Error::other(
+                "the splice pipe held fewer bytes than counted",
+            ));
+        }
         self.readable = true;
         Ok(out)
     }
