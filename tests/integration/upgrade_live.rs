@@ -179,6 +179,15 @@ fn bulk_client(port: u16) -> TcpStream {
     s.into()
 }
 
+/// One echo round trip on a unix client.
+fn unix_echo(s: &mut std::os::unix::net::UnixStream, what: &[u8]) -> std::io::Result<()> {
+    s.write_all(what)?;
+    let mut b = vec![0u8; what.len()];
+    s.read_exact(&mut b)?;
+    assert_eq!(b, what, "echoed in order");
+    Ok(())
+}
+
 /// One echo round trip on `s`.
 fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
     s.write_all(what)?;
@@ -347,7 +356,7 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
 }
 
 #[test]
-fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
+fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one_and_unix_clients_go_over() {
     let b = echo_backend("127.0.0.1:0").port();
     let dir = tempfile::Builder::new()
         .prefix("oi-upgk")
@@ -357,7 +366,12 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
     put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
     let (kept, gone) = (free_port(), free_port());
     let conf = dir.path().join("oi.conf");
-    let kept_line = format!("127.0.0.1 {kept} 127.0.0.1 {b}\n");
+    let sock = dir.path().join("in.sock");
+    // A TCP rule and a unix listener the new oi keeps, a TCP rule it drops.
+    let kept_line = format!(
+        "127.0.0.1 {kept} 127.0.0.1 {b}\nunix:{} 127.0.0.1 {b}\n",
+        sock.display()
+    );
     std::fs::write(
         &conf,
         format!("{kept_line}127.0.0.1 {gone} 127.0.0.1 {b}\n"),
@@ -368,6 +382,9 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
     let mut on_gone = connect(local(gone));
     echo(&mut on_kept, b"one").unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
     echo(&mut on_gone, b"two").unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
+    let mut on_unix = std::os::unix::net::UnixStream::connect(&sock).expect("unix client");
+    on_unix.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    unix_echo(&mut on_unix, b"unix").unwrap_or_else(|e| old.fail(&format!("unix echo: {e}")));
 
     // The new oi reads a configuration without the second rule.
     std::fs::write(&conf, kept_line).expect("conf");
@@ -384,7 +401,7 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
         "the old oi says what it handed over and what it keeps",
         || {
             let tail = old.stderr_tail();
-            tail.contains("handed 1 live connection(s)")
+            tail.contains("handed 2 live connection(s)")
                 && tail.contains("1 connection(s) the new oi did not take stay here")
         },
     );
@@ -392,8 +409,9 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
         old.stderr_tail().contains("no TCP rule listens on"),
         "the new oi says why it left one"
     );
-    // Both still echo: one through the new oi, one through the old.
+    // All still echo: two through the new oi, one through the old.
     echo(&mut on_kept, b"three").unwrap_or_else(|e| old.fail(&format!("kept: {e}")));
+    unix_echo(&mut on_unix, b"unix2").unwrap_or_else(|e| old.fail(&format!("unix: {e}")));
     echo(&mut on_gone, b"four").unwrap_or_else(|e| old.fail(&format!("left: {e}")));
     assert!(
         old.exited_within(std::time::Duration::ZERO).is_none(),
@@ -405,6 +423,8 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one() {
         .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
     assert!(status.success(), "{status}");
     echo(&mut on_kept, b"five").unwrap_or_else(|e| panic!("kept, after the old oi exited: {e}"));
+    unix_echo(&mut on_unix, b"unix3")
+        .unwrap_or_else(|e| panic!("unix, after the old oi exited: {e}"));
     assert!(!new.exited(), "the new oi serves on");
 }
 
