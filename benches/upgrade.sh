@@ -5,10 +5,11 @@
 # back to back: its longest round trip), and the longest a new connection
 # waits (connect plus one echo, in a loop), with CONNS idle connections open
 # through oi. The same window is measured first without an upgrade, so each
-# figure comes with the baseline of the same run. Open connections stay on
-# the old process (they are not handed over yet), so the in-flight stream is
-# served by the old oi throughout; afterwards every idle connection must
-# still echo. Needs python3.
+# figure comes with the baseline of the same run. Open connections are
+# handed over to the new oi (hand-over version 2), the in-flight stream
+# among them, so its longest round trip includes its pause, and the
+# hand-over time includes moving every connection; afterwards every idle
+# connection must still echo. Needs python3.
 # Usage: benches/upgrade.sh [path/to/oi]   (default target/release/oi)
 #        CONNS="10 10000" benches/upgrade.sh
 set -euo pipefail
@@ -127,7 +128,7 @@ for upgrade in (False, True):
 for c in idle: c.close()
 stream.close()
 EOF
-    # The old oi exits once its connections are closed; the new one is stopped.
+    # The old oi exits once it has handed its connections over; the new one is stopped.
     wait "$old" || true
     new=$(cat "$work/new.pid")
     kill "$new" 2>/dev/null || true

@@ -253,6 +253,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
             taker.ready();
             notify::main_pid();
             log::info!("took over from the previous oi");
+            take_connections(taker, &service.commands).await;
         }
         notify::ready(&status);
         service.until_stopped(server, signals).await
@@ -488,6 +489,54 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
     given
 }
 
+/// Takes up the live connections the previous oi pauses after `ready`:
+/// the listeners start those whose rule they serve, which begin to pump
+/// only once the previous oi has been told (so never both pump one).
+async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
+    let (taker, offered) = smol::unblock(move || {
+        let offered = taker.connections();
+        (taker, offered)
+    })
+    .await;
+    let offered = match offered {
+        Ok(o) => o,
+        Err(e) => {
+            return log::warn!("no live connections taken over: {e}");
+        }
+    };
+    let count = offered.len();
+    // Bytes in flight per connection, for the log line.
+    let unsent: Vec<(u64, usize)> = offered
+        .iter()
+        .map(|o| (o.id, o.up.unsent.len() + o.down.unsent.len()))
+        .collect();
+    let (reply, ids) = async_channel::bounded(1);
+    let (go, gate) = async_channel::bounded(1);
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let adopt = Command::Adopt {
+        conns: offered,
+        reply,
+        gate,
+        go: started.clone(),
+    };
+    let ids = match commands.send(adopt).await {
+        Ok(()) => ids.recv().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let carried: usize = unsent
+        .iter()
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, n)| n)
+        .sum();
+    let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
+    if let Some(n) = confirmed {
+        started.store(true, std::sync::atomic::Ordering::Release);
+        log::info!("took over {n} of {count} live connection(s), with {carried} byte(s) in flight");
+    }
+    // Closing the gate starts them (or, unconfirmed, closes them).
+    drop(go);
+}
+
 /// Tells the old oi, if one is handing over, why this one cannot serve.
 fn give_up(taker: &mut Option<handover::Taker>, why: &str) {
     if let Some(t) = taker.take() {
@@ -637,7 +686,7 @@ impl Service {
             Ok(pid) => {
                 let line = format!(
                     "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
-                     accepting and exits when its open connections end"
+                     accepting and exits when the connections it kept end"
                 );
                 log::info!("{line}");
                 Ok(line)
@@ -676,7 +725,8 @@ impl Service {
         let binary = binary.unwrap_or_else(|| self.binary.clone());
         let args = self.args.clone();
         log::info!("upgrade: starting {}", binary.display());
-        smol::unblock(move || handover::hand_over(&binary, &args, &handed)).await
+        let shared = self.shared.clone();
+        smol::unblock(move || handover::hand_over(&binary, &args, &handed, &shared.parking)).await
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS

@@ -75,6 +75,9 @@ pub struct Shared {
     /// Bytes queued towards TCP backends by every UDP→TCP association
     /// together, limited to [`UDP_QUEUE_TOTAL`].
     pub(crate) udp_queue: Arc<ByteBudget>,
+    /// Every pumping TCP connection, so `oi upgrade` can pause them and
+    /// hand them to the new oi.
+    pub(crate) parking: crate::handover::park::Parking,
     /// Client datagrams dropped because an upstream could not take them
     /// (queue or byte budget full): for the statistics, and the warning.
     udp_dropped: AtomicU64,
@@ -119,6 +122,7 @@ impl Shared {
             log,
             stats: Stats::default(),
             udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
+            parking: Default::default(),
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
             udp_proxy_warning: Every::new(DROP_WARNING_EVERY),

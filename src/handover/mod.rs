@@ -15,6 +15,8 @@
 //! version, says nothing in time) leaves the old process serving, with one
 //! message saying why.
 
+mod conns;
+pub(crate) mod park;
 mod wire;
 
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
@@ -77,6 +79,7 @@ pub(crate) fn hand_over(
     binary: &Path,
     args: &[OsString],
     sockets: &[Handed],
+    parking: &park::Parking,
 ) -> Result<u32, String> {
     let shown = binary.display();
     let (listener, name) = rendezvous().map_err(|e| format!("cannot set up the hand-over: {e}"))?;
@@ -86,7 +89,7 @@ pub(crate) fn hand_over(
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
-    let result = converse(&listener, &mut child, sockets);
+    let result = converse(&listener, &mut child, sockets, parking);
     if result.is_err() {
         let _ = child.kill();
     }
@@ -113,7 +116,12 @@ fn rendezvous() -> io::Result<(OwnedFd, String)> {
 }
 
 /// The conversation, from the old side; errors read after "the new binary".
-fn converse(listener: &OwnedFd, child: &mut Child, sockets: &[Handed]) -> Result<u32, String> {
+fn converse(
+    listener: &OwnedFd,
+    child: &mut Child,
+    sockets: &[Handed],
+    parking: &park::Parking,
+) -> Result<u32, String> {
     let deadline = Instant::now() + TIMEOUT;
     let conn = accept_child(listener, child, deadline)?;
     rustix::net::sockopt::set_socket_timeout(
@@ -139,10 +147,16 @@ fn converse(listener: &OwnedFd, child: &mut Child, sockets: &[Handed]) -> Result
     wire::send(&conn, Kind::End, &serde_json::json!({}), &[])
         .map_err(|e| format!("did not take the sockets: {e}"))?;
     match recv(&conn, child)? {
-        (Kind::Ready, body) => Ok(body["pid"]
-            .as_u64()
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(child.id())),
+        (Kind::Ready, body) => {
+            let pid = body["pid"]
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(child.id());
+            // The new oi serves every listener: now the live connections.
+            let n = conns::send(&conn, parking);
+            log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
+            Ok(pid)
+        }
         (Kind::Failed, body) => Err(format!(
             "refused to take over: {}",
             body["error"].as_str().unwrap_or("no reason given")
@@ -294,11 +308,30 @@ fn take(name: &[u8]) -> Result<(Taker, Vec<Handed>), String> {
 }
 
 impl Taker {
-    /// Tells the old process this one serves; it stops accepting and exits.
-    pub(crate) fn ready(self) {
+    /// Tells the old process this one serves; it stops accepting and sends
+    /// its live connections next ([`Taker::connections`]).
+    pub(crate) fn ready(&self) {
         let body = serde_json::json!({ "pid": std::process::id() });
         if let Err(e) = wire::send(&self.conn, Kind::Ready, &body, &[]) {
             log::warn!("could not tell the previous oi that this one serves: {e}");
+        }
+    }
+
+    /// Receives the connections the old process paused (blocking).
+    pub(crate) fn connections(&self) -> Result<Vec<park::Offered>, String> {
+        conns::receive(&self.conn)
+    }
+
+    /// Tells the old process which connections this one serves now; it
+    /// closes its copies of those and runs the others on.
+    /// `false`: the old process was not told, and serves them on.
+    pub(crate) fn adopted(self, ids: &[u64]) -> bool {
+        match conns::confirm(&self.conn, ids) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("could not confirm the connections taken over ({e}); the previous oi keeps them");
+                false
+            }
         }
     }
 

@@ -18,7 +18,7 @@ pub(crate) const MAGIC: &[u8; 4] = b"OIHO";
 
 /// The hand-over version this oi speaks. Raised whenever a message's
 /// meaning changes; two oi with different versions do not hand over.
-pub(crate) const VERSION: u16 = 1;
+pub(crate) const VERSION: u16 = 2;
 
 /// Magic, version and kind.
 const HEADER: usize = 7;
@@ -43,6 +43,13 @@ pub(crate) enum Kind {
     Ready = 4,
     /// New → old: the new process gives up (`error` says why) and exits.
     Failed = 5,
+    /// Old → new, after ready: paused TCP connections (version 2).
+    Connections = 6,
+    /// Old → new: every paused connection has been sent.
+    ConnectionsEnd = 7,
+    /// New → old: the connections it serves now (`ids`); the old one
+    /// drops those and resumes the rest.
+    Adopted = 8,
 }
 
 impl Kind {
@@ -54,6 +61,9 @@ impl Kind {
             3 => Kind::End,
             4 => Kind::Ready,
             5 => Kind::Failed,
+            6 => Kind::Connections,
+            7 => Kind::ConnectionsEnd,
+            8 => Kind::Adopted,
             _ => return None,
         })
     }

@@ -44,7 +44,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// What a running server can be asked to do.
@@ -76,6 +76,20 @@ pub enum Command {
     /// A new oi serves the sockets now: when the listeners close, their
     /// unix socket files stay.
     KeepFiles,
+    /// Connections the previous oi handed over: each whose rule a TCP
+    /// listener here serves is placed on a thread, waiting at `gate`.
+    Adopt {
+        /// The connections.
+        conns: Vec<crate::handover::park::Offered>,
+        /// Receives the ids of those placed; the others are closed here
+        /// (the previous oi keeps serving them).
+        reply: Sender<Vec<u64>>,
+        /// Closed once the previous oi has been told which were taken.
+        gate: Receiver<()>,
+        /// Set before the gate closes when it was told: the placed
+        /// connections pump; else they close (the previous oi has them).
+        go: Arc<AtomicBool>,
+    },
 }
 
 /// Starts serving already-bound sockets, each with its route, on `runtime`'s
@@ -111,6 +125,14 @@ pub fn serve(
                 }
                 Command::Sockets { reply } => {
                     let _ = reply.send(listeners.copies()).await;
+                }
+                Command::Adopt {
+                    conns,
+                    reply,
+                    gate,
+                    go,
+                } => {
+                    let _ = reply.send(listeners.adopt(conns, &gate, &go)).await;
                 }
                 Command::KeepFiles => {
                     for file in listeners.serving.values().filter_map(|r| r.file.as_ref()) {
@@ -191,6 +213,52 @@ impl Listeners {
         let all = self.serving.values().flat_map(|r| r.sockets.iter());
         all.filter_map(|s| s.as_fd().try_clone_to_owned().ok())
             .collect()
+    }
+
+    /// Places each handed-over connection whose rule a TCP listener here
+    /// serves (same listening address) on a thread, where it waits for
+    /// `gate` before pumping; returns their ids. The others are closed here
+    /// and logged: the previous oi keeps serving them.
+    fn adopt(
+        &self,
+        conns: Vec<crate::handover::park::Offered>,
+        gate: &Receiver<()>,
+        go: &Arc<AtomicBool>,
+    ) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for c in conns {
+            let found = self.serving.iter().find(|((bind, proto), running)| {
+                *proto == Proto::Tcp
+                    && bind.to_string() == c.rule
+                    && running.route.load().backend_proto == Proto::Tcp
+            });
+            let Some((_, running)) = found else {
+                log::info!(
+                    "upgrade: no TCP rule listens on {:?} here; the previous oi keeps its connection",
+                    c.rule
+                );
+                continue;
+            };
+            ids.push(c.id);
+            let route = running.route.load_full();
+            let stats = running.stats.clone();
+            let shared = self.shared.clone();
+            let at = self.threads.pick(0);
+            // Counted like an accepted connection (drain, thread balance).
+            let placed = self.threads.place(at);
+            let (gate, go) = (gate.clone(), go.clone());
+            self.threads
+                .executor(at)
+                .spawn(async move {
+                    let _placed = placed;
+                    let _ = gate.recv().await;
+                    if go.load(Ordering::Acquire) {
+                        crate::tcp::adopted(c, route, shared, stats).await;
+                    }
+                })
+                .detach();
+        }
+        ids
     }
 
     /// Stops every listener and waits until their sockets are closed.

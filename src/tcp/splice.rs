@@ -197,6 +197,29 @@ impl SpliceMover {
         self.in_pipe > 0
     }
 
+    /// Takes the bytes in the pipe out (read(2)), giving the emptied pipe
+    /// back: for a hand-over, which carries bytes, not the pipe.
+    pub(crate) fn take_unsent(&mut self, pipes: &PipePool) -> io::Result<Vec<u8>> {
+        let out = match &self.pipe {
+            Some(pipe) if self.in_pipe > 0 => drain(pipe, self.in_pipe)?,
+            _ => Vec::new(),
+        };
+        if out.len() == self.in_pipe {
+            self.in_pipe = 0;
+            self.release(pipes);
+        } else {
+            // Cannot happen (the pipe holds what was spliced in); were it to,
+            // the bytes' order is lost: end the connection, never reorder.
+            self.pipe = None;
+            self.in_pipe = 0;
+            return Err(io::Error::other(
+                "the splice pipe held fewer bytes than counted",
+            ));
+        }
+        self.readable = true;
+        Ok(out)
+    }
+
     /// Returns the (empty) pipe to the pool.
     fn release(&mut self, pipes: &PipePool) {
         debug_assert_eq!(self.in_pipe, 0);
@@ -214,4 +237,21 @@ impl SpliceMover {
         self.pipe = None;
         self.in_pipe = 0;
     }
+}
+
+/// Reads up to `most` bytes out of `pipe` until it is empty (its read end
+/// is non-blocking; we hold the write end, so it never reports EOF).
+pub(crate) fn drain(pipe: &Pipe, most: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while out.len() < most {
+        let want = chunk.len().min(most - out.len());
+        match rustix::io::read(&pipe.read, &mut chunk[..want]) {
+            Ok(0) | Err(Errno::AGAIN) => break,
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }

@@ -49,4 +49,5 @@ mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
 mod upgrade;
+mod upgrade_live;
 mod watch;

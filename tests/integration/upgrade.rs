@@ -64,7 +64,7 @@ fn setup() -> Setup {
 
 /// Puts `from` at `to` as a package upgrade does: a new file renamed over
 /// the old path (a hard link when on the same file system, else a copy).
-fn put_binary(from: &Path, to: &Path) {
+pub(super) fn put_binary(from: &Path, to: &Path) {
     let tmp = to.with_extension("new");
     let _ = std::fs::remove_file(&tmp);
     if std::fs::hard_link(from, &tmp).is_err() {
@@ -74,7 +74,7 @@ fn put_binary(from: &Path, to: &Path) {
 }
 
 /// Writes an executable script at `to` the same way.
-fn put_script(to: &Path, text: &str) {
+pub(super) fn put_script(to: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
     let tmp = to.with_extension("new");
     std::fs::write(&tmp, text).expect("script");
@@ -83,11 +83,11 @@ fn put_script(to: &Path, text: &str) {
 }
 
 /// A process the test did not start (the new oi): SIGTERM when dropped.
-struct Adopted(i32);
+pub(super) struct Adopted(pub(super) i32);
 
 impl Adopted {
     /// Whether it has exited (gone, or a zombie nobody reaped yet).
-    fn exited(&self) -> bool {
+    pub(super) fn exited(&self) -> bool {
         match std::fs::read_to_string(format!("/proc/{}/stat", self.0)) {
             Err(_) => true,
             Ok(stat) => stat
@@ -344,7 +344,7 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
              s.recv(65536)\n"
                 .to_string()
         },
-        "speaks hand-over version 99, this oi speaks version 1",
+        "speaks hand-over version 99, this oi speaks version 2",
     );
 }
 
