@@ -12,18 +12,7 @@ use std::time::Duration;
 
 /// Whether `systemd-socket-activate` runs here; fails under OI_REQUIRE_TOOLS without it.
 fn have_socket_activate() -> bool {
-    let ok = Command::new("systemd-socket-activate")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
-            "systemd-socket-activate is missing and OI_REQUIRE_TOOLS is set"
-        );
-        eprintln!("skipped: systemd-socket-activate is not installed (apt-get install systemd)");
-    }
-    ok
+    tool_present("systemd-socket-activate", "--version", "systemd")
 }
 
 /// One echo round trip on an open stream.

@@ -22,15 +22,7 @@ fn available() -> bool {
         eprintln!("skipped: MPTCP is not enabled here (/proc/sys/net/mptcp/enabled: {enabled:?})");
         return false;
     }
-    if Command::new("ss").arg("-V").output().is_err() {
-        assert!(
-            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
-            "ss is missing and OI_REQUIRE_TOOLS is set"
-        );
-        eprintln!("skipped: needs ss (apt-get install iproute2)");
-        return false;
-    }
-    true
+    tool_present("ss", "-V", "iproute2")
 }
 
 /// An MPTCP socket on 127.0.0.1.

@@ -22,18 +22,7 @@ use std::process::{Child, Command, Stdio};
 /// Whether `openssl` runs; when it does not, the test is skipped unless
 /// OI_REQUIRE_TOOLS is set.
 fn openssl_present() -> bool {
-    let ok = Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
-            "openssl is missing and OI_REQUIRE_TOOLS is set"
-        );
-        eprintln!("skipped: openssl is not installed (apt-get install openssl)");
-    }
-    ok
+    tool_present("openssl", "version", "openssl")
 }
 
 /// A self-signed certificate for `cn` in `dir` (`cn.crt`, `cn.key`), P-256.

@@ -1,7 +1,7 @@
 //! The test harness every integration test shares: an in-process server on
 //! port 0 ([`server`]), simple blocking peers ([`peers`]), the real binary as
-//! a child process ([`process`]), and bounded waiting and resource counting
-//! ([`wait`]).
+//! a child process ([`process`]), bounded waiting and resource counting
+//! ([`wait`]), and outside programs a test may skip without ([`tools`]).
 #![allow(dead_code, unused_imports)]
 
 pub mod isolate;
@@ -9,6 +9,7 @@ pub mod peers;
 pub mod ports;
 pub mod process;
 pub mod server;
+pub mod tools;
 pub mod wait;
 
 pub use isolate::*;
@@ -16,4 +17,5 @@ pub use peers::*;
 pub use ports::*;
 pub use process::*;
 pub use server::*;
+pub use tools::*;
 pub use wait::*;
