@@ -184,13 +184,7 @@ fn where_the_kernel_refuses_mptcp_oi_uses_plain_tcp_and_says_so_once() {
     let oi = OiProcess::start_program(&wrapper, dir.path(), &conf, &[]);
     // The test's sockets join oi's namespace on a thread of their own.
     let ns = format!("/proc/{}/ns/net", oi.child.id());
-    let (seen, got) = std::thread::spawn(move || {
-        let file = std::fs::File::open(&ns).unwrap_or_else(|e| panic!("{ns}: {e}"));
-        rustix::thread::move_into_link_name_space(
-            std::os::fd::AsFd::as_fd(&file),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+    let (seen, got) = run_in_netns(ns, move || {
         let backend = TcpListener::bind("127.0.0.1:9000").expect("backend");
         let front = SocketAddr::from(([127, 0, 0, 1], 8000));
         // The client asks for plain TCP too: its kernel has MPTCP off.
@@ -209,9 +203,7 @@ fn where_the_kernel_refuses_mptcp_oi_uses_plain_tcp_and_says_so_once() {
         let mut got = Vec::new();
         c.read_to_end(&mut got).expect("read");
         (server.join().expect("backend thread"), got)
-    })
-    .join()
-    .expect("namespace thread");
+    });
     assert_eq!(
         (seen.as_slice(), got.as_slice()),
         (&b"up"[..], &b"down"[..])

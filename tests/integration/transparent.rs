@@ -142,18 +142,7 @@ impl Hosts {
     /// Runs `f` on a thread inside namespace `ns` (c, o or b): sockets it
     /// creates belong to that namespace whichever thread uses them later.
     fn run_in<T: Send + 'static>(&self, ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}{ns}", self.tag);
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&file),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        run_in_netns(format!("/run/netns/{}{ns}", self.tag), f)
     }
 
     /// oi with `conf_text` (rinetd.conf; `@DIR@` stands for oi's directory),

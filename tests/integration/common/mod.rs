@@ -5,6 +5,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod isolate;
+pub mod netns;
 pub mod peers;
 pub mod ports;
 pub mod process;
@@ -13,6 +14,7 @@ pub mod tools;
 pub mod wait;
 
 pub use isolate::*;
+pub use netns::*;
 pub use peers::*;
 pub use ports::*;
 pub use process::*;
