@@ -32,7 +32,7 @@ use std::cell::RefCell;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Datagrams (or GRO groups) one `recvmmsg` reads: 16 × 64 KiB per thread
@@ -58,6 +58,11 @@ static RECVMMSG: AtomicBool = AtomicBool::new(true);
 static SENDMMSG: AtomicBool = AtomicBool::new(true);
 /// `UDP_SEGMENT` not refused yet.
 static GSO: AtomicBool = AtomicBool::new(true);
+/// Segments this large or larger are not sent with GSO: the kernel refused
+/// one (a segment that does not fit the path's MTU is `EINVAL` under GSO,
+/// where a plain send would be fragmented). Only ever lowered, so a flow of
+/// such datagrams pays for the refused call once, not once per run.
+static GSO_TOO_LARGE: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 thread_local! {
     /// This thread's receive buffer, [`SLOTS`] slots of [`DATAGRAM_BUFFER`].
@@ -349,8 +354,15 @@ fn send_some(
                         log::debug!("UDP GSO not available ({e}): sendmmsg instead");
                         GSO.store(false, Ordering::Relaxed);
                     }
-                    // Too large for the path's MTU as segments, or an error
-                    // one datagram must take: the one-by-one path sorts it out.
+                    Err(e) if e == nix::Error::EINVAL || e == nix::Error::EMSGSIZE => {
+                        let size = payloads[0].len();
+                        log::debug!(
+                            "UDP GSO refused {size}-byte segments ({e}): sendmmsg for them"
+                        );
+                        GSO_TOO_LARGE.fetch_min(size, Ordering::Relaxed);
+                    }
+                    // An error one datagram must take (an ICMP error reported
+                    // on this send): the one-by-one accounting below sorts it out.
                     Err(_) => {}
                 }
             }
@@ -373,7 +385,7 @@ fn send_some(
 /// `None` when fewer than two qualify.
 fn gso_prefix(payloads: &[&[u8]]) -> Option<usize> {
     let size = payloads.first()?.len();
-    if size == 0 {
+    if size == 0 || size >= GSO_TOO_LARGE.load(Ordering::Relaxed) {
         return None;
     }
     let mut total = 0usize;

@@ -242,3 +242,86 @@ fn datagrams_a_client_sends_coalesced_are_forwarded_one_by_one() {
 fn datagrams_a_client_sends_coalesced_are_forwarded_one_by_one_without_batching() {
     coalesced_datagrams(false);
 }
+
+/// Namespaces made by this process so far (names must be unique).
+static NAMESPACES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A network namespace of its own whose loopback has an Ethernet MTU, so a
+/// GSO send of 2,000-byte segments is refused (`EMSGSIZE`) where plain sends
+/// are fragmented; removed when dropped. `None` (with a message) without
+/// root or `ip`, unless OI_REQUIRE_TOOLS says the machine must have them.
+struct SmallMtu(String);
+
+impl SmallMtu {
+    fn new() -> Option<SmallMtu> {
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| e.to_string())
+                .and_then(|o| {
+                    o.status
+                        .success()
+                        .then_some(())
+                        .ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+                })
+        };
+        let why = if !rustix::process::geteuid().is_root() {
+            Some("needs root (a network namespace)".to_string())
+        } else {
+            ip(&["-V"])
+                .err()
+                .map(|e| format!("needs ip (iproute2): {e}"))
+        };
+        if let Some(why) = why {
+            assert!(
+                std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
+                "{why}, and OI_REQUIRE_TOOLS is set"
+            );
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let n = NAMESPACES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("oib{}x{n}", std::process::id());
+        ip(&["netns", "add", &name]).unwrap_or_else(|e| panic!("ip netns add: {e}"));
+        let ns = SmallMtu(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up", "mtu", "1500"])
+            .unwrap_or_else(|e| panic!("ip link set lo: {e}"));
+        Some(ns)
+    }
+}
+
+impl Drop for SmallMtu {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn runs_the_kernel_refuses_as_gso_go_out_one_by_one_intact() {
+    let Some(ns) = SmallMtu::new() else {
+        return;
+    };
+    run_in_netns(format!("/run/netns/{}", ns.0), || {
+        // oi (a child of this thread) and every socket here are in the namespace.
+        let r = rig(true);
+        let c = udp_client(r.addr);
+        // Runs of four equal datagrams: 2,000 bytes (GSO refused, past the
+        // MTU; fragmented one by one) and 1,000 bytes (GSO taken), twice.
+        for (round, size) in [2_000, 1_000, 2_000, 1_000].into_iter().enumerate() {
+            let sent: Vec<Vec<u8>> = (0..4).map(|k| payload(round, k, size)).collect();
+            for p in &sent {
+                c.send_to(p, r.addr).expect("send");
+            }
+            let mut got: Vec<Vec<u8>> = (0..4).map(|_| r.reply(&c)).collect();
+            got.sort();
+            let mut want = sent;
+            want.sort();
+            if got != want {
+                r.oi.fail(&format!("round {round}: {size}-byte datagrams changed"));
+            }
+        }
+    });
+}
