@@ -55,7 +55,9 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
     (
         "ENVIRONMENT",
         "RUST_LOG sets the diagnostic level (error, warn, info, debug, trace); debug \
-         logs one line per connection.",
+         logs one line per connection. OI_UDP_BATCH=off makes UDP receive and send one \
+         datagram per system call (no recvmmsg, sendmmsg, GRO or GSO), for comparison \
+         or to rule batching out when diagnosing.",
     ),
     (
         "FILES",

@@ -351,6 +351,18 @@ counter_list! {
         metric: labelled(SNI, "outcome", "closed"),
         text: text(TextSection::Refused, "sni-unrouted"),
     }
+    /// Backend replies dropped because the listening socket's send buffer
+    /// was full when a batch of them went out (src/udp/batch.rs): the
+    /// association then reads no more from its backend until it drains.
+    udp_replies_dropped {
+        json: "udp_replies_dropped",
+        metric: in_family(Family {
+            name: "oi_udp_replies_dropped",
+            help: "Backend replies a /udp listener dropped because its send buffer was full, by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Udp, "replies-dropped"),
+    }
 }
 
 impl CounterValues {

@@ -3,8 +3,7 @@
 //! carries the backend's replies back to that client.
 
 use super::{
-    connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
-    MAX_PAYLOAD,
+    batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH, MAX_PAYLOAD,
 };
 use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
@@ -205,8 +204,9 @@ impl Association {
                 let (backend, bind, lease) =
                     pick_backend(&route.pool, client_ip(origin.client), from)?;
                 let socket = Arc::new(connected_socket(backend, bind)?);
+                batch::enable_gro(socket.get_ref());
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
+                let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -231,29 +231,42 @@ impl Association {
         })
     }
 
-    /// Passes one client datagram on. Never waits: a datagram the upstream cannot
-    /// take right now is dropped, as a congested UDP path would drop it, so one
-    /// slow backend cannot stall the other clients of the listener.
+    /// Passes one client datagram on; see [`Association::forward_run`].
     pub(crate) fn forward(&self, payload: &[u8]) {
+        self.forward_run(&[payload]);
+    }
+
+    /// Passes a run of client datagrams on, in order (to a UDP backend in one
+    /// batched send). Never waits: a datagram the upstream cannot take right
+    /// now is dropped, as a congested UDP path would drop it, so one slow
+    /// backend cannot stall the other clients of the listener.
+    pub(crate) fn forward_run(&self, run: &[&[u8]]) {
         self.activity.touch();
-        if !within(self.up.as_ref(), payload, &self.activity) {
-            return;
+        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
+        let mut n = 0;
+        for payload in run.iter().take(batch::RUN_MAX) {
+            if within(self.up.as_ref(), payload, &self.activity) {
+                kept[n] = payload;
+                n += 1;
+            }
         }
-        let sent = match &self.upstream {
-            Upstream::Udp(socket) => match send_datagram(socket, self.proxy.as_ref(), payload) {
-                Ok(_) => true,
-                Err(e) => {
-                    if !is_transient(&e) && e.kind() != io::ErrorKind::WouldBlock {
-                        log::debug!("{}: send to backend: {e}", self.client_ip);
-                    }
-                    false
+        let kept = &kept[..n];
+        match &self.upstream {
+            Upstream::Udp(socket) => {
+                let header = self.proxy.as_ref().map(|h| h.as_bytes());
+                let sent = batch::send_run(socket.get_ref(), None, header, kept);
+                if let Some(e) = sent.error.filter(|e| !is_transient(e)) {
+                    log::debug!("{}: send to backend: {e}", self.client_ip);
                 }
-            },
-            Upstream::Tcp(queue, budget) => self.enqueue(queue, budget, payload),
-        };
-        if sent {
-            let n = payload.len() as u64;
-            self.activity.conn.add_from_client(n);
+                self.activity.conn.add_from_client(sent.bytes);
+            }
+            Upstream::Tcp(queue, budget) => {
+                for payload in kept {
+                    if self.enqueue(queue, budget, payload) {
+                        self.activity.conn.add_from_client(payload.len() as u64);
+                    }
+                }
+            }
         }
     }
 
@@ -328,6 +341,27 @@ fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
 }
 
 impl Reply {
+    /// Sends a run of replies from the backend to the client without waiting
+    /// (one batched send); returns how many did not fit in the listening
+    /// socket's buffer and were dropped.
+    fn send_run(&self, run: &[&[u8]]) -> usize {
+        self.activity.touch();
+        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
+        let mut n = 0;
+        for payload in run.iter().take(batch::RUN_MAX) {
+            if within(self.down.as_ref(), payload, &self.activity) {
+                kept[n] = payload;
+                n += 1;
+            }
+        }
+        let sent = batch::send_run(self.listener.get_ref(), Some(self.client), None, &kept[..n]);
+        if let Some(e) = sent.error {
+            log::debug!("reply to {}: {e}", self.client);
+        }
+        self.activity.conn.add_to_client(sent.bytes);
+        sent.blocked
+    }
+
     /// Sends one reply datagram, waiting only if the listening socket's buffer is full.
     async fn send(&self, payload: &[u8]) {
         self.activity.touch();
@@ -358,39 +392,48 @@ impl Reply {
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
 ///
 /// `_lease` counts the association on its backend until the task ends.
-async fn udp_replies(
-    socket: Arc<Async<UdpSocket>>,
-    reply: Reply,
-    shared: Arc<Shared>,
-    _lease: Lease,
-) {
+async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Lease) {
     loop {
         if let Err(e) = socket.readable().await {
             log::debug!("backend socket for {}: {e}", reply.client);
             return reply.activity.end();
         }
-        // The buffer is held only while draining, so idle associations hold none.
-        let mut buf = shared.datagrams.take();
+        // Received into the thread's batch buffer and sent on before any
+        // wait, so idle associations hold no buffer.
         let mut moved = 0;
+        let mut dropped = 0;
         let mut failed = None;
-        while moved < BATCH {
-            match socket.get_ref().recv(&mut buf) {
-                Ok(n) => reply.send(&buf[..n]).await,
+        while moved < BATCH && dropped == 0 {
+            let each = |_, run: &[&[u8]]| dropped += reply.send_run(run);
+            match batch::recv_runs(socket.get_ref(), each) {
+                Ok(got) => {
+                    moved += got.datagrams.max(1);
+                    if got.drained {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if is_transient(&e) => {}
+                Err(e) if is_transient(&e) => moved += 1,
                 Err(e) => {
                     failed = Some(e);
                     break;
                 }
             }
-            moved += 1;
         }
-        shared.datagrams.give(buf);
         if let Some(e) = failed {
             log::debug!("backend socket for {}: {e}", reply.client);
             return reply.activity.end();
         }
-        if moved == BATCH {
+        if dropped > 0 {
+            // The listening socket's buffer is full: read no more from the
+            // backend until it drains (the backend socket's own buffer
+            // holds, then drops, what comes meanwhile).
+            let rule = reply.activity.conn.rule();
+            rule.count_by(|c| &c.udp_replies_dropped, dropped as u64);
+            if reply.listener.writable().await.is_err() {
+                return reply.activity.end();
+            }
+        } else if moved >= BATCH {
             futures_lite::future::yield_now().await;
         }
     }

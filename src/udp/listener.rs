@@ -2,11 +2,11 @@
 //! associations, expires idle ones and enforces the per-rule cap.
 
 use super::assoc::Association;
-use super::{is_transient, BATCH};
+use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
-use crate::shared::{Shared, DATAGRAM_BUFFER};
+use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use async_io::{Async, Timer};
@@ -75,8 +75,7 @@ impl Listener {
     /// Reads datagrams and sweeps, forever.
     async fn run(&mut self) {
         let socket = self.socket.clone();
-        // Allocated once: every datagram is read into this buffer.
-        let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
+        batch::enable_gro(socket.get_ref());
         let mut next_sweep = Instant::now() + self.sweep_period();
         let mut timer = Timer::at(next_sweep);
         loop {
@@ -102,18 +101,23 @@ impl Listener {
                 Wake::Readable(Ok(())) => {
                     let mut moved = 0;
                     while moved < BATCH {
-                        match socket.get_ref().recv_from(&mut buf) {
-                            Ok((n, peer)) => self.datagram(&buf[..n], peer),
+                        let each = |peer, run: &[&[u8]]| self.datagrams(run, peer);
+                        match batch::recv_runs(socket.get_ref(), each) {
+                            Ok(got) => {
+                                moved += got.datagrams.max(1);
+                                if got.drained {
+                                    break;
+                                }
+                            }
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                            Err(e) if is_transient(&e) => {}
+                            Err(e) if is_transient(&e) => moved += 1,
                             Err(e) => {
                                 log::debug!("UDP receive: {e}");
                                 break;
                             }
                         }
-                        moved += 1;
                     }
-                    if moved == BATCH {
+                    if moved >= BATCH {
                         futures_lite::future::yield_now().await;
                     }
                 }
@@ -124,6 +128,28 @@ impl Listener {
     /// How often to sweep: a quarter of the current timeout, at most [`MAX_SWEEP`].
     fn sweep_period(&self) -> Duration {
         (self.route.load().udp_timeout() / 4).clamp(Duration::from_millis(10), MAX_SWEEP)
+    }
+
+    /// Passes a run of datagrams from one client to its association at once
+    /// (one batched send), or one by one when each needs a look of its own
+    /// (no association yet, or a PROXY header on every datagram).
+    fn datagrams(&mut self, run: &[&[u8]], mut peer: SocketAddr) {
+        if let SocketAddr::V6(v6) = &mut peer {
+            v6.set_flowinfo(0);
+        }
+        let mut rest = run;
+        // Bounded by the run: every turn takes at least one datagram.
+        while let Some((first, tail)) = rest.split_first() {
+            if let Some(a) = self.assocs.get(&peer) {
+                if !a.activity.ended() && !a.route.accept_proxy {
+                    return a.forward_run(rest);
+                }
+            }
+            // Opens the association if needed (the rest of the run then
+            // goes in one send), or strips this datagram's PROXY header.
+            self.datagram(first, peer);
+            rest = tail;
+        }
     }
 
     /// Passes one client datagram to its association, opening one if needed.

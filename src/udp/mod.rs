@@ -22,6 +22,7 @@
 //! datagrams pin 64 KiB each.
 
 mod assoc;
+mod batch;
 mod listener;
 mod tcp_to_udp;
 

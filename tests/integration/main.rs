@@ -44,6 +44,7 @@ mod status_page;
 mod top;
 mod transparent;
 mod udp;
+mod udp_batch;
 mod udp_flood;
 mod udp_nofile;
 mod udp_reload;
