@@ -82,6 +82,16 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Any other option (`--help` included) gets the usage, not a directory of
+    // that name: one was once generated and committed at the repository root.
+    if args.len() > 1
+        || args
+            .first()
+            .is_some_and(|a| a.to_string_lossy().starts_with('-'))
+    {
+        eprintln!("usage: gen-docs [OUT_DIR] | gen-docs --reference FILE");
+        return ExitCode::FAILURE;
+    }
     let out = args
         .first()
         .map(PathBuf::from)
