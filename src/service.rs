@@ -217,6 +217,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
         .then(|| start_watcher(&conf, &changed, Some(loaded)))
         .flatten();
     let (commands, received) = async_channel::bounded(1);
+    // Started by `oi upgrade`: UDP listeners wait for the associations on
+    // their way (released when the hand-over of live connections ends).
+    let release = taker.as_ref().map(|_| shared.parking.hold());
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
@@ -253,8 +256,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
             taker.ready();
             notify::main_pid();
             log::info!("took over from the previous oi");
-            take_connections(taker, &service.commands).await;
+            take_connections(taker, &service.commands, &service.shared).await;
         }
+        drop(release);
         notify::ready(&status);
         service.until_stopped(server, signals).await
     })
@@ -492,7 +496,7 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
 /// Takes up the live connections the previous oi pauses after `ready`:
 /// the listeners start those whose rule they serve, which begin to pump
 /// only once the previous oi has been told (so never both pump one).
-async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
+async fn take_connections(taker: handover::Taker, commands: &Sender<Command>, shared: &Shared) {
     let (taker, offered) = smol::unblock(move || {
         let offered = taker.connections();
         (taker, offered)
@@ -529,9 +533,15 @@ async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
         .map(|(_, n)| n)
         .sum();
     let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
-    if let Some(n) = confirmed {
-        started.store(true, std::sync::atomic::Ordering::Release);
-        log::info!("took over {n} of {count} live connection(s), with {carried} byte(s) in flight");
+    match confirmed {
+        Some(n) => {
+            started.store(true, std::sync::atomic::Ordering::Release);
+            log::info!(
+                "took over {n} of {count} live connection(s), with {carried} byte(s) in flight"
+            );
+        }
+        // The previous oi keeps them: so it does the UDP associations.
+        None => shared.parking.unstash_all(),
     }
     // Closing the gate starts them (or, unconfirmed, closes them).
     drop(go);

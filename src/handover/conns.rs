@@ -8,10 +8,12 @@
 //! order (each one's client→backend bytes, then its backend→client ones),
 //! then each connection's client and backend sockets.
 
-use super::park::{HalfState, Offered, Parked, Parking, PARK_WITHIN};
+use super::park::{Flow, HalfState, Offered, Origin, Parked, Parking, PARK_WITHIN};
 use super::wire::{self, Kind, Received};
 use serde_json::{json, Value};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 /// Connections per message: two descriptors each, after the memfd.
 pub(crate) const PER_MESSAGE: usize = (wire::FDS_PER_MESSAGE - 1) / 2;
@@ -53,19 +55,29 @@ fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
         for (i, p) in chunk.iter().enumerate() {
             bytes.extend_from_slice(&p.up.unsent);
             bytes.extend_from_slice(&p.down.unsent);
-            entries.push(json!({
+            let mut entry = json!({
                 "id": (c * PER_MESSAGE + i) as u64,
                 "rule": p.rule,
                 "started": p.started,
                 "up": half(&p.up),
                 "down": half(&p.down),
-            }));
+            });
+            describe(&p.flow, &mut entry);
+            entries.push(entry);
         }
         let data = memfd(&bytes).map_err(|e| format!("cannot store the unsent bytes: {e}"))?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![data.as_fd()];
         for p in chunk {
-            fds.push(p.client.as_fd());
-            fds.push(p.backend.as_fd());
+            match &p.flow {
+                Flow::Stream { client, backend }
+                | Flow::TcpToUdp {
+                    client, backend, ..
+                } => {
+                    fds.push(client.as_fd());
+                    fds.push(backend.as_fd());
+                }
+                Flow::Datagram { backend, .. } => fds.push(backend.as_fd()),
+            }
         }
         let body = json!({ "connections": entries });
         wire::send(conn, Kind::Connections, &body, &fds).map_err(|e| e.to_string())?;
@@ -80,6 +92,78 @@ fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
         Received::Message(Err(e), _) => Err(e.to_string()),
         Received::Closed => Err("the new oi closed the hand-over".into()),
     }
+}
+
+/// Adds what kind of flow it is to a connection's JSON (`kind`, and for
+/// the UDP kinds the client, who it is and how long it has been idle).
+fn describe(flow: &Flow, entry: &mut Value) {
+    let (kind, client, origin, idle) = match flow {
+        Flow::Stream { .. } => ("stream", None, None, None),
+        Flow::TcpToUdp { origin, idle, .. } => ("tcp-udp", None, Some(origin), Some(idle)),
+        Flow::Datagram {
+            client,
+            origin,
+            idle,
+            ..
+        } => ("udp", Some(client), Some(origin), Some(idle)),
+    };
+    entry["kind"] = json!(kind);
+    if let Some(c) = client {
+        entry["client"] = json!(c.to_string());
+    }
+    if let Some(o) = origin {
+        entry["origin"] = json!(o.client.to_string());
+        if let Some(l) = o.local {
+            entry["local"] = json!(l.to_string());
+        }
+    }
+    if let Some(i) = idle {
+        entry["idle_ms"] = json!(u64::try_from(i.as_millis()).unwrap_or(u64::MAX));
+    }
+}
+
+/// Descriptors an entry of `kind` brings: two, one for a UDP association.
+fn fds_of(entry: &Value) -> usize {
+    if entry["kind"] == "udp" {
+        1
+    } else {
+        2
+    }
+}
+
+/// The flow an entry describes, with its descriptors taken from `fds`.
+fn flow(e: &Value, fds: &mut impl Iterator<Item = OwnedFd>) -> Result<Flow, String> {
+    let mut next = || fds.next().ok_or("descriptors missing");
+    let addr = |key: &str| -> Result<SocketAddr, String> {
+        let text = e[key].as_str().ok_or(format!("no {key}"))?;
+        text.parse().map_err(|_| format!("bad {key} {text:?}"))
+    };
+    let origin = || -> Result<Origin, String> {
+        Ok(Origin {
+            client: addr("origin")?,
+            local: e["local"].as_str().and_then(|l| l.parse().ok()),
+        })
+    };
+    let idle = Duration::from_millis(e["idle_ms"].as_u64().unwrap_or(0));
+    Ok(match e["kind"].as_str().unwrap_or("stream") {
+        "stream" => Flow::Stream {
+            client: next()?,
+            backend: next()?,
+        },
+        "tcp-udp" => Flow::TcpToUdp {
+            client: next()?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        "udp" => Flow::Datagram {
+            client: addr("client")?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        other => return Err(format!("a connection of unknown kind {other:?}")),
+    })
 }
 
 /// A direction's JSON: its unsent byte count (the bytes are in the memfd).
@@ -116,7 +200,7 @@ pub(crate) fn receive(conn: &OwnedFd) -> Result<Vec<Offered>, String> {
 /// One `connections` message's connections.
 fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String> {
     let entries = body["connections"].as_array().cloned().unwrap_or_default();
-    if fds.len() != 1 + 2 * entries.len() {
+    if fds.len() != 1 + entries.iter().map(fds_of).sum::<usize>() {
         return Err(format!(
             "{} connections described, {} descriptors received",
             entries.len(),
@@ -128,16 +212,13 @@ fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String>
     let mut at = 0u64;
     let mut out = Vec::new();
     for e in entries {
-        let (Some(client), Some(backend)) = (fds.next(), fds.next()) else {
-            return Err("descriptors missing".into());
-        };
+        let flow = flow(&e, &mut fds)?;
         let up = read_half(&e["up"], &data, &mut at)?;
         let down = read_half(&e["down"], &data, &mut at)?;
         out.push(Offered {
             id: e["id"].as_u64().ok_or("a connection without an id")?,
             rule: e["rule"].as_str().unwrap_or_default().to_string(),
-            client,
-            backend,
+            flow,
             up,
             down,
             started: e["started"].as_u64().unwrap_or(0),
@@ -191,7 +272,8 @@ mod tests {
     }
 
     #[test]
-    fn connections_travel_with_their_unsent_bytes_in_order_and_the_answer_comes_back() {
+    fn connections_and_udp_flows_travel_with_their_unsent_bytes_in_order_and_the_answer_comes_back()
+    {
         let (old, new) = socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -205,10 +287,30 @@ mod tests {
                 .into()
         };
         let (verdict, _answer) = crate::handover::park::verdict();
+        let origin = Origin {
+            client: "192.0.2.1:5000".parse().expect("addr"),
+            local: Some("192.0.2.2:53".parse().expect("addr")),
+        };
         let parked: Vec<Parked> = (0..3u8)
             .map(|i| Parked {
-                client: sock(),
-                backend: sock(),
+                flow: match i {
+                    0 => Flow::Stream {
+                        client: sock(),
+                        backend: sock(),
+                    },
+                    1 => Flow::TcpToUdp {
+                        client: sock(),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(1500),
+                    },
+                    _ => Flow::Datagram {
+                        client: "127.0.0.1:4000".parse().expect("addr"),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(250),
+                    },
+                },
                 rule: format!("127.0.0.1:{i}"),
                 up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
                 down: half(b"down", i == 2, 7),
@@ -231,6 +333,27 @@ mod tests {
             assert_eq!(g.up, half(&vec![i8; i * 1000], false, i as u64));
             assert_eq!(g.down, half(b"down", i == 2, 7));
             assert_eq!(g.started, 1_700_000_000);
+        }
+        assert!(matches!(got[0].flow, Flow::Stream { .. }));
+        match &got[1].flow {
+            Flow::TcpToUdp {
+                origin: o, idle, ..
+            } => {
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(1500)));
+            }
+            _ => panic!("entry 1 is TCP->UDP"),
+        }
+        match &got[2].flow {
+            Flow::Datagram {
+                client,
+                origin: o,
+                idle,
+                ..
+            } => {
+                assert_eq!(client.to_string(), "127.0.0.1:4000");
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(250)));
+            }
+            _ => panic!("entry 2 is a UDP association"),
         }
     }
 

@@ -215,31 +215,43 @@ impl Listeners {
             .collect()
     }
 
-    /// Places each handed-over connection whose rule a TCP listener here
-    /// serves (same listening address) on a thread, where it waits for
-    /// `gate` before pumping; returns their ids. The others are closed here
-    /// and logged: the previous oi keeps serving them.
+    /// Places each handed-over flow whose rule a listener here serves (same
+    /// listening address and protocols): a stream or TCP→UDP connection
+    /// on a thread, where it waits for `gate` before pumping; a UDP
+    /// association in the stash its listener takes it from once the
+    /// hand-over ends. Returns their ids. The others are closed here and
+    /// logged: the previous oi keeps serving them.
     fn adopt(
         &self,
         conns: Vec<crate::handover::park::Offered>,
         gate: &Receiver<()>,
         go: &Arc<AtomicBool>,
     ) -> Vec<u64> {
+        use crate::handover::park::Flow;
         let mut ids = Vec::new();
         for c in conns {
-            let found = self.serving.iter().find(|((bind, proto), running)| {
-                *proto == Proto::Tcp
+            let (proto, backend_proto, what) = match c.flow {
+                Flow::Stream { .. } => (Proto::Tcp, Proto::Tcp, "TCP"),
+                Flow::TcpToUdp { .. } => (Proto::Tcp, Proto::Udp, "TCP->UDP"),
+                Flow::Datagram { .. } => (Proto::Udp, Proto::Udp, "UDP"),
+            };
+            let found = self.serving.iter().find(|((bind, p), running)| {
+                *p == proto
                     && bind.to_string() == c.rule
-                    && running.route.load().backend_proto == Proto::Tcp
+                    && running.route.load().backend_proto == backend_proto
             });
             let Some((_, running)) = found else {
                 log::info!(
-                    "upgrade: no TCP rule listens on {:?} here; the previous oi keeps its connection",
+                    "upgrade: no {what} rule listens on {:?} here; the previous oi keeps its connection",
                     c.rule
                 );
                 continue;
             };
             ids.push(c.id);
+            if proto == Proto::Udp {
+                self.shared.parking.stash(c);
+                continue;
+            }
             let route = running.route.load_full();
             let stats = running.stats.clone();
             let shared = self.shared.clone();
@@ -252,8 +264,12 @@ impl Listeners {
                 .spawn(async move {
                     let _placed = placed;
                     let _ = gate.recv().await;
-                    if go.load(Ordering::Acquire) {
-                        crate::tcp::adopted(c, route, shared, stats).await;
+                    if !go.load(Ordering::Acquire) {
+                        return;
+                    }
+                    match backend_proto {
+                        Proto::Tcp => crate::tcp::adopted(c, route, shared, stats).await,
+                        Proto::Udp => crate::udp::tcp_to_udp_adopted(c, route, shared, stats).await,
                     }
                 })
                 .detach();

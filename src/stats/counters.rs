@@ -480,6 +480,11 @@ impl Counters {
         bump(active);
     }
 
+    /// Counts a handed-over connection of `kind` as active (not opened).
+    pub(super) fn resumed(&self, kind: ConnKind) {
+        bump(self.of(kind).1);
+    }
+
     /// The (opened, active) pair `kind` counts in: a connection counts
     /// under its client side (TCP, UDP or unix), as rinetd-uv's status does.
     fn of(&self, kind: ConnKind) -> (&AtomicU64, &AtomicU64) {

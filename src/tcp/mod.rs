@@ -199,9 +199,12 @@ pub(crate) async fn adopted(
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
+    let crate::handover::park::Flow::Stream { client, backend } = a.flow else {
+        return log::warn!("upgrade: a connection on {} is not a stream", route.bind);
+    };
     let (client, backend) = match (
-        Async::new(TcpStream::from(a.client)),
-        Async::new(TcpStream::from(a.backend)),
+        Async::new(TcpStream::from(client)),
+        Async::new(TcpStream::from(backend)),
     ) {
         (Ok(c), Ok(b)) => (c, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -218,7 +221,7 @@ pub(crate) async fn adopted(
         (Peer::Ip(_), None) => ConnKind::Tcp,
         _ => ConnKind::Unix,
     };
-    let live = stats.register(kind, peer);
+    let live = stats.register_resumed(kind, peer);
     match backend.get_ref().peer_addr() {
         Ok(addr) => live.connected(addr),
         Err(_) => live.set_state(ConnState::Open),

@@ -4,6 +4,7 @@
 use super::assoc::Association;
 use super::{is_transient, BATCH};
 use crate::edge::{self, Origin};
+use crate::handover::park::{self, Flow, HalfState, Parked, Ticket};
 use crate::logfile::Event;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::{Shared, DATAGRAM_BUFFER};
@@ -48,6 +49,8 @@ enum Wake {
     Readable(io::Result<()>),
     /// Time to look for idle associations.
     Sweep,
+    /// `oi upgrade` asks to offer the associations to the new oi.
+    Stop,
 }
 
 /// A listener's state, owned by its one task.
@@ -75,6 +78,12 @@ impl Listener {
     /// Reads datagrams and sweeps, forever.
     async fn run(&mut self) {
         let socket = self.socket.clone();
+        // Started by `oi upgrade`: nothing is read before the associations
+        // the previous oi handed over are in the map.
+        self.shared.parking.released().await;
+        self.resume_handed();
+        let shared = self.shared.clone();
+        let ticket = shared.parking.enter();
         // Allocated once: every datagram is read into this buffer.
         let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
         let mut next_sweep = Instant::now() + self.sweep_period();
@@ -92,9 +101,22 @@ impl Listener {
                     (&mut timer).await;
                     Wake::Sweep
                 })
+                .or(async {
+                    std::future::poll_fn(|cx| ticket.slot.poll_stop(cx)).await;
+                    Wake::Stop
+                })
                 .await;
             match wake {
                 Wake::Sweep => {}
+                Wake::Stop => {
+                    if self.offer(&ticket).await {
+                        // The new oi serves this rule and reads its socket
+                        // now: reading here too would give a client's
+                        // datagrams to a second association. The task ends
+                        // when the listener closes, with what stays here.
+                        return futures_lite::future::pending().await;
+                    }
+                }
                 Wake::Readable(Err(e)) => {
                     log::error!("UDP listener: {e}");
                     Timer::after(Duration::from_millis(100)).await;
@@ -248,12 +270,108 @@ impl Listener {
         let oldest = self
             .assocs
             .iter()
-            .min_by_key(|(_, a)| a.activity.last_ms())
+            .min_by_key(|(_, a)| a.activity.last())
             .map(|(k, _)| *k);
         if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
             log::debug!("evicting the oldest-idle association of {}", a.route.bind);
             self.stats.udp_evicted();
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+        }
+    }
+
+    /// `oi upgrade`: offers every UDP→UDP association to the new oi and
+    /// waits (reading nothing: datagrams wait in the socket) for the
+    /// verdicts. Those taken leave the map without a log line (the new oi
+    /// logs their end); the others stay. `true`: the new oi took some, so
+    /// it serves this rule.
+    async fn offer(&mut self, ticket: &Ticket<'_>) -> bool {
+        let rule = self.route.load().bind.to_string();
+        let started = park::now_secs();
+        let mut parked = Vec::new();
+        let mut answers = Vec::new();
+        for (peer, a) in &self.assocs {
+            if a.activity.ended() {
+                continue;
+            }
+            let Some((backend, origin, idle)) = a.take_state() else {
+                continue;
+            };
+            let (from_client, to_client) = a.activity.conn.bytes();
+            let (verdict, answer) = park::verdict();
+            parked.push(Parked {
+                flow: Flow::Datagram {
+                    client: *peer,
+                    backend,
+                    origin,
+                    idle,
+                },
+                rule: rule.clone(),
+                up: HalfState {
+                    bytes: from_client,
+                    ..HalfState::default()
+                },
+                down: HalfState {
+                    bytes: to_client,
+                    ..HalfState::default()
+                },
+                started,
+                verdict,
+            });
+            answers.push((*peer, answer));
+        }
+        if parked.is_empty() {
+            self.shared.parking.decline(ticket);
+            return false;
+        }
+        if !self.shared.parking.park_many(ticket, parked) {
+            return false;
+        }
+        let mut taken = false;
+        for (peer, answer) in answers {
+            // A closed channel (the hand-over gave up) means: it stays.
+            if matches!(answer.recv().await, Ok(true)) {
+                self.assocs.remove(&peer);
+                taken = true;
+            }
+        }
+        taken
+    }
+
+    /// Started by `oi upgrade`: the associations the previous oi handed over
+    /// for this rule join the map, each where it was (its counters, its
+    /// idle time, its backend socket and port).
+    fn resume_handed(&mut self) {
+        let route = self.route.load_full();
+        for o in self.shared.parking.unstash(&route.bind.to_string()) {
+            let Flow::Datagram {
+                client,
+                backend,
+                origin,
+                idle,
+            } = o.flow
+            else {
+                continue;
+            };
+            let conn = self.stats.register_resumed(ConnKind::Udp, origin.client);
+            conn.add_from_client(o.up.bytes);
+            conn.add_to_client(o.down.bytes);
+            let resumed = Association::resumed(
+                &self.ex,
+                route.clone(),
+                &self.shared,
+                &self.socket,
+                client,
+                origin,
+                backend,
+                idle,
+                conn,
+            );
+            match resumed {
+                Ok(a) => {
+                    self.assocs.insert(client, a);
+                }
+                Err(e) => log::warn!("upgrade: cannot take up the association of {client}: {e}"),
+            }
         }
     }
 

@@ -50,4 +50,5 @@ mod udp_reload;
 mod unix_sockets;
 mod upgrade;
 mod upgrade_live;
+mod upgrade_udp;
 mod watch;

@@ -1,0 +1,179 @@
+//! `oi upgrade` hands UDP associations and TCP→UDP streams to the new oi
+//! (issue 24): each keeps its connected socket, so the backend sees the
+//! same source port before and after, and the client its replies from the
+//! same listening address; if the new oi dies half-way the TCP→UDP stream
+//! stays with the old one.
+
+use super::upgrade::{put_binary, put_script, Adopted};
+use super::upgrade_live::DIES_HALF_WAY;
+use crate::common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::sync::mpsc::Receiver;
+
+/// What one test runs: oi with a UDP rule and a TCP→UDP rule to one UDP
+/// echo backend, which reports each datagram's source.
+struct Udp {
+    /// The test's directory.
+    dir: tempfile::TempDir,
+    /// The path oi runs from (an upgrade reads it again).
+    binary: std::path::PathBuf,
+    /// The old oi.
+    old: OiProcess,
+    /// The UDP listener.
+    udp: SocketAddr,
+    /// The association's client.
+    client: UdpSocket,
+    /// The TCP→UDP stream's client.
+    stream: TcpStream,
+    /// Where the backend says which source each datagram came from.
+    seen: Receiver<(SocketAddr, usize)>,
+    /// The backend's source for the association, and for the stream.
+    sources: (SocketAddr, SocketAddr),
+}
+
+/// Starts oi and opens one association and one TCP→UDP stream, each
+/// echoing once.
+fn setup() -> Udp {
+    let (backend, seen) = udp_echo_backend("127.0.0.1:0");
+    let dir = tempfile::Builder::new()
+        .prefix("oi-upgu")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let binary = dir.path().join("oi");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    let (u, t) = (free_udp_port(), free_port());
+    let b = backend.port();
+    let conf = dir.path().join("oi.conf");
+    let control = dir.path().join("control.sock");
+    std::fs::write(
+        &conf,
+        format!(
+            "controlsocket {}\n127.0.0.1 {u}/udp 127.0.0.1 {b}/udp\n127.0.0.1 {t} 127.0.0.1 {b}/udp\n",
+            control.display()
+        ),
+    )
+    .expect("conf");
+    let old = OiProcess::start_program(&binary, dir.path(), &conf, &[]);
+    let udp = local(u);
+    let client = udp_client(udp);
+    assert_eq!(udp_roundtrip(&client, udp, b"one"), b"one");
+    let (assoc_source, _) = seen.recv_timeout(PATIENCE).expect("the backend saw it");
+    let mut stream = connect(local(t));
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    stream_echo(&mut stream, b"tcp-one").unwrap_or_else(|e| old.fail(&format!("tcp->udp: {e}")));
+    let (stream_source, _) = seen.recv_timeout(PATIENCE).expect("the backend saw it");
+    Udp {
+        dir,
+        binary,
+        old,
+        udp,
+        client,
+        stream,
+        seen,
+        sources: (assoc_source, stream_source),
+    }
+}
+
+/// One round trip on a TCP→UDP stream (each write is one datagram).
+fn stream_echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
+    s.write_all(what)?;
+    let mut b = vec![0u8; what.len()];
+    s.read_exact(&mut b)?;
+    assert_eq!(b, what, "echoed");
+    Ok(())
+}
+
+impl Udp {
+    /// A round trip on each, checking the backend sees the sources it saw
+    /// before: the same associations, not new ones.
+    fn both_echo_from_the_same_sources(&mut self, round: &str) {
+        let what = format!("udp {round}");
+        assert_eq!(
+            udp_roundtrip(&self.client, self.udp, what.as_bytes()),
+            what.as_bytes()
+        );
+        let (from, _) = self
+            .seen
+            .recv_timeout(PATIENCE)
+            .expect("the backend saw it");
+        assert_eq!(
+            from, self.sources.0,
+            "the association's backend port ({round})"
+        );
+        let what = format!("tcp {round}");
+        stream_echo(&mut self.stream, what.as_bytes())
+            .unwrap_or_else(|e| self.old.fail(&format!("tcp->udp {round}: {e}")));
+        let (from, _) = self
+            .seen
+            .recv_timeout(PATIENCE)
+            .expect("the backend saw it");
+        assert_eq!(
+            from, self.sources.1,
+            "the TCP->UDP stream's backend port ({round})"
+        );
+    }
+}
+
+#[test]
+fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
+    let mut t = setup();
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &t.binary);
+    t.old.signal(rustix::process::Signal::USR2);
+    let main = t.old.next_notify();
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| t.old.fail(&format!("expected MAINPID=, got {main:?}")));
+    let new = Adopted(pid);
+    wait_until("the old oi says it handed both over", || {
+        t.old.stderr_tail().contains("handed 2 live connection(s)")
+    });
+    // Nothing stays with the old oi: it exits at once.
+    let status = t.old.exited_within(PATIENCE).unwrap_or_else(|| {
+        t.old
+            .fail("the old oi did not exit after handing everything over")
+    });
+    assert!(status.success(), "{status}");
+    wait_until("the new oi says it took both", || {
+        t.old
+            .stderr_tail()
+            .contains("took over 2 of 2 live connection(s)")
+    });
+    t.both_echo_from_the_same_sources("after");
+    t.both_echo_from_the_same_sources("again");
+    assert!(!new.exited(), "the new oi serves on");
+    drop(t.dir);
+}
+
+#[test]
+fn a_new_oi_that_dies_taking_them_leaves_the_tcp_to_udp_stream_with_the_old_one() {
+    if !tool_present("python3", "--version", "python3") {
+        return;
+    }
+    let mut t = setup();
+    put_script(&t.binary, DIES_HALF_WAY);
+    t.old.signal(rustix::process::Signal::USR2);
+    wait_until("the old oi says the connections stay", || {
+        let tail = t.old.stderr_tail();
+        tail.contains("connections not handed over")
+            && tail.contains("2 connection(s) the new oi did not take stay here")
+    });
+    let what = b"tcp after";
+    stream_echo(&mut t.stream, what)
+        .unwrap_or_else(|e| t.old.fail(&format!("tcp->udp after: {e}")));
+    let (from, _) = t.seen.recv_timeout(PATIENCE).expect("the backend saw it");
+    assert_eq!(from, t.sources.1, "the TCP->UDP stream's backend port");
+    assert!(
+        t.old.exited_within(std::time::Duration::ZERO).is_none(),
+        "the old oi serves the stream it kept"
+    );
+    drop(t.stream);
+    let status = t.old.exited_within(PATIENCE).unwrap_or_else(|| {
+        t.old
+            .fail("the old oi did not exit after its last connection")
+    });
+    assert!(status.success(), "{status}");
+}
