@@ -503,7 +503,15 @@ async fn take_connections(taker: handover::Taker, commands: &Sender<Command>, sh
     })
     .await;
     let offered = match offered {
-        Ok(o) => o,
+        Ok(handed) => {
+            if let Some(c) = &handed.counters {
+                let rules = shared.stats.carry_on(c);
+                log::info!(
+                    "upgrade: the counters of {rules} rule(s) carry on from the previous oi"
+                );
+            }
+            handed.offered
+        }
         Err(e) => {
             return log::warn!("no live connections taken over: {e}");
         }
@@ -736,7 +744,11 @@ impl Service {
         let args = self.args.clone();
         log::info!("upgrade: starting {}", binary.display());
         let shared = self.shared.clone();
-        smol::unblock(move || handover::hand_over(&binary, &args, &handed, &shared.parking)).await
+        smol::unblock(move || {
+            let counters = || shared.stats.carried();
+            handover::hand_over(&binary, &args, &handed, &shared.parking, &counters)
+        })
+        .await
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS

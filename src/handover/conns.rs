@@ -25,9 +25,11 @@ const MOST_UNSENT: u64 = 64 * 1024 * 1024;
 /// The old side: pauses every pump, sends what parked, and hands out the
 /// verdicts (adopted, else resume). Never fails the upgrade: a connection
 /// that is not confirmed runs on here. Returns how many were adopted.
-pub(crate) fn send(conn: &OwnedFd, parking: &Parking) -> usize {
+pub(crate) fn send(conn: &OwnedFd, parking: &Parking, counters: &dyn Fn() -> Value) -> usize {
     let parked = parking.collect(PARK_WITHIN);
-    let adopted = match offer(conn, &parked) {
+    // Read once every flow has paused: their bytes so far travel with them.
+    let counted = counters();
+    let adopted = match offer(conn, &parked, Some(&counted)) {
         Ok(ids) => ids,
         Err(e) => {
             log::warn!("upgrade: connections not handed over ({e}); they stay here");
@@ -48,7 +50,7 @@ pub(crate) fn send(conn: &OwnedFd, parking: &Parking) -> usize {
 }
 
 /// Sends the parked connections and returns the ids the new oi confirmed.
-fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
+fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<Vec<u64>, String> {
     for (c, chunk) in parked.chunks(PER_MESSAGE).enumerate() {
         let mut bytes = Vec::new();
         let mut entries = Vec::new();
@@ -81,6 +83,12 @@ fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
         }
         let body = json!({ "connections": entries });
         wire::send(conn, Kind::Connections, &body, &fds).map_err(|e| e.to_string())?;
+    }
+    if let Some(c) = counters {
+        let text = c.to_string();
+        let data = memfd(text.as_bytes()).map_err(|e| format!("cannot store the counters: {e}"))?;
+        let body = json!({ "bytes": text.len() });
+        wire::send(conn, Kind::Counters, &body, &[data.as_fd()]).map_err(|e| e.to_string())?;
     }
     wire::send(conn, Kind::ConnectionsEnd, &json!({}), &[]).map_err(|e| e.to_string())?;
     match wire::recv(conn).map_err(|e| format!("no answer: {e}"))? {
@@ -182,19 +190,54 @@ fn memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The new side: receives every offered connection (until `ConnectionsEnd`).
-pub(crate) fn receive(conn: &OwnedFd) -> Result<Vec<Offered>, String> {
+/// Most bytes of counters the new side reads: 32,768 rules (`MAX_RULES`)
+/// of about 1.5 KiB each fit.
+const MOST_COUNTERS: u64 = 64 * 1024 * 1024;
+
+/// What the old oi handed over after ready.
+pub(crate) struct Handed {
+    /// The paused connections and flows.
+    pub(crate) offered: Vec<Offered>,
+    /// Its counters (`Stats::carried`'s JSON), if it sent them.
+    pub(crate) counters: Option<Value>,
+}
+
+/// The new side: receives every offered connection and the counters
+/// (until `ConnectionsEnd`).
+pub(crate) fn receive(conn: &OwnedFd) -> Result<Handed, String> {
     let mut all = Vec::new();
+    let mut counters = None;
     loop {
         let (body, fds) = match wire::recv(conn).map_err(|e| e.to_string())? {
             Received::Message(Ok((Kind::Connections, body)), fds) => (body, fds),
-            Received::Message(Ok((Kind::ConnectionsEnd, _)), _) => return Ok(all),
+            Received::Message(Ok((Kind::Counters, body)), fds) => {
+                counters = Some(read_counters(&body, fds)?);
+                continue;
+            }
+            Received::Message(Ok((Kind::ConnectionsEnd, _)), _) => {
+                return Ok(Handed {
+                    offered: all,
+                    counters,
+                })
+            }
             Received::Message(Ok((other, _)), _) => return Err(format!("unexpected {other:?}")),
             Received::Message(Err(e), _) => return Err(e.to_string()),
             Received::Closed => return Err("the previous oi closed the hand-over".into()),
         };
         all.extend(read_message(&body, fds)?);
     }
+}
+
+/// The counters a `counters` message's memfd holds.
+fn read_counters(body: &Value, fds: Vec<OwnedFd>) -> Result<Value, String> {
+    let [data] = <[OwnedFd; 1]>::try_from(fds).map_err(|_| "counters without one memfd")?;
+    let n = body["bytes"].as_u64().unwrap_or(0);
+    if n > MOST_COUNTERS {
+        return Err(format!("{n} bytes of counters"));
+    }
+    let mut at = 0;
+    let half = read_half(&json!({ "unsent": n }), &data, &mut at)?;
+    serde_json::from_slice(&half.unsent).map_err(|e| format!("the counters: {e}"))
 }
 
 /// One `connections` message's connections.
@@ -323,8 +366,11 @@ mod tests {
             confirm(&new, &[1]).expect("confirm");
             got
         });
-        assert_eq!(offer(&old, &parked), Ok(vec![1]));
-        let got = taker.join().expect("taker");
+        let counters = json!({ "rules": [{ "name": "r" }] });
+        assert_eq!(offer(&old, &parked, Some(&counters)), Ok(vec![1]));
+        let handed = taker.join().expect("taker");
+        assert_eq!(handed.counters, Some(json!({ "rules": [{ "name": "r" }] })));
+        let got = handed.offered;
         assert_eq!(got.len(), 3);
         for (i, g) in got.iter().enumerate() {
             let i8 = u8::try_from(i).expect("small");

@@ -15,7 +15,7 @@
 //! version, says nothing in time) leaves the old process serving, with one
 //! message saying why.
 
-mod conns;
+pub(crate) mod conns;
 pub(crate) mod park;
 mod wire;
 
@@ -80,6 +80,7 @@ pub(crate) fn hand_over(
     args: &[OsString],
     sockets: &[Handed],
     parking: &park::Parking,
+    counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let shown = binary.display();
     let (listener, name) = rendezvous().map_err(|e| format!("cannot set up the hand-over: {e}"))?;
@@ -89,7 +90,7 @@ pub(crate) fn hand_over(
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
-    let result = converse(&listener, &mut child, sockets, parking);
+    let result = converse(&listener, &mut child, sockets, parking, counters);
     if result.is_err() {
         let _ = child.kill();
     }
@@ -121,6 +122,7 @@ fn converse(
     child: &mut Child,
     sockets: &[Handed],
     parking: &park::Parking,
+    counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let deadline = Instant::now() + TIMEOUT;
     let conn = accept_child(listener, child, deadline)?;
@@ -153,7 +155,7 @@ fn converse(
                 .and_then(|p| u32::try_from(p).ok())
                 .unwrap_or(child.id());
             // The new oi serves every listener: now the live connections.
-            let n = conns::send(&conn, parking);
+            let n = conns::send(&conn, parking, counters);
             log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
             Ok(pid)
         }
@@ -317,8 +319,9 @@ impl Taker {
         }
     }
 
-    /// Receives the connections the old process paused (blocking).
-    pub(crate) fn connections(&self) -> Result<Vec<park::Offered>, String> {
+    /// Receives the connections the old process paused and its counters
+    /// (blocking).
+    pub(crate) fn connections(&self) -> Result<conns::Handed, String> {
         conns::receive(&self.conn)
     }
 

@@ -51,6 +51,9 @@ pub(crate) enum Kind {
     /// New → old: the connections it serves now (`ids`); the old one
     /// drops those and resumes the rest.
     Adopted = 8,
+    /// Old → new, between `connections` and `connections-end`: a memfd
+    /// holding its counters as JSON (`bytes` long; version 3).
+    Counters = 9,
 }
 
 impl Kind {
@@ -65,6 +68,7 @@ impl Kind {
             6 => Kind::Connections,
             7 => Kind::ConnectionsEnd,
             8 => Kind::Adopted,
+            9 => Kind::Counters,
             _ => return None,
         })
     }

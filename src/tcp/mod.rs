@@ -223,7 +223,7 @@ pub(crate) async fn adopted(
     };
     let live = stats.register_resumed(kind, peer);
     match backend.get_ref().peer_addr() {
-        Ok(addr) => live.connected(addr),
+        Ok(addr) => live.reconnected(addr),
         Err(_) => live.set_state(ConnState::Open),
     }
     log::debug!(

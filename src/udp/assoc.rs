@@ -280,7 +280,7 @@ impl Association {
     ) -> io::Result<Self> {
         let socket = Arc::new(Async::new(UdpSocket::from(backend))?);
         if let Ok(addr) = socket.get_ref().peer_addr() {
-            conn.connected(addr);
+            conn.reconnected(addr);
         }
         let (up, down) = route
             .rates

@@ -146,7 +146,7 @@ pub(crate) async fn tcp_to_udp_adopted(
     conn.add_from_client(a.up.bytes);
     conn.add_to_client(a.down.bytes);
     if let Ok(addr) = socket.get_ref().peer_addr() {
-        conn.connected(addr);
+        conn.reconnected(addr);
     }
     let activity = Activity::resumed(conn, was_idle);
     let header = match datagram_header(&route, origin, || client.get_ref().local_addr()) {

@@ -1,8 +1,8 @@
 //! `oi upgrade` hands UDP associations and TCP→UDP streams to the new oi
 //! (issue 24): each keeps its connected socket, so the backend sees the
 //! same source port before and after, and the client its replies from the
-//! same listening address; if the new oi dies half-way the TCP→UDP stream
-//! stays with the old one.
+//! same listening address, and every counter carries on; if the new oi
+//! dies half-way the TCP→UDP stream stays with the old one.
 
 use super::upgrade::{put_binary, put_script, Adopted};
 use super::upgrade_live::DIES_HALF_WAY;
@@ -31,6 +31,8 @@ struct Udp {
     seen: Receiver<(SocketAddr, usize)>,
     /// The backend's source for the association, and for the stream.
     sources: (SocketAddr, SocketAddr),
+    /// The control socket (handed over with the rest).
+    control: std::path::PathBuf,
 }
 
 /// Starts oi and opens one association and one TCP→UDP stream, each
@@ -73,7 +75,37 @@ fn setup() -> Udp {
         stream,
         seen,
         sources: (assoc_source, stream_source),
+        control,
     }
+}
+
+/// `oi status --json` from whichever oi serves `control`.
+fn status_json(control: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["status", "--json", "--socket"])
+        .arg(control)
+        .output()
+        .expect("oi status");
+    assert!(out.status.success(), "oi status: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Every counter oi keeps, per rule and for the process, from a status
+/// document (`oi` objects), without the counts of what is open now.
+fn counters(status: &serde_json::Value) -> Vec<(String, u64)> {
+    let mut all = Vec::new();
+    let mut add = |at: &str, v: &serde_json::Value| {
+        for (k, n) in v.as_object().expect("counters") {
+            if !k.starts_with("connections_active") {
+                all.push((format!("{at} {k}"), n.as_u64().expect("a count")));
+            }
+        }
+    };
+    add("process", &status["oi"]["totals"]);
+    for r in status["rules"].as_array().expect("rules") {
+        add(r["name"].as_str().expect("name"), &r["oi"]);
+    }
+    all
 }
 
 /// One round trip on a TCP→UDP stream (each write is one datagram).
@@ -119,6 +151,22 @@ impl Udp {
 #[test]
 fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
     let mut t = setup();
+    let before = counters(&status_json(&t.control));
+    let opened = |c: &[(String, u64)], key: &str| {
+        c.iter()
+            .find(|(k, _)| k == &format!("process {key}"))
+            .map(|(_, n)| *n)
+    };
+    assert_eq!(
+        opened(&before, "connections_total_udp"),
+        Some(1),
+        "{before:?}"
+    );
+    assert_eq!(
+        opened(&before, "connections_total_tcp"),
+        Some(1),
+        "{before:?}"
+    );
     put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &t.binary);
     t.old.signal(rustix::process::Signal::USR2);
     let main = t.old.next_notify();
@@ -142,8 +190,34 @@ fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
             .stderr_tail()
             .contains("took over 2 of 2 live connection(s)")
     });
+    wait_until("the new oi says the counters carry on", || {
+        t.old
+            .stderr_tail()
+            .contains("the counters of 2 rule(s) carry on")
+    });
+    // Nothing an operator watches starts again: every counter of the new
+    // oi is at least where the old one's was.
+    let after = counters(&status_json(&t.control));
+    assert_eq!(after.len(), before.len(), "the same counters: {after:?}");
+    for ((k, was), (k2, is)) in before.iter().zip(&after) {
+        assert_eq!(k, k2, "the same counters in the same order");
+        assert!(is >= was, "{k}: {was} before the upgrade, {is} after");
+    }
     t.both_echo_from_the_same_sources("after");
     t.both_echo_from_the_same_sources("again");
+    let later = counters(&status_json(&t.control));
+    let from = |c: &[(String, u64)]| {
+        c.iter()
+            .find(|(k, _)| k == "process bytes_from_clients")
+            .map(|(_, n)| *n)
+            .expect("bytes_from_clients")
+    };
+    assert!(
+        from(&later) > from(&before),
+        "bytes count on from where they were: {} then {}",
+        from(&before),
+        from(&later)
+    );
     assert!(!new.exited(), "the new oi serves on");
     drop(t.dir);
 }
