@@ -256,13 +256,26 @@ impl Listeners {
             let stats = running.stats.clone();
             let shared = self.shared.clone();
             let at = self.threads.pick(0);
-            // Counted like an accepted connection (drain, thread balance).
+            // Counted like an accepted connection (drain, thread balance,
+            // the connection limits: open already, so never refused).
             let placed = self.threads.place(at);
+            let client = match &c.flow {
+                Flow::Stream { client, .. } => {
+                    let peer = socket2::SockRef::from(client).peer_addr().ok();
+                    peer.and_then(|p| p.as_socket())
+                        .map(crate::route::client_ip)
+                }
+                Flow::TcpToUdp { origin, .. } => Some(crate::route::client_ip(origin.client)),
+                Flow::Datagram { .. } => None,
+            };
+            let per_client = client.filter(|_| route.maxconn_per_client.is_some());
+            let held = self.shared.limits.hold(&running.limits, per_client);
             let (gate, go) = (gate.clone(), go.clone());
             self.threads
                 .executor(at)
                 .spawn(async move {
                     let _placed = placed;
+                    let _held = held;
                     let _ = gate.recv().await;
                     if !go.load(Ordering::Acquire) {
                         return;

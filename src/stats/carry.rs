@@ -1,6 +1,8 @@
 //! The counters `oi upgrade` carries to the new oi, so nothing an operator
 //! watches (`oi status`, `/metrics`, the status file) starts again from
-//! zero: every rule's counters and its backends', and the process's.
+//! zero: every rule's counters and its backends', the process's, and each
+//! rule's pool: its members' health and its client affinity
+//! (`backends/carry.rs`).
 //!
 //! The old oi writes them as JSON ([`Stats::carried`]) after its live
 //! connections have paused; the new one adds them to the rules it serves
@@ -53,7 +55,9 @@ impl Stats {
                     })
                 })
                 .collect();
+            let pool = r.pool.load().as_ref().map(|p| p.carried());
             out.push(json!({
+                "pool": pool,
                 "name": &*r.name,
                 "counters": encode(&r.counters.values(rule_ended, from, to)),
                 "ended": [rule_ended.0, rule_ended.1],
@@ -93,6 +97,9 @@ impl Stats {
             };
             matched += 1;
             add(&r.counters, c);
+            if let Some(pool) = r.pool.load().as_ref() {
+                pool.carry_on(&c["pool"]);
+            }
             for b in c["backends"].as_array().map_or(&[][..], Vec::as_slice) {
                 let Some(addr) = b["addr"].as_str().and_then(|a| a.parse().ok()) else {
                     continue;

@@ -192,7 +192,7 @@ pub(crate) async fn forward(
 /// Forwards a connection the previous oi handed over (`oi upgrade`): its
 /// unsent bytes go out first, then it is pumped as [`forward`] pumps, from
 /// the byte counts it had; its end is logged here, as rinetd logs one.
-/// Not counted on a backend's least-connections load (no lease).
+/// Counted on its backend's load as if chosen here.
 pub(crate) async fn adopted(
     a: crate::handover::park::Offered,
     route: Arc<Route>,
@@ -222,10 +222,17 @@ pub(crate) async fn adopted(
         _ => ConnKind::Unix,
     };
     let live = stats.register_resumed(kind, peer);
-    match backend.get_ref().peer_addr() {
-        Ok(addr) => live.reconnected(addr),
-        Err(_) => live.set_state(ConnState::Open),
-    }
+    // Counted on its backend's load (least connections) while it lasts.
+    let _lease = match backend.get_ref().peer_addr() {
+        Ok(addr) => {
+            live.reconnected(addr);
+            route.pool.lease_of(addr)
+        }
+        Err(_) => {
+            live.set_state(ConnState::Open);
+            None
+        }
+    };
     log::debug!(
         "{peer}: taken over on {} (open since {} s after the epoch; {} + {} unsent bytes)",
         route.bind,

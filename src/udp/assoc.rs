@@ -264,8 +264,8 @@ impl Association {
 
     /// An association a previous oi handed over (`oi upgrade`): `backend`
     /// is its connected socket, `idle` how long it had no traffic; replies
-    /// go to `client` from `listener` as before. Not counted on a backend's
-    /// least-connections load (no lease).
+    /// go to `client` from `listener` as before. Counted on its backend's
+    /// load as if chosen here.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn resumed(
         ex: &Executor<'static>,
@@ -279,9 +279,10 @@ impl Association {
         conn: Registered,
     ) -> io::Result<Self> {
         let socket = Arc::new(Async::new(UdpSocket::from(backend))?);
-        if let Ok(addr) = socket.get_ref().peer_addr() {
+        let lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
             conn.reconnected(addr);
-        }
+            route.pool.lease_of(addr)
+        });
         let (up, down) = route
             .rates
             .limits(&conn.rule().rates, Some(client_ip(origin.client)));
@@ -293,7 +294,7 @@ impl Association {
             down,
         };
         let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
-        let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), None));
+        let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
         Ok(Association {
             upstream: Upstream::Udp(socket),
             activity,
@@ -434,7 +435,7 @@ impl Reply {
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
 ///
 /// `_lease` counts the association on its backend until the task ends
-/// (none for one handed over by a previous oi).
+/// (none when a handed-over one's backend is no member here).
 async fn udp_replies(
     socket: Arc<Async<UdpSocket>>,
     reply: Reply,

@@ -113,7 +113,7 @@ pub(crate) async fn tcp_to_udp(
 
 /// A TCP→UDP connection a previous oi handed over (`oi upgrade`): it
 /// carries on with its counters and idle time, and its end is logged here.
-/// Not counted on a backend's least-connections load (no lease).
+/// Counted on its backend's load as if chosen here.
 pub(crate) async fn tcp_to_udp_adopted(
     a: Offered,
     route: Arc<Route>,
@@ -145,9 +145,11 @@ pub(crate) async fn tcp_to_udp_adopted(
     let conn = stats.register_resumed(ConnKind::TcpToUdp, origin.client);
     conn.add_from_client(a.up.bytes);
     conn.add_to_client(a.down.bytes);
-    if let Ok(addr) = socket.get_ref().peer_addr() {
+    // Counted on its backend's load while it lasts.
+    let _lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
         conn.reconnected(addr);
-    }
+        route.pool.lease_of(addr)
+    });
     let activity = Activity::resumed(conn, was_idle);
     let header = match datagram_header(&route, origin, || client.get_ref().local_addr()) {
         Ok(h) => h,
