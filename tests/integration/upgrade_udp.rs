@@ -80,7 +80,7 @@ fn setup() -> Udp {
 }
 
 /// `oi status --json` from whichever oi serves `control`.
-fn status_json(control: &Path) -> serde_json::Value {
+pub(super) fn status_json(control: &Path) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
         .args(["status", "--json", "--socket"])
         .arg(control)
@@ -92,7 +92,7 @@ fn status_json(control: &Path) -> serde_json::Value {
 
 /// Every counter oi keeps, per rule and for the process, from a status
 /// document (`oi` objects), without the counts of what is open now.
-fn counters(status: &serde_json::Value) -> Vec<(String, u64)> {
+pub(super) fn counters(status: &serde_json::Value) -> Vec<(String, u64)> {
     let mut all = Vec::new();
     let mut add = |at: &str, v: &serde_json::Value| {
         for (k, n) in v.as_object().expect("counters") {
@@ -109,7 +109,7 @@ fn counters(status: &serde_json::Value) -> Vec<(String, u64)> {
 }
 
 /// One round trip on a TCP→UDP stream (each write is one datagram).
-fn stream_echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
+pub(super) fn stream_echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
     s.write_all(what)?;
     let mut b = vec![0u8; what.len()];
     s.read_exact(&mut b)?;
