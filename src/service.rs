@@ -146,7 +146,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg, &sockets) {
+    if let Err(e) = drop_privileges(&opts, &cfg, &sockets, taker.is_some()) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
@@ -354,6 +354,7 @@ fn drop_privileges(
     opts: &RunOptions,
     cfg: &ResolvedConfig,
     sockets: &[BoundSocket],
+    handed_over: bool,
 ) -> Result<(), String> {
     let g = &cfg.config.globals;
     let (user, group) = match &opts.user {
@@ -364,6 +365,12 @@ fn drop_privileges(
         },
     };
     let target = crate::privileges::resolve(user, group)?;
+    // Started by `oi upgrade` from an oi that dropped to this user: it
+    // runs as that user already (and could not change again), and the
+    // sockets it was handed are that user's.
+    if handed_over && target.is_current() {
+        return Ok(());
+    }
     let listeners: Vec<_> = sockets
         .iter()
         .filter_map(|s| match s {
@@ -484,7 +491,7 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
         match h.role {
             handover::Role::Listener => {
                 let n = i32::try_from(i).unwrap_or(i32::MAX);
-                inherited.add(h.fd, n, "handed over".into());
+                inherited.add_handed(h.fd, n, h.file);
             }
             handover::Role::Metrics => given.metrics = Some(h.fd.into()),
             handover::Role::Control => given.control = Some(h.fd.into()),
@@ -726,19 +733,22 @@ impl Service {
             .await
             .map_err(|_| stopped())?;
         let fds = copies.recv().await.map_err(|_| stopped())?;
-        let listener = |fd| handover::Handed {
+        let listener = |(fd, file)| handover::Handed {
             role: handover::Role::Listener,
             fd,
+            file,
         };
         let mut handed: Vec<handover::Handed> = fds.into_iter().map(listener).collect();
         let observed = self.observer.copies();
         if let Some(l) = observed.metrics {
             let role = handover::Role::Metrics;
-            handed.push(handover::Handed { role, fd: l.into() });
+            let (fd, file) = (l.into(), None);
+            handed.push(handover::Handed { role, fd, file });
         }
         if let Some(l) = observed.control {
             let role = handover::Role::Control;
-            handed.push(handover::Handed { role, fd: l.into() });
+            let (fd, file) = (l.into(), None);
+            handed.push(handover::Handed { role, fd, file });
         }
         let binary = binary.unwrap_or_else(|| self.binary.clone());
         let args = self.args.clone();

@@ -70,6 +70,10 @@ pub(crate) struct Handed {
     pub(crate) role: Role,
     /// The socket.
     pub(crate) fd: OwnedFd,
+    /// A unix listener's socket file the old oi made: its device and
+    /// inode, so the new one removes it when done (if the path still
+    /// names it) and applies `mode=` to it.
+    pub(crate) file: Option<(u64, u64)>,
 }
 
 /// The old side: starts `binary` with `args`, hands it `sockets`, and
@@ -139,7 +143,12 @@ fn converse(
     for chunk in sockets.chunks(wire::FDS_PER_MESSAGE) {
         let roles: Vec<serde_json::Value> = chunk
             .iter()
-            .map(|h| serde_json::json!({ "role": h.role.word() }))
+            .map(|h| match h.file {
+                Some((dev, ino)) => {
+                    serde_json::json!({ "role": h.role.word(), "file": [dev, ino] })
+                }
+                None => serde_json::json!({ "role": h.role.word() }),
+            })
             .collect();
         let fds: Vec<_> = chunk.iter().map(|h| h.fd.as_fd()).collect();
         let body = serde_json::json!({ "sockets": roles });
@@ -295,12 +304,16 @@ fn take(name: &[u8]) -> Result<(Taker, Vec<Handed>), String> {
                         fds.len()
                     ));
                 }
-                for (role, fd) in roles.iter().zip(fds) {
-                    let role = role["role"]
+                for (entry, fd) in roles.iter().zip(fds) {
+                    let role = entry["role"]
                         .as_str()
                         .and_then(Role::from_word)
                         .unwrap_or(Role::Listener);
-                    handed.push(Handed { role, fd });
+                    let file = match (entry["file"][0].as_u64(), entry["file"][1].as_u64()) {
+                        (Some(dev), Some(ino)) => Some((dev, ino)),
+                        _ => None,
+                    };
+                    handed.push(Handed { role, fd, file });
                 }
             }
             Kind::End => return Ok((Taker { conn }, handed)),

@@ -70,8 +70,9 @@ pub enum Command {
     /// A copy of every listening socket (each socket of a TCP listener's
     /// group), for handing to a new oi.
     Sockets {
-        /// Receives the copies.
-        reply: Sender<Vec<OwnedFd>>,
+        /// Receives the copies, each with its socket file's device and
+        /// inode for a unix listener whose file oi made.
+        reply: Sender<Vec<SocketCopy>>,
     },
     /// A new oi serves the sockets now: when the listeners close, their
     /// unix socket files stay.
@@ -91,6 +92,10 @@ pub enum Command {
         go: Arc<AtomicBool>,
     },
 }
+
+/// A copy of a listening socket for a new oi, with the device and inode of
+/// its socket file when it is a unix listener whose file oi made.
+pub(crate) type SocketCopy = (OwnedFd, Option<(u64, u64)>);
 
 /// Starts serving already-bound sockets, each with its route, on `runtime`'s
 /// threads, and returns the future that keeps them serving.
@@ -209,9 +214,12 @@ impl Listeners {
     /// A copy of every listening socket, for a hand-over; one that cannot
     /// be copied (no descriptor left) is left out, and the new oi binds
     /// that rule itself (failing, since this one still holds it).
-    fn copies(&self) -> Vec<OwnedFd> {
-        let all = self.serving.values().flat_map(|r| r.sockets.iter());
-        all.filter_map(|s| s.as_fd().try_clone_to_owned().ok())
+    fn copies(&self) -> Vec<SocketCopy> {
+        let all = self.serving.values().flat_map(|r| {
+            let file = r.file.as_ref().map(crate::unix::SocketFile::id);
+            r.sockets.iter().map(move |s| (s, file))
+        });
+        all.filter_map(|(s, file)| Some((s.as_fd().try_clone_to_owned().ok()?, file)))
             .collect()
     }
 
@@ -359,6 +367,13 @@ impl Listeners {
                 BoundSocket::Unix(u) => u.bound.file.clone(),
                 _ => None,
             };
+            // A socket file a previous oi made (`oi upgrade`) gets this
+            // configuration's `mode=` (a fresh bind has it already).
+            if let (Some(file), Some(mode)) = (&file, route.load().socket_mode()) {
+                if let Err(e) = file.set_mode(mode) {
+                    log::warn!("cannot set the mode of {}: {e}", file.path().display());
+                }
+            }
             let stored = crate::notify::fd_name(&addr.with_proto(proto));
             let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
             let (tasks, sockets) = match spawned {
