@@ -144,6 +144,9 @@ struct Inner {
     parked: Vec<Parked>,
     /// Pumps that have answered the stop (parked, or ended meanwhile).
     answered: usize,
+    /// Pumps that answered without parking (no descriptor to copy their
+    /// sockets): they stay here, and the hand-over says how many.
+    declined: usize,
     /// New side: UDP associations handed over, by rule, waiting for their
     /// listener to take them when the hand-over ends ([`Parking::released`]).
     stashed: HashMap<String, Vec<Offered>>,
@@ -271,6 +274,17 @@ impl Parking {
         self.lock().stashed.clear();
     }
 
+    /// A pump or listener whose stop was asked with nothing to offer (a UDP
+    /// listener without associations, a pump that ends): it answers.
+    pub(crate) fn pass(&self, ticket: &Ticket<'_>) {
+        let mut inner = self.lock();
+        ticket.slot.stop.store(false, Ordering::Release);
+        if inner.collecting {
+            inner.answered += 1;
+            self.changed.notify_all();
+        }
+    }
+
     /// A pump whose stop was asked but which cannot park (its sockets could
     /// not be copied): it answers, and runs on.
     pub(crate) fn decline(&self, ticket: &Ticket<'_>) {
@@ -278,6 +292,7 @@ impl Parking {
         ticket.slot.stop.store(false, Ordering::Release);
         if inner.collecting {
             inner.answered += 1;
+            inner.declined += 1;
             self.changed.notify_all();
         }
     }
@@ -290,6 +305,7 @@ impl Parking {
         let mut inner = self.lock();
         inner.collecting = true;
         inner.answered = 0;
+        inner.declined = 0;
         let asked = inner.slots.len();
         for slot in inner.slots.values() {
             slot.stop.store(true, Ordering::Release);
@@ -312,6 +328,13 @@ impl Parking {
                 .0;
         }
         inner.collecting = false;
+        if inner.declined > 0 {
+            log::warn!(
+                "upgrade: {} connection(s) could not be paused for the new oi (no descriptor \
+                 left to copy their sockets); they stay here",
+                inner.declined
+            );
+        }
         for slot in inner.slots.values() {
             slot.stop.store(false, Ordering::Release);
         }

@@ -121,7 +121,7 @@ async fn offer(
     let (up, down) = match published.pump.pause() {
         Ok(halves) => halves,
         Err(e) => {
-            shared.parking.decline(ticket);
+            shared.parking.pass(ticket);
             return Offer::Broken(e);
         }
     };

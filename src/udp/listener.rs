@@ -320,7 +320,7 @@ impl Listener {
             answers.push((*peer, answer));
         }
         if parked.is_empty() {
-            self.shared.parking.decline(ticket);
+            self.shared.parking.pass(ticket);
             return false;
         }
         if !self.shared.parking.park_many(ticket, parked) {
