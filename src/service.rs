@@ -697,6 +697,21 @@ impl Service {
             self.drain
         };
         self.runtime.drained(drain).or(again).await;
+        if handed_over {
+            // UDP associations the new oi did not take, served until they
+            // end (their idle timeout at most; a second signal exits).
+            let shared = self.shared.clone();
+            let kept = smol::unblock(move || shared.parking.wait_leftovers());
+            kept.or(async {
+                let mut signals = signals;
+                while let Some(sig) = signals.next().await {
+                    if matches!(sig, Ok(Signal::Int | Signal::Term)) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS

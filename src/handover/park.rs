@@ -153,6 +153,11 @@ struct Inner {
     /// New side: closed when the hand-over of live connections has ended;
     /// UDP listeners read nothing before (see [`Parking::hold`]).
     gate: Option<Receiver<()>>,
+    /// Old side: a new oi serves now, so a closing UDP listener hands the
+    /// associations it kept to a task of their own ([`Parking::kept`]).
+    handed: bool,
+    /// Old side: tasks serving UDP associations the new oi did not take.
+    leftovers: usize,
 }
 
 /// Every pumping connection of this process (one per `Shared`).
@@ -347,6 +352,44 @@ pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+impl Parking {
+    /// Old side: a new oi serves the listeners now (they are closing).
+    pub(crate) fn set_handed(&self) {
+        self.lock().handed = true;
+    }
+
+    /// Old side: when a new oi serves now, counts a task that keeps
+    /// serving UDP associations the new oi did not take, until
+    /// [`Parking::kept_ended`] (`false`: no hand-over; the associations
+    /// end with their listener as before).
+    pub(crate) fn keep_serving(&self) -> bool {
+        let mut inner = self.lock();
+        if inner.handed {
+            inner.leftovers += 1;
+        }
+        inner.handed
+    }
+
+    /// Old side: a task counted by [`Parking::keep_serving`] has ended.
+    pub(crate) fn kept_ended(&self) {
+        let mut inner = self.lock();
+        inner.leftovers = inner.leftovers.saturating_sub(1);
+        self.changed.notify_all();
+    }
+
+    /// Old side: waits (blocking) until every task counted by
+    /// [`Parking::keep_serving`] has ended.
+    pub(crate) fn wait_leftovers(&self) {
+        let mut inner = self.lock();
+        while inner.leftovers > 0 {
+            inner = self
+                .changed
+                .wait(inner)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 /// A verdict channel: the sender goes with the parked connection, the pump

@@ -140,6 +140,7 @@ pub fn serve(
                     let _ = reply.send(listeners.adopt(conns, &gate, &go)).await;
                 }
                 Command::KeepFiles => {
+                    listeners.shared.parking.set_handed();
                     for file in listeners.serving.values().filter_map(|r| r.file.as_ref()) {
                         file.keep();
                     }

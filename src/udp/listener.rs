@@ -39,6 +39,7 @@ pub(crate) async fn serve(
         stats,
         assocs: HashMap::new(),
         epoch: Instant::now(),
+        kept: false,
     };
     listener.run().await
 }
@@ -72,6 +73,11 @@ struct Listener {
     assocs: HashMap<SocketAddr, Association>,
     /// Clock origin for the associations' activity timestamps.
     epoch: Instant,
+    /// Set when `oi upgrade` offered associations and the new oi took none
+    /// (it failed half-way, or lacks the rule): when this listener closes,
+    /// they are served on ([`serve_kept`]) rather than ended. Never set
+    /// when the new oi serves the rule, which reads the same socket.
+    kept: bool,
 }
 
 impl Listener {
@@ -334,6 +340,7 @@ impl Listener {
                 taken = true;
             }
         }
+        self.kept = !taken;
         taken
     }
 
@@ -391,10 +398,84 @@ impl Listener {
 
 impl Drop for Listener {
     /// The listener is gone (removed by a reload, or the server stops): its
-    /// associations cannot receive from their clients any more, so they end too.
+    /// associations cannot receive from their clients any more, so they end
+    /// too. After `oi upgrade`, those the new oi did not take (it failed
+    /// half-way, or lacks the rule) are served on by a task of their own.
     fn drop(&mut self) {
-        for (_, a) in self.assocs.drain() {
+        let live: HashMap<_, _> = self
+            .assocs
+            .drain()
+            .filter(|(_, a)| !a.activity.ended())
+            .collect();
+        if self.kept && !live.is_empty() && self.shared.parking.keep_serving() {
+            let counted = Counted(self.shared.clone());
+            log::info!(
+                "upgrade: {} UDP association(s) of {} the new oi did not take are served here until they end",
+                live.len(),
+                self.route.load().bind
+            );
+            self.ex
+                .spawn(serve_kept(self.socket.clone(), live, counted))
+                .detach();
+            return;
+        }
+        for (_, a) in live {
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
         }
+    }
+}
+
+/// Counts a [`serve_kept`] task in the parking until dropped.
+struct Counted(Arc<Shared>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.parking.kept_ended();
+    }
+}
+
+/// After `oi upgrade`: serves the associations the new oi did not take,
+/// and only them (a datagram from any other client is dropped: this oi has
+/// stopped accepting), until each has ended or been idle for its timeout;
+/// the old oi exits after.
+async fn serve_kept(
+    socket: Arc<Async<UdpSocket>>,
+    mut assocs: HashMap<SocketAddr, Association>,
+    counted: Counted,
+) {
+    let shared = &counted.0;
+    let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
+    while !assocs.is_empty() {
+        let _ = async { socket.readable().await.is_ok() }
+            .or(async {
+                Timer::after(MAX_SWEEP).await;
+                true
+            })
+            .await;
+        for _ in 0..BATCH {
+            match socket.get_ref().recv_from(&mut buf) {
+                Ok((n, mut peer)) => {
+                    if let SocketAddr::V6(v6) = &mut peer {
+                        v6.set_flowinfo(0);
+                    }
+                    // Under accept-proxy each datagram carries its header:
+                    // such a one is dropped (who it speaks for is not checked here).
+                    if let Some(a) = assocs.get(&peer).filter(|a| !a.route.accept_proxy) {
+                        a.forward(&buf[..n]);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_transient(&e) => {}
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        assocs.retain(|_, a| {
+            let keep = !a.activity.ended() && a.activity.idle(now) < a.route.udp_timeout();
+            if !keep {
+                shared.log.log(a.log_event(Event::DoneLocalClosed));
+            }
+            keep
+        });
     }
 }

@@ -2,7 +2,7 @@
 //! (issue 24): each keeps its connected socket, so the backend sees the
 //! same source port before and after, and the client its replies from the
 //! same listening address, and every counter carries on; if the new oi
-//! dies half-way the TCP→UDP stream stays with the old one.
+//! dies half-way both stay with the old one, which serves them to their end.
 
 use super::upgrade::{put_binary, put_script, Adopted};
 use super::upgrade_live::DIES_HALF_WAY;
@@ -36,8 +36,8 @@ struct Udp {
 }
 
 /// Starts oi and opens one association and one TCP→UDP stream, each
-/// echoing once.
-fn setup() -> Udp {
+/// echoing once; `udp_options` goes after the UDP rule.
+fn setup(udp_options: &str) -> Udp {
     let (backend, seen) = udp_echo_backend("127.0.0.1:0");
     let dir = tempfile::Builder::new()
         .prefix("oi-upgu")
@@ -52,7 +52,7 @@ fn setup() -> Udp {
     std::fs::write(
         &conf,
         format!(
-            "controlsocket {}\n127.0.0.1 {u}/udp 127.0.0.1 {b}/udp\n127.0.0.1 {t} 127.0.0.1 {b}/udp\n",
+            "controlsocket {}\n127.0.0.1 {u}/udp 127.0.0.1 {b}/udp {udp_options}\n127.0.0.1 {t} 127.0.0.1 {b}/udp\n",
             control.display()
         ),
     )
@@ -150,7 +150,7 @@ impl Udp {
 
 #[test]
 fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
-    let mut t = setup();
+    let mut t = setup("");
     let before = counters(&status_json(&t.control));
     let opened = |c: &[(String, u64)], key: &str| {
         c.iter()
@@ -223,11 +223,13 @@ fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
 }
 
 #[test]
-fn a_new_oi_that_dies_taking_them_leaves_the_tcp_to_udp_stream_with_the_old_one() {
+fn a_new_oi_that_dies_taking_them_leaves_both_with_the_old_one() {
     if !tool_present("python3", "--version", "python3") {
         return;
     }
-    let mut t = setup();
+    // The association ends 8 s after its last datagram, so the old oi
+    // exits within the test's patience once the stream is closed.
+    let mut t = setup("[timeout=8]");
     put_script(&t.binary, DIES_HALF_WAY);
     t.old.signal(rustix::process::Signal::USR2);
     wait_until("the old oi says the connections stay", || {
@@ -235,14 +237,17 @@ fn a_new_oi_that_dies_taking_them_leaves_the_tcp_to_udp_stream_with_the_old_one(
         tail.contains("connections not handed over")
             && tail.contains("2 connection(s) the new oi did not take stay here")
     });
-    let what = b"tcp after";
-    stream_echo(&mut t.stream, what)
-        .unwrap_or_else(|e| t.old.fail(&format!("tcp->udp after: {e}")));
-    let (from, _) = t.seen.recv_timeout(PATIENCE).expect("the backend saw it");
-    assert_eq!(from, t.sources.1, "the TCP->UDP stream's backend port");
+    // Both echo through the old oi, from the sources they had: the
+    // association is served on after the old oi closed its listeners.
+    wait_until("the old oi says it serves the association on", || {
+        t.old
+            .stderr_tail()
+            .contains("1 UDP association(s) of 127.0.0.1:")
+    });
+    t.both_echo_from_the_same_sources("after");
     assert!(
         t.old.exited_within(std::time::Duration::ZERO).is_none(),
-        "the old oi serves the stream it kept"
+        "the old oi serves what it kept"
     );
     drop(t.stream);
     let status = t.old.exited_within(PATIENCE).unwrap_or_else(|| {
