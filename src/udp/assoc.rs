@@ -21,6 +21,7 @@ use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +69,19 @@ impl Activity {
         };
         a.touch();
         a
+    }
+
+    /// Counters for a flow a previous oi handed over (`oi upgrade`) with no
+    /// traffic for `idle`: its idle deadline carries on from there. Its
+    /// clock starts that long ago, so compare activities by [`Activity::last`].
+    pub(crate) fn resumed(conn: Registered, idle: Duration) -> Self {
+        let now = Instant::now();
+        Activity {
+            epoch: now.checked_sub(idle).unwrap_or(now),
+            last_ms: AtomicU64::new(0),
+            conn,
+            ended: AtomicBool::new(false),
+        }
     }
 
     /// Records traffic now.
@@ -206,7 +220,7 @@ impl Association {
                 let socket = Arc::new(connected_socket(backend, bind)?);
                 batch::enable_gro(socket.get_ref());
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
+                let task = ex.spawn(udp_replies(socket.clone(), reply, Some(lease)));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -224,6 +238,65 @@ impl Association {
             origin,
             // UDP→TCP's header went to its task with the stream.
             proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
+            route,
+            shared: shared.clone(),
+            up,
+            _task: task,
+        })
+    }
+
+    /// `oi upgrade`: a copy of the connected socket of a UDP→UDP
+    /// association, to hand to the new oi with the association's
+    /// counters, who its client is and how long it has been idle. `None`
+    /// for UDP→TCP (its stream and queue stay here) or without a descriptor.
+    pub(crate) fn take_state(&self) -> Option<(OwnedFd, Origin, Duration)> {
+        let Upstream::Udp(socket) = &self.upstream else {
+            return None;
+        };
+        let fd = socket.get_ref().as_fd().try_clone_to_owned().ok()?;
+        Some((fd, self.origin, self.activity.idle(Instant::now())))
+    }
+
+    /// An association a previous oi handed over (`oi upgrade`): `backend`
+    /// is its connected socket, `idle` how long it had no traffic; replies
+    /// go to `client` from `listener` as before. Counted on its backend's
+    /// load as if chosen here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resumed(
+        ex: &Executor<'static>,
+        route: Arc<Route>,
+        shared: &Arc<Shared>,
+        listener: &Arc<Async<UdpSocket>>,
+        client: SocketAddr,
+        origin: Origin,
+        backend: OwnedFd,
+        idle: Duration,
+        conn: Registered,
+    ) -> io::Result<Self> {
+        let socket = Arc::new(Async::new(UdpSocket::from(backend))?);
+        batch::enable_gro(socket.get_ref());
+        let lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
+            conn.reconnected(addr);
+            route.pool.lease_of(addr)
+        });
+        let (up, down) = route
+            .rates
+            .limits(&conn.rule().rates, Some(client_ip(origin.client)));
+        let activity = Arc::new(Activity::resumed(conn, idle));
+        let reply = Reply {
+            listener: listener.clone(),
+            client,
+            activity: activity.clone(),
+            down,
+        };
+        let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
+        let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
+        Ok(Association {
+            upstream: Upstream::Udp(socket),
+            activity,
+            client_ip: client_ip(origin.client),
+            origin,
+            proxy,
             route,
             shared: shared.clone(),
             up,
@@ -391,8 +464,9 @@ impl Reply {
 
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
 ///
-/// `_lease` counts the association on its backend until the task ends.
-async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Lease) {
+/// `_lease` counts the association on its backend until the task ends
+/// (none when a handed-over one's backend is no member here).
+async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option<Lease>) {
     loop {
         if let Err(e) = socket.readable().await {
             log::debug!("backend socket for {}: {e}", reply.client);

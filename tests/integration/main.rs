@@ -50,5 +50,8 @@ mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
 mod upgrade;
+mod upgrade_files;
+mod upgrade_full;
 mod upgrade_live;
+mod upgrade_udp;
 mod watch;
