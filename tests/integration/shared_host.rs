@@ -305,6 +305,42 @@ fn sixteen_mib_inputs() -> [(&'static str, String); 4] {
     ]
 }
 
+/// 16 MiB (just under) of valid rules with long names and options, as
+/// close to the most each field takes as fits 26,000 rules: a backend name
+/// of 189 characters in three labels, and 190 bytes each of `check-send`
+/// and `check-expect`, the same on every rule (`distinct` false) or
+/// different on each.
+fn sixteen_mib_of_long_rules(distinct: bool) -> String {
+    let limit = 16 * 1024 * 1024 - 1;
+    let mut s = String::with_capacity(limit);
+    for i in 0.. {
+        let host = format!(
+            "h{i:07}{}.{}.{}",
+            "a".repeat(55),
+            "b".repeat(63),
+            "c".repeat(61)
+        );
+        let text = |c: &str| match distinct {
+            true => format!("{i:07}{}", c.repeat(183)),
+            false => c.repeat(190),
+        };
+        let line = format!(
+            "10.{}.{}.{} {} {host} 80 [check-interval=5,check-send={},check-expect={}]\n",
+            (i / 62_500) % 250,
+            (i / 250) % 250,
+            i % 250 + 1,
+            1024 + i % 60_000,
+            text("s"),
+            text("e"),
+        );
+        if s.len() + line.len() > limit {
+            break;
+        }
+        s.push_str(&line);
+    }
+    s
+}
+
 /// `oi --check` of any 16 MiB input runs within 64 MiB of data (RLIMIT_DATA,
 /// which counts every private mapping, reserved or touched: stricter than
 /// RSS) and ends with its report, exit 1; a file of exactly MAX_RULES rules
@@ -364,6 +400,35 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
                 "{head}"
             );
         }
+    }
+    // 16 MiB of 26,296 valid rules with long names and options peaked at
+    // 68.8 MiB (`/usr/bin/time -f %M`, debug): a copy of the first backend
+    // per rule and per resolved rule, and the options boxed per rule. Their
+    // names fail at once here (/etc/hosts only), as names that do not
+    // resolve would after the lookup deadline.
+    if !mount_namespaces_work() {
+        eprintln!("long names skipped: cannot create a mount namespace here");
+        return;
+    }
+    let offline = oi_with_resolver(dir.path(), "files", None, Some(65536));
+    for distinct in [false, true] {
+        let conf = dir.path().join("long.conf");
+        let text = sixteen_mib_of_long_rules(distinct);
+        let rules = text.lines().count();
+        write_atomic(&conf, &text);
+        drop(text);
+        let out = std::process::Command::new(&offline)
+            .args(["--check", "--quiet", "-c"])
+            .arg(&conf)
+            .output()
+            .expect("run oi --check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head = &stderr[..stderr.len().min(2000)];
+        assert_eq!(out.status.code(), Some(1), "distinct {distinct}\n{head}");
+        assert!(
+            stderr.contains(&format!("configuration invalid ({rules} errors)")),
+            "distinct {distinct}: every rule's name looked up\n{head}"
+        );
     }
 }
 
