@@ -93,7 +93,7 @@ pub fn parse_with_includes(
     text: &str,
     source: &mut dyn IncludeSource,
 ) -> Result<Config, ConfigErrors> {
-    match parse_with_includes_partial(text, source) {
+    match parse_with_includes_partial(text, source, None) {
         (config, None) => Ok(config),
         (_, Some(errors)) => Err(errors),
     }
@@ -102,9 +102,16 @@ pub fn parse_with_includes(
 /// Like [`parse_with_includes`], but also returns what did parse when some
 /// lines did not: the rules without errors, so `--check` can look up their
 /// names in the same run and report name errors beside the syntax errors.
+///
+/// With `rule_budget`, a file whose first pass counts more rules than that
+/// (with those of the files before it) stops the parse before its rules are
+/// built, and `rules_over_budget` in the result says how many were counted:
+/// a reload refused by the descriptor budget so builds none of the rules it
+/// refuses (they cost memory the allocator kept after the refusal).
 pub(crate) fn parse_with_includes_partial(
     text: &str,
     source: &mut dyn IncludeSource,
+    rule_budget: Option<usize>,
 ) -> (Config, Option<ConfigErrors>) {
     let main = source.main_file();
     let mut p = Parser {
@@ -112,9 +119,14 @@ pub(crate) fn parse_with_includes_partial(
         stack: vec![main],
         total_bytes: text.len(),
         source: Some(source),
+        rule_budget,
         ..Parser::default()
     };
     p.text(text);
+    if let Some(counted) = p.rules_over_budget {
+        p.config.rules = Vec::new();
+        p.config.rules_over_budget = Some(counted);
+    }
     // Growth by doubling left up to half the rules' space unused.
     p.config.rules.shrink_to_fit();
     let errors = p.errors.into_result((), PLACEHOLDER_FILE).err();
@@ -170,6 +182,11 @@ struct Parser<'s> {
     total_bytes: usize,
     /// Set once the rules reach [`super::MAX_RULES`]: later rule lines are skipped.
     over_budget: bool,
+    /// Most rules the caller takes (a reload's descriptor budget); past it
+    /// no further rule is built ([`parse_with_includes_partial`]).
+    rule_budget: Option<usize>,
+    /// The rules the first pass counted when they went past `rule_budget`.
+    rules_over_budget: Option<usize>,
 }
 
 /// Trims the white space rinetd allows around fields (spaces, tabs, CR, ...).
@@ -194,6 +211,11 @@ impl Parser<'_> {
                     self.over_budget = true;
                     let raw = text.lines().nth(line - 1).unwrap_or("");
                     return self.error(line, super::too_many_rules(), trim_ws(raw));
+                }
+                Ok(total) if self.rule_budget.is_some_and(|most| total > most) => {
+                    self.over_budget = true;
+                    self.rules_over_budget = Some(total);
+                    return;
                 }
                 // Room for the rules counted, once: doubling as they came
                 // left up to half the list unused (9 MiB of 26,000 rules).
