@@ -33,7 +33,7 @@ cd "$here"
 # brings it back.
 sanitizer="${OI_FUZZ_SANITIZER:-none}"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
-bin_dir="$here/target/$triple/release"
+bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
 # What `cargo fuzz build` runs (cargo-fuzz 0.13.2, src/project.rs): --target
 # so that RUSTFLAGS skip build scripts and proc macros; release with line
 # tables; SanitizerCoverage with inline 8-bit counters, a PC table, compare
