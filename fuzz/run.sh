@@ -8,9 +8,14 @@
 # SECONDS (at least 5 s each): the config parsers, the PROXY decoder and the
 # request parsers of the metrics endpoint and the control socket, and the
 # TLS ClientHello reader of `[sni=...]` rules.
-# Installs cargo-fuzz if missing. cargo-fuzz needs nightly-only compiler flags;
-# with only a stable toolchain, RUSTC_BOOTSTRAP=1 lets stable accept them. The
-# generated corpus lives in fuzz/corpus/TARGET (not
+# Builds and runs the targets without cargo-fuzz: `cargo build` with the
+# flags `cargo fuzz build` passes (cargo-fuzz 0.13's defaults on Linux, listed
+# below), then each target's libFuzzer binary as `cargo fuzz run` starts it.
+# Installing cargo-fuzz cost CI a build of its own (see .ci/run); the
+# binaries and their place (target/TRIPLE/release/) are the same, so a
+# `cargo fuzz run` still finds them. The compiler flags are stable ones; with
+# OI_FUZZ_SANITIZER, RUSTC_BOOTSTRAP=1 lets a stable toolchain take
+# -Zsanitizer. The generated corpus lives in fuzz/corpus/TARGET (not
 # committed); the committed seeds in fuzz/seeds/TARGET start it. A crash leaves
 # its input in fuzz/artifacts/TARGET and makes this script exit non-zero.
 set -euo pipefail
@@ -19,11 +24,6 @@ seconds="${1:-60}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
-if ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "run.sh: installing cargo-fuzz" >&2
-    cargo install cargo-fuzz --locked
-fi
-export RUSTC_BOOTSTRAP=1
 # SANITIZER: the crate forbids unsafe code, so AddressSanitizer has little to
 # find that a panic would not show, and it makes the build the slowest step of
 # CI: building every target took 403 s of CPU with it and 276 s without
@@ -32,8 +32,31 @@ export RUSTC_BOOTSTRAP=1
 # -timeout and -rss_limit_mb work without it. OI_FUZZ_SANITIZER=address
 # brings it back.
 sanitizer="${OI_FUZZ_SANITIZER:-none}"
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
+# What `cargo fuzz build` runs (cargo-fuzz 0.13.2, src/project.rs): --target
+# so that RUSTFLAGS skip build scripts and proc macros; release with line
+# tables; SanitizerCoverage with inline 8-bit counters, a PC table, compare
+# tracing and stack depth; `--cfg fuzzing`; no branch folding; debug
+# assertions; one codegen unit (the sancov pass keeps ThinLTO from inlining
+# across units otherwise).
+build() {
+    local flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+    flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
+    flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
+    flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+    flags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0"
+    flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
+    if [ "$sanitizer" != none ]; then
+        export RUSTC_BOOTSTRAP=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_odr_violation=0"
+        flags+=" -Zsanitizer=$sanitizer"
+    fi
+    RUSTFLAGS="$flags ${RUSTFLAGS:-}" cargo build --manifest-path "$here/Cargo.toml" \
+        --target "$triple" --release --config 'profile.release.debug="line-tables-only"' --bins
+}
 if [ "$seconds" = build ]; then
-    exec cargo fuzz build --sanitizer "$sanitizer"
+    build
+    exit 0
 fi
 if [ -z "${2:-}" ]; then
     targets=(fuzz_targets/*.rs)
@@ -47,12 +70,13 @@ if [ -z "${2:-}" ]; then
     exit 0
 fi
 target="$2"
-mkdir -p "corpus/$target"
+build
+mkdir -p "corpus/$target" "artifacts/$target"
 # -max_len: the parser's interesting structure is in lines, not megabytes;
 #   64 KiB still allows many lines and long ones.
 # -timeout: one input taking more than 10 s is a finding (a quadratic path).
 # -rss_limit_mb: one input using more than 1 GiB is a finding (issue 10).
-cargo fuzz run --sanitizer "$sanitizer" "$target" "corpus/$target" "seeds/$target" -- \
+"$bin_dir/$target" -artifact_prefix="$here/artifacts/$target/" "corpus/$target" "seeds/$target" \
     -max_total_time="$seconds" \
     -max_len=65536 \
     -timeout=10 \

@@ -514,29 +514,29 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
 /// YAML pool.
 fn backends(r: &ResolvedRule) -> String {
     let rule = &r.rule;
+    let first = &rule.backends[0];
     let plain = r.backends.len() == 1
         && rule.balance == Balance::default()
-        && r.backends[0].backend.name.is_none()
-        && r.backends[0].backend.weight == 1
-        && r.backends[0].backend.src.is_none()
-        && r.backends[0].backend.dns_refresh.is_none();
+        && first.name.is_none()
+        && first.weight == 1
+        && first.src.is_none()
+        && first.dns_refresh.is_none();
     if plain || r.backends.is_empty() {
-        return side(&rule.connect, &r.connect);
+        return side(rule.connect(), &r.connect);
     }
     let list = r
-        .backends
-        .iter()
-        .map(|b| {
-            let mut one = side(&b.backend.endpoint, &b.addrs);
-            if let Some(name) = &b.backend.name {
+        .pool()
+        .map(|(backend, b)| {
+            let mut one = side(&backend.endpoint, &b.addrs);
+            if let Some(name) = &backend.name {
                 one = format!("{} = {one}", Shown(name));
             }
-            let _ = write!(one, " weight {}", b.backend.weight);
+            let _ = write!(one, " weight {}", backend.weight);
             if let Some(src) = b.src {
                 let _ = write!(one, " src {src}");
             }
-            if let config::Host::Name(_) = b.backend.endpoint.host {
-                match r.dns_refresh(&b.backend) {
+            if let config::Host::Name(_) = backend.endpoint.host {
+                match r.dns_refresh(backend) {
                     Some(t) => {
                         let _ = write!(one, " dns-refresh {}s", t.as_secs());
                     }

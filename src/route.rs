@@ -144,12 +144,13 @@ impl Route {
             .backends
             .iter()
             .all(|b| b.endpoint.unix().is_some());
-        let unix_backend = rule.rule.connect.unix().filter(|_| all_unix).cloned();
+        let unix_backend = rule.rule.connect().unix().filter(|_| all_unix).cloned();
+        let backend_proto = rule.rule.connect().proto;
         let names = Arc::new(RuleNames {
+            connect_host: rule.rule.connect().host_text.clone(),
             bind_host: rule.rule.bind.host_text,
             // A unix socket side has no port: 0, as rinetd-uv logs it.
             bind_port: rule.bind.ip().map_or(0, |a| a.port()),
-            connect_host: rule.rule.connect.host_text,
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
         let rates = crate::rate::Rates {
@@ -164,7 +165,7 @@ impl Route {
             bind_proto: rule.rule.bind.proto,
             pool,
             unix_backend,
-            backend_proto: rule.rule.connect.proto,
+            backend_proto,
             settings,
             acl: rule.rule.acl,
             global_acl,

@@ -819,9 +819,13 @@ impl Service {
         // The descriptor budget is checked on the parsed rules, before their
         // names are looked up: resolving 32,768 rules only to refuse them
         // left 30 MiB with the allocator after the reload.
+        // A rinetd.conf file is refused on the first pass's count, before
+        // any rule is built: building 32,768 rules to refuse them left 9 MiB
+        // with the allocator.
         let loaded = smol::unblock(move || {
-            let parsed = config::load(&path)?;
-            if let Err(refused) = listen::check_budget(&file, parsed.rules.len()) {
+            let parsed = config::load_within(&path, Some(listen::rules_budget()))?;
+            let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
+            if let Err(refused) = listen::check_budget(&file, counted) {
                 return Ok(Err(refused));
             }
             let services = config::services::Services::system();

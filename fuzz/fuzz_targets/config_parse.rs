@@ -46,15 +46,15 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again.rules[0].bind.port, rule.bind.port, "{canonical}");
                 assert_eq!(again.rules[0].bind.proto, rule.bind.proto, "{canonical}");
                 assert_eq!(
-                    again.rules[0].connect.host, rule.connect.host,
+                    again.rules[0].connect().host, rule.connect().host,
                     "{canonical}"
                 );
                 assert_eq!(
-                    again.rules[0].connect.port, rule.connect.port,
+                    again.rules[0].connect().port, rule.connect().port,
                     "{canonical}"
                 );
                 assert_eq!(
-                    again.rules[0].connect.proto, rule.connect.proto,
+                    again.rules[0].connect().proto, rule.connect().proto,
                     "{canonical}"
                 );
                 assert_eq!(again.rules[0].options, rule.options, "{canonical}");
@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
     let literal = |h: &Host| matches!(h, Host::Ip(_));
     offline.rules.retain(|r| {
         literal(&r.bind.host)
-            && literal(&r.connect.host)
+            && literal(&r.connect().host)
             && r.options.src.as_ref().is_none_or(literal)
     });
     match config::resolve(offline, &Services::parse(SERVICES)) {

@@ -255,19 +255,17 @@ impl BackendPool {
     pub(crate) fn new(rule: &ResolvedRule) -> Self {
         let expand = rule.expansion();
         let groups: Vec<Group> = rule
-            .backends
-            .iter()
+            .pool()
             .enumerate()
-            .map(|(i, b)| {
-                let endpoint = &b.backend.endpoint;
+            .map(|(i, (backend, b))| {
+                let endpoint = &backend.endpoint;
                 let name = match &endpoint.host {
                     Host::Name(n) => Some(n.to_string()),
                     // Nothing to look up again: an address, or a unix socket.
                     Host::Ip(_) | Host::Unix(_) => None,
                 };
                 let port = b.addrs.first().map_or(0, SocketAddr::port);
-                let label = b
-                    .backend
+                let label = backend
                     .name
                     .clone()
                     .unwrap_or_else(|| match endpoint.unix() {
@@ -275,11 +273,11 @@ impl BackendPool {
                         None => format!("{}:{port}", endpoint.host_text),
                     });
                 let group = Group {
-                    refresh: name.as_ref().and_then(|_| rule.dns_refresh(&b.backend)),
+                    refresh: name.as_ref().and_then(|_| rule.dns_refresh(backend)),
                     expand: name.as_ref().and(expand),
                     name,
                     port,
-                    weight: b.backend.weight.max(1),
+                    weight: backend.weight.max(1),
                     src: b.src,
                     label,
                     unix: endpoint.unix().cloned(),

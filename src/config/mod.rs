@@ -10,6 +10,7 @@ mod bytes;
 pub mod convert;
 mod hint;
 mod include;
+mod lookup;
 mod model;
 mod parse;
 mod resolve;
@@ -25,6 +26,7 @@ pub(crate) use include::has_wildcards;
 pub use include::{
     FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
 };
+pub use lookup::{LOOKUP_DEADLINE, LOOKUP_THREADS};
 pub use model::{
     Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, Options, StatusFormat,
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
@@ -327,10 +329,9 @@ pub struct Rule {
     pub name: Option<String>,
     /// Where to listen.
     pub bind: Endpoint,
-    /// Where to forward: the first backend's endpoint (`backends[0].endpoint`),
-    /// kept so code that knows one backend per rule reads it directly.
-    pub connect: Endpoint,
-    /// Every backend, in file order; never empty, and the first is `connect`.
+    /// Every backend, in file order; never empty, and the first is
+    /// [`Rule::connect`] (read from here, not stored again: a copy per rule
+    /// was 80 bytes of every rule).
     pub backends: Vec<Backend>,
     /// How to choose among `backends` (YAML `load_balancing:`).
     pub balance: Balance,
@@ -338,6 +339,14 @@ pub struct Rule {
     pub options: Options,
     /// allow/deny lines that follow this rule and apply to it only.
     pub acl: AclRules,
+}
+
+impl Rule {
+    /// Where to forward: the first backend's endpoint, for code that knows
+    /// one backend per rule. Both parsers make at least one backend.
+    pub fn connect(&self) -> &Endpoint {
+        &self.backends[0].endpoint
+    }
 }
 
 /// A parsed configuration file.
@@ -364,6 +373,9 @@ pub struct Config {
     pub warnings: Vec<ConfigError>,
     /// Warnings found beyond [`MAX_WARNINGS`]: counted so `--check` can say so, not kept.
     pub omitted_warnings: usize,
+    /// Set by [`load_within`] when the rules counted went past its budget:
+    /// how many were counted; `rules` is then empty (none was built).
+    pub rules_over_budget: Option<usize>,
 }
 
 /// One problem found in a configuration file.
@@ -552,7 +564,17 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
 /// lines read further files through [`FsIncludes`]. A reload calls this too,
 /// so it re-reads every included file.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    match load_partial(path)? {
+    load_within(path, None)
+}
+
+/// [`load`], stopping before any rule is built when a rinetd.conf file's
+/// first pass counts more than `rule_budget` rules: the result then has no
+/// rules and [`Config::rules_over_budget`] says how many were counted. What a
+/// reload refused by the descriptor budget calls, so the rules it refuses
+/// cost a scan rather than memory the allocator keeps afterwards. (A YAML
+/// file is built and counted after.)
+pub fn load_within(path: &Path, rule_budget: Option<usize>) -> Result<Config, ConfigErrors> {
+    match load_partial_within(path, rule_budget)? {
         (config, None) => Ok(config),
         (_, Some(errors)) => Err(errors),
     }
@@ -563,6 +585,14 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// the names of the good rules can still be looked up in the same run), and
 /// `Err` when there is nothing to go on (unreadable, or YAML with errors).
 pub fn load_partial(path: &Path) -> Result<(Config, Option<ConfigErrors>), ConfigErrors> {
+    load_partial_within(path, None)
+}
+
+/// [`load_partial`] under a rule budget, as [`load_within`].
+fn load_partial_within(
+    path: &Path,
+    rule_budget: Option<usize>,
+) -> Result<(Config, Option<ConfigErrors>), ConfigErrors> {
     let file = path.display().to_string();
     let text = read_limited(path)
         .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
@@ -587,7 +617,7 @@ pub fn load_partial(path: &Path) -> Result<(Config, Option<ConfigErrors>), Confi
             .map_err(|e| e.with_file(&file));
     }
     let mut includes = FsIncludes::new(path);
-    let (config, errors) = parse::parse_with_includes_partial(&text, &mut includes);
+    let (config, errors) = parse::parse_with_includes_partial(&text, &mut includes, rule_budget);
     Ok((config, errors.map(|e| e.with_file(&file))))
 }
 

@@ -273,12 +273,15 @@ pub struct Include {
 }
 
 /// A rule's bracketed options as a [`Rule`](super::Rule) stores them: nothing
-/// when none is written (most rules), else one boxed [`RuleOptions`]. It
-/// reads and writes as a `RuleOptions` (`rule.options.timeout`). Inline,
-/// the 320-byte struct was most of a rule's 688 bytes, held once by the
-/// parsed rules and again by the resolved ones.
+/// when none is written (most rules), else one shared [`RuleOptions`]. It
+/// reads and writes as a `RuleOptions` (`rule.options.timeout`); a write to
+/// a shared record copies it first. Inline, the 320-byte struct was most of
+/// a rule's 688 bytes; boxed per rule, 16 MiB of rules with long
+/// `check-send`/`check-expect` text held about 700 bytes of options per
+/// rule. Shared, the ports of a range and consecutive rules with the same
+/// options hold one record ([`Options::shared_with`]).
 #[derive(Clone, Default)]
-pub struct Options(Option<Box<RuleOptions>>);
+pub struct Options(Option<Arc<RuleOptions>>);
 
 /// What an [`Options`] holding nothing reads as.
 static NO_OPTIONS: RuleOptions = RuleOptions::NONE;
@@ -292,15 +295,27 @@ impl std::ops::Deref for Options {
 }
 
 impl std::ops::DerefMut for Options {
-    /// The first write stores a `RuleOptions`.
+    /// The first write stores a `RuleOptions`; a write to a shared one copies it.
     fn deref_mut(&mut self) -> &mut RuleOptions {
-        self.0.get_or_insert_with(Box::default)
+        Arc::make_mut(self.0.get_or_insert_with(Arc::default))
     }
 }
 
 impl From<RuleOptions> for Options {
     fn from(o: RuleOptions) -> Self {
-        Options((o != RuleOptions::NONE).then(|| Box::new(o)))
+        Options((o != RuleOptions::NONE).then(|| Arc::new(o)))
+    }
+}
+
+impl Options {
+    /// `o` as stored, sharing `last`'s record when it reads the same: what
+    /// a parser calls with the previous rule's options, so the ports of a
+    /// range and runs of rules written alike hold one record.
+    pub fn shared_with(o: RuleOptions, last: &Options) -> Self {
+        match &last.0 {
+            Some(shared) if **shared == o => Options(Some(shared.clone())),
+            _ => o.into(),
+        }
     }
 }
 

@@ -25,9 +25,9 @@ use super::include::{IncludeSource, IncludedFile};
 use super::settings::{self, Setting, Slot, Syntax, Value};
 use super::unix::{self, is_unix};
 use super::{
-    AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include, Port,
-    Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
-    MAX_WARNINGS,
+    AclRules, Backend, Balance, Config, ConfigError, ConfigErrors, Endpoint, Host, Include,
+    Options, Port, Proto, Rule, RuleOptions, SpliceMode, MAX_CONFIG_BYTES, MAX_INCLUDED_FILES,
+    MAX_INCLUDE_DEPTH, MAX_WARNINGS,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -93,7 +93,7 @@ pub fn parse_with_includes(
     text: &str,
     source: &mut dyn IncludeSource,
 ) -> Result<Config, ConfigErrors> {
-    match parse_with_includes_partial(text, source) {
+    match parse_with_includes_partial(text, source, None) {
         (config, None) => Ok(config),
         (_, Some(errors)) => Err(errors),
     }
@@ -102,9 +102,16 @@ pub fn parse_with_includes(
 /// Like [`parse_with_includes`], but also returns what did parse when some
 /// lines did not: the rules without errors, so `--check` can look up their
 /// names in the same run and report name errors beside the syntax errors.
+///
+/// With `rule_budget`, a file whose first pass counts more rules than that
+/// (with those of the files before it) stops the parse before its rules are
+/// built, and `rules_over_budget` in the result says how many were counted:
+/// a reload refused by the descriptor budget so builds none of the rules it
+/// refuses (they cost memory the allocator kept after the refusal).
 pub(crate) fn parse_with_includes_partial(
     text: &str,
     source: &mut dyn IncludeSource,
+    rule_budget: Option<usize>,
 ) -> (Config, Option<ConfigErrors>) {
     let main = source.main_file();
     let mut p = Parser {
@@ -112,9 +119,14 @@ pub(crate) fn parse_with_includes_partial(
         stack: vec![main],
         total_bytes: text.len(),
         source: Some(source),
+        rule_budget,
         ..Parser::default()
     };
     p.text(text);
+    if let Some(counted) = p.rules_over_budget {
+        p.config.rules = Vec::new();
+        p.config.rules_over_budget = Some(counted);
+    }
     // Growth by doubling left up to half the rules' space unused.
     p.config.rules.shrink_to_fit();
     let errors = p.errors.into_result((), PLACEHOLDER_FILE).err();
@@ -126,8 +138,9 @@ pub(crate) fn parse_with_includes_partial(
 enum HostKey {
     /// A literal address (so `::` and `[::]` are the same).
     Ip(IpAddr),
-    /// A host name, lower-cased (DNS names are case-insensitive).
-    Name(String),
+    /// A host name, lower-cased (DNS names are case-insensitive): the
+    /// rule's own name when it is lower case already, not a copy.
+    Name(Arc<str>),
     /// A unix socket, as written.
     Unix(super::UnixAddr),
 }
@@ -169,6 +182,11 @@ struct Parser<'s> {
     total_bytes: usize,
     /// Set once the rules reach [`super::MAX_RULES`]: later rule lines are skipped.
     over_budget: bool,
+    /// Most rules the caller takes (a reload's descriptor budget); past it
+    /// no further rule is built ([`parse_with_includes_partial`]).
+    rule_budget: Option<usize>,
+    /// The rules the first pass counted when they went past `rule_budget`.
+    rules_over_budget: Option<usize>,
 }
 
 /// Trims the white space rinetd allows around fields (spaces, tabs, CR, ...).
@@ -188,10 +206,23 @@ impl Parser<'_> {
     /// allocator could not give back, 9 MiB after a refused reload.
     fn text(&mut self, text: &str) {
         if !self.over_budget {
-            if let Some(line) = past_budget(text, self.config.rules.len()) {
-                self.over_budget = true;
-                let raw = text.lines().nth(line - 1).unwrap_or("");
-                return self.error(line, super::too_many_rules(), trim_ws(raw));
+            match past_budget(text, self.config.rules.len()) {
+                Err(line) => {
+                    self.over_budget = true;
+                    let raw = text.lines().nth(line - 1).unwrap_or("");
+                    return self.error(line, super::too_many_rules(), trim_ws(raw));
+                }
+                Ok(total) if self.rule_budget.is_some_and(|most| total > most) => {
+                    self.over_budget = true;
+                    self.rules_over_budget = Some(total);
+                    return;
+                }
+                // Room for the rules counted, once: doubling as they came
+                // left up to half the list unused (9 MiB of 26,000 rules).
+                Ok(total) => {
+                    let more = total.saturating_sub(self.config.rules.len());
+                    self.config.rules.reserve_exact(more);
+                }
             }
         }
         for (index, raw) in text.lines().enumerate() {
@@ -586,7 +617,7 @@ impl Parser<'_> {
             self.errors.line(line, text, errors);
             return;
         };
-        let backends = vec![Backend::plain(connect.clone(), line)];
+        let backends = vec![Backend::plain(connect, line)];
         let (unix_errors, unix_warnings) = unix::check_rule(&bind, &backends, &options);
         if !unix_errors.is_empty() {
             for e in unix_errors {
@@ -597,7 +628,8 @@ impl Parser<'_> {
         }
         let key_host = match &bind.host {
             Host::Ip(ip) => HostKey::Ip(*ip),
-            Host::Name(n) => HostKey::Name(n.to_ascii_lowercase()),
+            Host::Name(n) if !n.bytes().any(|b| b.is_ascii_uppercase()) => HostKey::Name(n.clone()),
+            Host::Name(n) => HostKey::Name(n.to_ascii_lowercase().into()),
             Host::Unix(addr) => HostKey::Unix(addr.clone()),
         };
         let key = (key_host, bind.port.clone(), bind.proto);
@@ -633,20 +665,23 @@ impl Parser<'_> {
             name: None,
             bind,
             backends,
-            connect,
             balance: Balance::default(),
-            options: options.into(),
+            // The ports of a range, and rules written alike, share one record.
+            options: match self.config.rules.last() {
+                Some(last) => Options::shared_with(options, &last.options),
+                None => options.into(),
+            },
             acl: AclRules::default(),
         });
     }
 }
 
-/// The line at which `text`'s rules, counted roughly (a port range as its
-/// width, any other line with a rule's fields that is not a keyword as one
-/// rule), would take
-/// `before` rules past [`super::MAX_RULES`]; `None` when they fit. Builds
-/// nothing, so a file of millions of rules costs a scan, not their memory.
-fn past_budget(text: &str, before: usize) -> Option<usize> {
+/// `text`'s rules, counted roughly (a port range as its width, any other
+/// line with a rule's fields that is not a keyword as one rule), added to
+/// `before`: `Ok(total)` when it is at most [`super::MAX_RULES`], else
+/// `Err(line)` for the line that goes past it. Builds nothing, so a file of
+/// millions of rules costs a scan, not their memory.
+fn past_budget(text: &str, before: usize) -> Result<usize, usize> {
     let mut total = before;
     for (index, raw) in text.lines().enumerate() {
         let text = trim_ws(strip_comment(raw));
@@ -670,10 +705,10 @@ fn past_budget(text: &str, before: usize) -> Option<usize> {
             .map_or(1, |(a, b)| usize::from(b.saturating_sub(a)) + 1);
         total = total.saturating_add(width);
         if total > super::MAX_RULES {
-            return Some(index + 1);
+            return Err(index + 1);
         }
     }
-    None
+    Ok(total)
 }
 
 /// Ports a range rule expands to: `8000-8099` with `9000-9099` (the same
@@ -884,7 +919,7 @@ impl fmt::Display for RuleOptions {
 impl fmt::Display for Rule {
     /// The rule as a config line, in canonical form (protocols always written).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.bind, self.connect)?;
+        write!(f, "{} {}", self.bind, self.connect())?;
         if self.options != RuleOptions::default() {
             write!(f, " {}", self.options)?;
         }

@@ -168,13 +168,13 @@ mod tests {
         ));
         let r = &c.rules;
         assert_eq!(r.len(), 4);
-        assert_eq!(r[0].connect.unix(), path("/var/run/docker.sock").as_ref());
+        assert_eq!(r[0].connect().unix(), path("/var/run/docker.sock").as_ref());
         assert_eq!(r[0].bind.unix(), None);
         assert_eq!(r[1].bind.unix(), path("/run/app.sock").as_ref());
         assert_eq!(r[1].options.mode, Some(0o660));
-        assert_eq!(r[1].connect.to_string(), "192.168.1.100 8080/tcp");
+        assert_eq!(r[1].connect().to_string(), "192.168.1.100 8080/tcp");
         assert_eq!(r[2].bind.unix(), Some(&UnixAddr::Abstract("front".into())));
-        assert_eq!(r[2].connect.unix(), path("/run/back.sock").as_ref());
+        assert_eq!(r[2].connect().unix(), path("/run/back.sock").as_ref());
         // Options after a one-field side may contain spaces, as after four fields.
         assert_eq!(r[3].options.mode, Some(0o600));
         // The canonical form writes a unix side as its one field.
@@ -291,7 +291,7 @@ rules:
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.rules.len(), 3);
         assert_eq!(
-            c.rules[0].connect.unix(),
+            c.rules[0].connect().unix(),
             path("/var/run/docker.sock").as_ref()
         );
         assert_eq!(c.rules[1].bind.unix(), path("/run/app.sock").as_ref());

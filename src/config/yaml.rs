@@ -29,8 +29,8 @@ use super::settings::{self, Syntax};
 use super::unix::{check_rule, is_unix, parse_unix};
 use super::values::{bounded, seconds};
 use super::{
-    AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Pattern,
-    Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, MAX_DNS_REFRESH_SECS, MAX_WEIGHT,
+    AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Options,
+    Pattern, Port, Proto, ProxyHeader, Rule, RuleOptions, Shown, MAX_DNS_REFRESH_SECS, MAX_WEIGHT,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -366,7 +366,10 @@ impl Mapper {
         if self.errors_count() != errors_before || backends.is_empty() {
             return;
         }
-        let connect = backends[0].endpoint.clone();
+        // One options record for every bind of the rule, and shared with the
+        // rule before when the same.
+        let last = self.config.rules.last().map(|r| r.options.clone());
+        let stored = Options::shared_with(options.clone(), &last.unwrap_or_default());
         for (bind, line, at) in binds {
             let (errors, warnings) = check_rule(&bind, &backends, &options);
             if !errors.is_empty() {
@@ -414,10 +417,9 @@ impl Mapper {
                 line,
                 name: name.clone(),
                 bind,
-                connect: connect.clone(),
                 backends: backends.clone(),
                 balance: balance.clone(),
-                options: options.clone().into(),
+                options: stored.clone(),
                 acl: acl.clone(),
             });
         }

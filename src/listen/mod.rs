@@ -708,6 +708,12 @@ pub(crate) fn over_budget(file: &str, n: usize, soft: u64) -> String {
     )
 }
 
+/// Most rules (one listener each) [`check_budget`] passes under the
+/// current open-file limit.
+pub(crate) fn rules_budget() -> usize {
+    listener_budget(nofile_soft())
+}
+
 /// Checks a configuration of `n` listeners against [`listener_budget`] at
 /// the current soft limit (start-up, after raising it).
 pub(crate) fn check_budget(file: &str, n: usize) -> Result<(), String> {

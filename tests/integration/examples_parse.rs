@@ -53,8 +53,8 @@ fn forward_conf_shows_every_feature() {
     let rules = &c.rules;
     assert!(rules
         .iter()
-        .any(|r| r.bind.proto == config::Proto::Udp && r.connect.proto == config::Proto::Udp));
-    assert!(rules.iter().any(|r| r.bind.proto != r.connect.proto));
+        .any(|r| r.bind.proto == config::Proto::Udp && r.connect().proto == config::Proto::Udp));
+    assert!(rules.iter().any(|r| r.bind.proto != r.connect().proto));
     assert!(rules.iter().any(|r| r.options.timeout.is_some()));
     assert!(rules.iter().any(|r| r.options.src.is_some()));
     assert!(rules.iter().any(|r| r.options.splice.is_some()));
@@ -69,7 +69,7 @@ fn forward_conf_shows_every_feature() {
     assert!(rules.iter().any(|r| &*r.bind.host_text == "::1"));
     assert!(rules
         .iter()
-        .any(|r| matches!(r.connect.host, config::Host::Name(_))));
+        .any(|r| matches!(r.connect().host, config::Host::Name(_))));
 }
 
 #[test]

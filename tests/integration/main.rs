@@ -24,6 +24,7 @@ mod health_checks;
 mod include_yaml;
 mod layout;
 mod logfile;
+mod lookups;
 mod mptcp;
 mod observe;
 mod parse_fuzz;

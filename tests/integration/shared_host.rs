@@ -111,6 +111,45 @@ fn a_reload_past_the_descriptor_budget_is_refused_and_every_kept_port_serves() {
     assert_eq!(cannot_bind, 20, "bind errors shown on reload\n{stderr}");
 }
 
+/// A reload of 32,768 valid rules at a limit of 20,000 descriptors is
+/// refused on the first pass's count, before any rule is built: oi's RSS
+/// after it is within 1 MiB of the figure before (the issue asks 8 MiB).
+/// Before, the rules were built and then refused, which left 9.2 MiB with
+/// the allocator (13.8 MiB after against 4.6 MiB before, release).
+#[test]
+fn a_reload_refused_by_the_descriptor_budget_builds_no_rule_and_keeps_no_memory() {
+    const MIB: u64 = 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    write_atomic(&conf, &rules_on_addresses(0, 1, port, backend));
+    let oi = OiProcess::start_program(&low_limit_oi(dir.path(), 20_000), dir.path(), &conf, &[]);
+    let pid = oi.child.id();
+    let (_, before) = memory_kib(pid);
+    write_atomic(
+        &conf,
+        &sixteen_mib_of_valid_rules()
+            .lines()
+            .take(oxidinetd::config::MAX_RULES)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    );
+    oi.reload();
+    let (peak, after) = memory_kib(pid);
+    let serves = echoes(rule_addr(0, port));
+    let (_, stderr) = oi.stop();
+    let figures = format!("peak {peak} KiB, {before} KiB before, {after} KiB after");
+    eprintln!("{figures}");
+    assert!(serves, "the old configuration serves on\n{stderr}");
+    assert!(
+        stderr.contains("32768 listeners do not fit the descriptor budget of 10000"),
+        "{stderr}"
+    );
+    assert!(after <= before + MIB, "{figures}\n{stderr}");
+    assert!(peak <= 64 * MIB, "{figures}\n{stderr}");
+}
+
 /// The same budget at start-up: 600 listeners at a limit of 1,024 do not
 /// start (exit 1, one line saying why), rather than start with no
 /// descriptors left for connections.
@@ -305,6 +344,42 @@ fn sixteen_mib_inputs() -> [(&'static str, String); 4] {
     ]
 }
 
+/// 16 MiB (just under) of valid rules with long names and options, as
+/// close to the most each field takes as fits 26,000 rules: a backend name
+/// of 189 characters in three labels, and 190 bytes each of `check-send`
+/// and `check-expect`, the same on every rule (`distinct` false) or
+/// different on each.
+fn sixteen_mib_of_long_rules(distinct: bool) -> String {
+    let limit = 16 * 1024 * 1024 - 1;
+    let mut s = String::with_capacity(limit);
+    for i in 0.. {
+        let host = format!(
+            "h{i:07}{}.{}.{}",
+            "a".repeat(55),
+            "b".repeat(63),
+            "c".repeat(61)
+        );
+        let text = |c: &str| match distinct {
+            true => format!("{i:07}{}", c.repeat(183)),
+            false => c.repeat(190),
+        };
+        let line = format!(
+            "10.{}.{}.{} {} {host} 80 [check-interval=5,check-send={},check-expect={}]\n",
+            (i / 62_500) % 250,
+            (i / 250) % 250,
+            i % 250 + 1,
+            1024 + i % 60_000,
+            text("s"),
+            text("e"),
+        );
+        if s.len() + line.len() > limit {
+            break;
+        }
+        s.push_str(&line);
+    }
+    s
+}
+
 /// `oi --check` of any 16 MiB input runs within 64 MiB of data (RLIMIT_DATA,
 /// which counts every private mapping, reserved or touched: stricter than
 /// RSS) and ends with its report, exit 1; a file of exactly MAX_RULES rules
@@ -364,6 +439,35 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
                 "{head}"
             );
         }
+    }
+    // 16 MiB of 26,296 valid rules with long names and options peaked at
+    // 68.8 MiB (`/usr/bin/time -f %M`, debug): a copy of the first backend
+    // per rule and per resolved rule, and the options boxed per rule. Their
+    // names fail at once here (/etc/hosts only), as names that do not
+    // resolve would after the lookup deadline.
+    if !mount_namespaces_work() {
+        eprintln!("long names skipped: cannot create a mount namespace here");
+        return;
+    }
+    let offline = oi_with_resolver(dir.path(), "files", None, Some(65536));
+    for distinct in [false, true] {
+        let conf = dir.path().join("long.conf");
+        let text = sixteen_mib_of_long_rules(distinct);
+        let rules = text.lines().count();
+        write_atomic(&conf, &text);
+        drop(text);
+        let out = std::process::Command::new(&offline)
+            .args(["--check", "--quiet", "-c"])
+            .arg(&conf)
+            .output()
+            .expect("run oi --check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head = &stderr[..stderr.len().min(2000)];
+        assert_eq!(out.status.code(), Some(1), "distinct {distinct}\n{head}");
+        assert!(
+            stderr.contains(&format!("configuration invalid ({rules} errors)")),
+            "distinct {distinct}: every rule's name looked up\n{head}"
+        );
     }
 }
 

@@ -61,8 +61,8 @@ fn basic_rule() {
     assert_eq!(&*r.bind.host_text, "206.125.69.81");
     assert_eq!(r.bind.port, Port::Number(80));
     assert_eq!(r.bind.proto, Proto::Tcp);
-    assert_eq!(r.connect.host, v4(10, 1, 1, 2));
-    assert_eq!(r.connect.port, Port::Number(80));
+    assert_eq!(r.connect().host, v4(10, 1, 1, 2));
+    assert_eq!(r.connect().port, Port::Number(80));
     assert_eq!(r.options, RuleOptions::default());
     assert!(r.acl.is_empty());
 }
@@ -72,21 +72,21 @@ fn whitespace_tabs_crlf_trailing_comments() {
     let c = ok("\t 0.0.0.0\t23 \t10.1.1.2   23\t\r\n# x\r\n127.0.0.1 24 127.0.0.1 25 # trailing\r\n127.0.0.1 26 127.0.0.1 27#tight\n");
     assert_eq!(c.rules.len(), 3);
     assert_eq!(c.rules[0].bind.host, v4(0, 0, 0, 0));
-    assert_eq!(c.rules[0].connect.port, Port::Number(23));
+    assert_eq!(c.rules[0].connect().port, Port::Number(23));
     assert_eq!(c.rules[1].line, 3);
-    assert_eq!(c.rules[2].connect.port, Port::Number(27));
+    assert_eq!(c.rules[2].connect().port, Port::Number(27));
 }
 
 #[test]
 fn protocols_and_services() {
     let c = ok("206.125.69.81 80/tcp 10.1.1.2 8000/udp\n0.0.0.0 snmp-trap/udp 10.0.0.1 http\n");
     assert_eq!(c.rules[0].bind.proto, Proto::Tcp);
-    assert_eq!(c.rules[0].connect.proto, Proto::Udp);
-    assert_eq!(c.rules[0].connect.port, Port::Number(8000));
+    assert_eq!(c.rules[0].connect().proto, Proto::Udp);
+    assert_eq!(c.rules[0].connect().port, Port::Number(8000));
     assert_eq!(c.rules[1].bind.port, Port::Service("snmp-trap".into()));
     assert_eq!(c.rules[1].bind.proto, Proto::Udp);
-    assert_eq!(c.rules[1].connect.port, Port::Service("http".into()));
-    assert_eq!(c.rules[1].connect.proto, Proto::Tcp);
+    assert_eq!(c.rules[1].connect().port, Port::Service("http".into()));
+    assert_eq!(c.rules[1].connect().proto, Proto::Tcp);
 }
 
 #[test]
@@ -94,14 +94,14 @@ fn ipv6_and_names() {
     let c = ok("::1 80 [::1] 81 [timeout=5]\n[::] 82 fe80::1 83\n:: 84 localhost 85\n");
     let r = &c.rules[0];
     assert_eq!(r.bind.host, v6("::1"));
-    assert_eq!(r.connect.host, v6("::1"));
-    assert_eq!(&*r.connect.host_text, "[::1]");
+    assert_eq!(r.connect().host, v6("::1"));
+    assert_eq!(&*r.connect().host_text, "[::1]");
     assert_eq!(r.options.timeout, Some(Duration::from_secs(5)));
     assert_eq!(c.rules[1].bind.host, v6("::"));
     assert_eq!(&*c.rules[1].bind.host_text, "[::]");
-    assert_eq!(c.rules[1].connect.host, v6("fe80::1"));
-    assert_eq!(c.rules[2].connect.host, Host::Name("localhost".into()));
-    assert_eq!(&*c.rules[2].connect.host_text, "localhost");
+    assert_eq!(c.rules[1].connect().host, v6("fe80::1"));
+    assert_eq!(c.rules[2].connect().host, Host::Name("localhost".into()));
+    assert_eq!(&*c.rules[2].connect().host_text, "localhost");
 }
 
 #[test]

@@ -164,7 +164,6 @@ fn rinetd_uv_rule_options() {
     assert_eq!(o.connect_timeout, Some(Duration::from_secs(5)));
     assert_eq!(o.dns_refresh, Some(Duration::from_secs(60)));
     assert_eq!(c.rules[0].backends.len(), 1);
-    assert_eq!(c.rules[0].backends[0].endpoint, c.rules[0].connect);
     assert_eq!(
         c.rules[0].to_string(),
         "0.0.0.0 8080/tcp 10.0.0.1 80/tcp [keepalive=off, connect-timeout=5, dns-refresh=60]"

@@ -104,7 +104,6 @@ fn a_full_file_maps_onto_the_model() {
     assert_eq!(b.bind.to_string(), "[::] 443/tcp");
     assert_eq!(a.backends, b.backends);
     assert_eq!(a.backends.len(), 2);
-    assert_eq!(a.connect, a.backends[0].endpoint);
     assert_eq!(a.backends[0].name.as_deref(), Some("w1"));
     assert_eq!(a.backends[0].weight, 3);
     assert_eq!(
@@ -128,7 +127,7 @@ fn a_full_file_maps_onto_the_model() {
 
     let d = &c.rules[2];
     assert_eq!(d.bind.proto, Proto::Udp);
-    assert_eq!(d.connect.proto, Proto::Udp);
+    assert_eq!(d.connect().proto, Proto::Udp);
     assert_eq!(d.options.timeout, Some(Duration::from_secs(30)));
     assert_eq!(d.options.max_assoc, Some(100));
     assert_eq!(d.options.splice, Some(SpliceMode::Off));
@@ -142,7 +141,7 @@ fn small_files() {
     assert_eq!(ok("# nothing\n").rules.len(), 0);
     assert_eq!(ok("rules:\n").rules.len(), 0);
     let c = ok("rules:\n  - {name: a, bind: '127.0.0.1:80', connect: 'localhost:http'}\n");
-    assert_eq!(c.rules[0].connect.port, Port::Service("http".into()));
+    assert_eq!(c.rules[0].connect().port, Port::Service("http".into()));
     assert_eq!(c.rules[0].bind.proto, Proto::Tcp);
     // A list of plain destinations is a list of backends too.
     let c = ok("rules:\n- name: a\n  bind: 127.0.0.1:80\n  connect: [10.0.0.1:80, 10.0.0.2:80]\n");

@@ -1,6 +1,7 @@
 //! The test harness every integration test shares: an in-process server on
 //! port 0 ([`server`]), simple blocking peers ([`peers`]), the real binary as
-//! a child process ([`process`]), bounded waiting and resource counting
+//! a child process ([`process`]) and under a resolver of the test's
+//! ([`resolver`]), bounded waiting and resource counting
 //! ([`wait`]), and outside programs a test may skip without ([`tools`]).
 #![allow(dead_code, unused_imports)]
 
@@ -9,6 +10,7 @@ pub mod netns;
 pub mod peers;
 pub mod ports;
 pub mod process;
+pub mod resolver;
 pub mod server;
 pub mod tools;
 pub mod wait;
@@ -18,6 +20,7 @@ pub use netns::*;
 pub use peers::*;
 pub use ports::*;
 pub use process::*;
+pub use resolver::*;
 pub use server::*;
 pub use tools::*;
 pub use wait::*;
