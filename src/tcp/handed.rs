@@ -4,6 +4,7 @@
 
 use super::pump::{Half, PumpOutcome};
 use super::Published;
+use crate::config::BindAddr;
 use crate::handover::park::{self, HalfState, Parked, Ticket};
 use crate::shared::Shared;
 use async_io::Async;
@@ -68,13 +69,14 @@ impl Future for Stoppable<'_, '_> {
 
 /// Runs the pump to its end, or until the new oi adopts the connection
 /// (`None`: the new oi has it and logs its end; this one only closes its
-/// descriptors). `rule` names the route for the new oi.
+/// descriptors). `rule` names the route for the new oi: its text is made
+/// only when the connection is offered, so a connection does not hold it.
 pub(super) async fn run(
     published: &mut Published<'_>,
     client: &Async<TcpStream>,
     backend: &Async<TcpStream>,
     shared: &Shared,
-    rule: &str,
+    rule: &BindAddr,
     started: u64,
 ) -> Option<PumpOutcome> {
     let ticket = shared.parking.enter();
@@ -87,7 +89,11 @@ pub(super) async fn run(
         match ran {
             Ran::Done(outcome) => return Some(outcome),
             Ran::Stop => {
-                match offer(published, client, backend, shared, &ticket, rule, started).await {
+                match Box::pin(offer(
+                    published, client, backend, shared, &ticket, rule, started,
+                ))
+                .await
+                {
                     Offer::Adopted => return None,
                     Offer::Resume => {}
                     Offer::Broken(e) => return Some(published.pump.abort(e)),
@@ -115,7 +121,7 @@ async fn offer(
     backend: &Async<TcpStream>,
     shared: &Shared,
     ticket: &Ticket<'_>,
-    rule: &str,
+    rule: &BindAddr,
     started: u64,
 ) -> Offer {
     let (up, down) = match published.pump.pause() {
