@@ -28,7 +28,8 @@
 # start and end of each part is printed under the table.
 # Needs what the three scripts need (iperf3, python3, strace, jq; rinetd and
 # haproxy are used when installed). Environment: ROUNDS (3), REALM,
-# OI_BASELINE, KEEP (keep the raw outputs), and the three scripts' knobs.
+# OI_BASELINE, RTTS (syscalls.sh's round trips, 5000), KEEP (keep the raw
+# outputs), and the three scripts' other knobs.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -53,7 +54,8 @@ for r in $(seq "$ROUNDS"); do
         || echo "goals.sh: compare.sh failed in round $r" >&2
     echo "== goals.sh round $r of $ROUNDS: syscalls.sh" >&2
     echo "load before=$(cut -d' ' -f1-3 /proc/loadavg)" >"$OUT/syscalls.$r.load"
-    RESULTS_OUT=$OUT/syscalls.$r benches/syscalls.sh >"$OUT/syscalls.$r.md" \
+    # syscalls.sh's ROUNDS is its round trips, not this script's rounds.
+    ROUNDS=${RTTS:-5000} RESULTS_OUT=$OUT/syscalls.$r benches/syscalls.sh >"$OUT/syscalls.$r.md" \
         || echo "goals.sh: syscalls.sh failed in round $r" >&2
     echo "load after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/syscalls.$r.load"
     if command -v jq >/dev/null && command -v rinetd >/dev/null; then

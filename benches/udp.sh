@@ -23,7 +23,7 @@ RINETD_PORT=${RINETD_PORT:-5221}
 OI1_PORT=${OI1_PORT:-5231}
 RATE=${RATE:-200M}
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
+cargo build --release --quiet --bins --examples # as the other benches: one feature set, no rebuild between them
 dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
