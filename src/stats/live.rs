@@ -316,6 +316,11 @@ impl Registered {
         self.set_state(ConnState::Open);
     }
 
+    /// The backend address that answered, once connected.
+    pub(crate) fn backend(&self) -> Option<SocketAddr> {
+        self.conn.backend.get().map(|(addr, _)| *addr)
+    }
+
     /// Records the TLS server name the connection was routed by.
     pub(crate) fn routed_by(&self, name: Arc<str>) {
         let _ = self.conn.server_name.set(Box::new(name));

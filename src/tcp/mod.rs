@@ -82,7 +82,7 @@ pub(crate) fn forward(
         };
         // Every log line of the connection names the server name it was routed by.
         let event = |event: Event, bytes: Bytes| {
-            let mut line = route.event(ip, event, bytes);
+            let mut line = route.event(peer.client(), event, bytes);
             line.server_name = server_name.clone();
             line
         };
@@ -189,7 +189,9 @@ pub(crate) fn forward(
                 Some(e) => format!("{}, {e}", ev.as_str()),
                 None => ev.as_str().to_string(),
             };
-            let reached = match backend_addr {
+            // Read back from the live entry: a copy kept across the pump
+            // would add its bytes to every idle connection.
+            let reached = match live.backend() {
                 Some(addr) => format!("{addr}/tcp"),
                 None => lease.member().label().to_string(),
             };
