@@ -8,7 +8,7 @@
 # installed), an older oi (OI_BASELINE) and the original oxidinetd
 # (ORIGINAL_OXIDINETD) when their binaries are given.
 # Columns (issue 5's goals): iperf3 -P1 and -P8 throughput, the forwarder's CPU
-# seconds per GiB during -P8, 64-byte ping-pong p50/p99, connection rate
+# seconds per GiB during -P1 and during -P8, 64-byte ping-pong p50/p99, connection rate
 # (connect, 64 B request/response, close), and forwarder RSS per idle
 # connection at 10,000 idle connections (fewer if the fd hard limit cannot
 # hold 2 x 10,000 descriptors; the table says how many).
@@ -21,6 +21,8 @@
 # flows through the same forwarder (does a busy connection block accept?).
 #
 # Environment knobs: SECS (iperf3 seconds, default 5), CONNRATE_SECS (3),
+# REALM (path of a realm binary: adds its row), RESULTS_OUT (file for the
+# raw figures, read by benches/goals.sh),
 # PINGS (20000), IDLE (10000), IDLE_SECS (time allowed to open them, 30),
 # WORKERS (connrate workers, 8), KEEP (set: keep the raw outputs in /tmp),
 # OI_BASELINE (path of another oi binary, e.g. one built from an older commit:
@@ -133,11 +135,16 @@ measure() {
     local name=$1 eport=$2 iport=$3 pid=$4 out=$WORK/$1
     echo "== $name" >&2
 
+    local before=0 after=0 bytes
+    [[ -n $pid ]] && before=$(cpu_ticks "$pid")
     iperf -p "$iport" -t "$SECS" -P 1 -J >"$out.p1.json" || true
-    read -r gbps _ < <(iperf_json "$out.p1.json")
+    read -r gbps bytes < <(iperf_json "$out.p1.json")
     record "$name" p1_gbps "$gbps"
+    if [[ -n $pid ]]; then
+        after=$(cpu_ticks "$pid")
+        record "$name" cpu_s_per_gib_p1 "$(python3 -c "import sys; t,b=float(sys.argv[1]),float(sys.argv[2]); print(t/$CLK_TCK/(b/2**30) if b else float('nan'))" $((after - before)) "$bytes")"
+    fi
 
-    local before=0 after=0
     if [[ -n $pid ]]; then
         before=$(cpu_ticks "$pid")
         thread_ticks "$pid" >"$out.threads.before"
@@ -243,12 +250,16 @@ listen iperf
     bind 127.0.0.1:$iperf_fwd
     server iperf 127.0.0.1:$IPERF_PORT
 HAPROXY
-    # @HAPROXY@ and @CONF@ in the command stand for the two files; without
-    # either, `-c FILE` is appended (oi's and rinetd's option).
-    if [[ " $* " == *" @HAPROXY@ "* || " $* " == *" @CONF@ "* ]]; then
+    # And in realm's (TOML, one endpoint per rule).
+    printf '[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n\n[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n' \
+        "$echo_fwd" "$ECHO_PORT" "$iperf_fwd" "$IPERF_PORT" >"$WORK/$name.realm.toml"
+    # @HAPROXY@, @REALM@ and @CONF@ in the command stand for the three files;
+    # without any, `-c FILE` is appended (oi's and rinetd's option).
+    if [[ " $* " == *" @HAPROXY@ "* || " $* " == *" @CONF@ "* || " $* " == *" @REALM@ "* ]]; then
         local args=() a
         for a in "$@"; do
             a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
+            a=${a//@REALM@/$WORK/$name.realm.toml}
             args+=("${a//@CONF@/$WORK/$name.conf}")
         done
         start_forwarder "$WORK/$name.log" "${args[@]}"
@@ -281,12 +292,25 @@ fi
 if command -v haproxy >/dev/null; then
     run_forwarder "haproxy" haproxy -db -f @HAPROXY@
 fi
+# REALM=/path/to/realm: realm (github.com/zhboner/realm; issue 23 compares
+# with 2.9.4, built outside this tree, e.g. `cargo install --path . --root
+# /tmp/realm --no-default-features --features default-ring` in its checkout).
+if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
+    run_forwarder "realm" "$REALM" -c @REALM@
+elif [[ -n ${REALM:-} ]]; then
+    echo "compare.sh: REALM=$REALM is not an executable; realm skipped" >&2
+fi
 # ORIGINAL_OXIDINETD=/path/to/oxidinetd: the original one-thread oxidinetd
 # (build it from its public repository outside this tree; it reads rinetd.conf).
 if [[ -n ${ORIGINAL_OXIDINETD:-} ]]; then
     run_forwarder "oxidinetd-original" "$ORIGINAL_OXIDINETD" --config @CONF@
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+# RESULTS_OUT=FILE: the raw figures ("row key=value" lines, plus the load),
+# for benches/goals.sh.
+if [[ -n ${RESULTS_OUT:-} ]]; then
+    { cat "$RESULTS"; echo "load before=$LOAD_BEFORE"; echo "load after=$LOAD_AFTER"; } >"$RESULTS_OUT"
+fi
 
 python3 - "$RESULTS" "$IDLE" "$LOAD_BEFORE" "$LOAD_AFTER" "$SECS" "${ROWS[@]}" <<'EOF'
 import math, sys
@@ -317,15 +341,15 @@ def pct(row, key):
     v, r = num(row, key), ref(row, key)
     return "" if row == d or not r or math.isnan(v) else f" ({100 * v / r:.0f}%)"
 
-print(f"| forwarder | iperf3 -P1 Gbit/s | -P8 Gbit/s | fwd CPU s/GiB (P8) "
+print(f"| forwarder | iperf3 -P1 Gbit/s | -P8 Gbit/s | fwd CPU s/GiB (P1) | (P8) "
       f"| ping-pong p50 µs | p99 µs | conn/s | fwd CPU µs per conn | fwd RSS per idle conn |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for row in rows:
     cells = [row]
     for key in ("p1_gbps", "p8_gbps"):
         cells.append(f"{num(row, key):.2f}{pct(row, key)}")
-    cpu = num(row, "cpu_s_per_gib")
-    cells.append("—" if row == d else f"{cpu:.2f}")
+    for key in ("cpu_s_per_gib_p1", "cpu_s_per_gib"):
+        cells.append("—" if row == d else f"{num(row, key):.2f}")
     p50, p99 = num(row, "p50_us"), num(row, "p99_us")
     if row == d:
         cells += [f"{p50:.1f}", f"{p99:.1f}"]

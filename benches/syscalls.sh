@@ -6,6 +6,8 @@
 #   benches/syscalls.sh                      # oi at 2 threads, rinetd, haproxy (if installed)
 #   THREADS="1 2 16 64" benches/syscalls.sh  # oi at each thread count
 #   OI_BASELINE=/path/to/old/oi benches/syscalls.sh   # adds an older build, for before/after
+#   REALM=/tmp/realm/bin/realm benches/syscalls.sh     # adds realm
+#   RESULTS_OUT=FILE: also writes "row key=value" lines (benches/goals.sh reads them)
 #
 # For each forwarder: one strace session with ROUNDS round trips of 64 bytes on
 # one connection (loadgen pingpong), one with CONN_SECS seconds of connect +
@@ -82,9 +84,12 @@ measure() {
         echo "    bind 127.0.0.1:$port"
         echo "    server backend 127.0.0.1:$BACKEND"
     } >"$WORK/$name.haproxy.cfg"
+    printf '[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n' \
+        "$port" "$BACKEND" >"$WORK/$name.realm.toml"
     local args=() a
     for a in "$@"; do
         a=${a//@CONF@/$WORK/$name.conf}
+        a=${a//@REALM@/$WORK/$name.realm.toml}
         a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
         args+=("$a")
     done
@@ -116,10 +121,17 @@ fi
 if command -v haproxy >/dev/null; then
     for load in rtt conn; do measure "haproxy" "$load" haproxy -db -f @HAPROXY@; done
 fi
+# REALM=/path/to/realm adds realm (see benches/compare.sh for building 2.9.4).
+if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
+    for load in rtt conn; do measure "realm" "$load" "$REALM" -c @REALM@; done
+elif [[ -n ${REALM:-} ]]; then
+    echo "syscalls.sh: REALM=$REALM is not an executable; realm skipped" >&2
+fi
 
-python3 - "$WORK" "$ROUNDS" "${ROWS[@]}" <<'EOF'
+python3 - "$WORK" "$ROUNDS" "${RESULTS_OUT:-}" "${ROWS[@]}" <<'EOF'
 import re, sys
-work, rounds, rows = sys.argv[1], int(sys.argv[2]), list(dict.fromkeys(sys.argv[3:]))
+work, rounds, out, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3], list(dict.fromkeys(sys.argv[4:]))
+raw = []
 
 def summary(path):
     """{syscall: (calls, errors)} from an `strace -c` table."""
@@ -160,6 +172,9 @@ for name in rows:
     top = sorted(conn.items(), key=lambda kv: -kv[1][0])[:5]
     tops = ", ".join(f"{k} {c / conns:.1f}" for k, (c, _) in top) if conns else ""
     print(f"| {name} | {per(rtt, rounds):.1f} | {fail(rtt, rounds):.1f} | {per(conn, conns):.1f} | {fail(conn, conns):.1f} | {acc:.2f} | {tops} |")
+    raw += [f"{name} syscalls_per_rtt={per(rtt, rounds)}", f"{name} syscalls_per_conn={per(conn, conns)}"]
+if out:
+    open(out, "w").write("\n".join(raw) + "\n")
 print()
 print(f"round trips: {rounds} of 64 B on one connection (no warm-up); connections: loadgen connrate, see *.conn.load")
 EOF

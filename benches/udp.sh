@@ -27,7 +27,8 @@ BACKEND=${BACKEND:-5202}
 PORT0=${PORT0:-5211}
 RATE=${RATE:-200M}
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { cargo build --release --quiet; set -- target/release/oi; }
+# As the other benches (--bins --examples): one feature set, no rebuild between them.
+[ $# -gt 0 ] || { cargo build --release --quiet --bins --examples; set -- target/release/oi; }
 dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }

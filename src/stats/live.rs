@@ -10,7 +10,6 @@
 
 use super::{lock, BackendStats, RuleStats};
 use crate::peer::Peer;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -94,30 +93,41 @@ impl ConnState {
 }
 
 /// One live connection or association.
+///
+/// Laid out for idle memory (one per open connection, issue 23): what only
+/// some connections have (the backend, once connected, and its counters;
+/// a TLS server name) sits in one-word cells, the start time is 8 bytes,
+/// and the entry's place in its shard is kept by its [`Registered`] guard,
+/// not here. `entry_fits_its_budget` pins the size.
 pub(crate) struct Conn {
-    /// Its key in its shard.
-    id: u64,
     /// The rule it belongs to (kept alive by it, even after a reload removes the rule).
     pub(super) rule: Arc<RuleStats>,
-    /// What it is.
-    kind: ConnKind,
     /// The client's address, or a unix client (never written to the status file or metrics).
     client: Peer,
-    /// The backend address that answered, once known.
-    backend: OnceLock<SocketAddr>,
-    /// That backend's counters, if the rule lists the address.
-    backend_stats: OnceLock<Arc<BackendStats>>,
-    /// When it started, for its age.
-    started: Instant,
+    /// The backend address that answered, once known, with that backend's
+    /// counters if the rule lists the address (set together, once).
+    backend: OnceLock<(SocketAddr, Option<Arc<BackendStats>>)>,
+    /// When it started, in milliseconds after [`epoch`], for its age.
+    started_ms: u64,
     /// Bytes from the client so far: stored by the connection's own thread
     /// (TCP: once per pump poll), added to by a UDP association's two tasks.
     pub(crate) from_client: AtomicU64,
     /// Bytes to the client so far.
     pub(crate) to_client: AtomicU64,
+    /// The TLS server name it asked for, on a listener shared by server name
+    /// (boxed: one word in the entries of the many connections without one).
+    server_name: OnceLock<Box<Arc<str>>>,
+    /// What it is.
+    kind: ConnKind,
     /// A [`ConnState`], stored by the connection.
     state: AtomicU8,
-    /// The TLS server name it asked for, on a listener shared by server name.
-    server_name: OnceLock<Arc<str>>,
+}
+
+/// The instant live entries count their start from: the first entry's
+/// registration (an [`Instant`] is 16 bytes, a millisecond count 8).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 impl Conn {
@@ -131,7 +141,7 @@ impl Conn {
 
     /// The backend's counters, once connected.
     pub(super) fn backend_stats(&self) -> Option<&Arc<BackendStats>> {
-        self.backend_stats.get()
+        self.backend.get().and_then(|(_, b)| b.as_ref())
     }
 
     /// What `oi connections` shows of it.
@@ -141,8 +151,10 @@ impl Conn {
             rule: self.rule.name().to_string(),
             kind: self.kind,
             client: self.client,
-            backend: self.backend.get().copied(),
-            age: self.started.elapsed(),
+            backend: self.backend.get().map(|(addr, _)| *addr),
+            age: epoch()
+                .elapsed()
+                .saturating_sub(Duration::from_millis(self.started_ms)),
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
@@ -174,13 +186,50 @@ pub struct ConnInfo {
     pub server_name: Option<String>,
 }
 
-/// One shard: its entries and the next id it hands out.
+/// One shard: its entries in slots, and the slots free for reuse. A slot
+/// is one word (a hash map would also keep a key and spare capacity); the
+/// entry's guard remembers its slot.
 #[derive(Default)]
 struct Shard {
-    /// Next sequence number; ids are `seq * SHARDS + shard`, unique process-wide.
-    next: u64,
-    /// Live entries by id.
-    conns: HashMap<u64, Arc<Conn>>,
+    /// Live entries; `None` in a free slot.
+    slots: Vec<Option<Arc<Conn>>>,
+    /// Indexes of the free slots in `slots`.
+    free: Vec<usize>,
+}
+
+impl Shard {
+    /// Stores `conn` in a free slot (or a new one) and returns its index.
+    fn insert(&mut self, conn: Arc<Conn>) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(conn);
+                slot
+            }
+            None => {
+                self.slots.push(Some(conn));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Empties `slot`. Like the hash map this replaced, the storage keeps
+    /// its peak (a word per slot and per free slot) until the shard empties.
+    fn remove(&mut self, slot: usize) {
+        if let Some(entry) = self.slots.get_mut(slot) {
+            if entry.take().is_some() {
+                self.free.push(slot);
+            }
+        }
+        if self.free.len() == self.slots.len() {
+            self.slots = Vec::new();
+            self.free = Vec::new();
+        }
+    }
+
+    /// The live entries.
+    fn entries(&self) -> impl Iterator<Item = &Arc<Conn>> {
+        self.slots.iter().flatten()
+    }
 }
 
 /// The live list (see the module docs).
@@ -212,17 +261,13 @@ impl Live {
         client: Peer,
     ) -> Registered {
         let shard = SHARD.with(|s| *s);
-        let mut s = lock(&self.shards[shard]);
-        let id = s.next * SHARDS as u64 + shard as u64;
-        s.next += 1;
+        let started = epoch().elapsed().as_millis();
         let conn = Arc::new(Conn {
-            id,
             rule,
             kind,
             client,
             backend: OnceLock::new(),
-            backend_stats: OnceLock::new(),
-            started: Instant::now(),
+            started_ms: u64::try_from(started).unwrap_or(u64::MAX),
             from_client: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
             state: AtomicU8::new(if matches!(kind, ConnKind::Tcp | ConnKind::Unix) {
@@ -232,16 +277,15 @@ impl Live {
             }),
             server_name: OnceLock::new(),
         });
-        s.conns.insert(id, conn.clone());
-        drop(s);
-        Registered { conn, shard }
+        let slot = lock(&self.shards[shard]).insert(conn.clone());
+        Registered { conn, shard, slot }
     }
 
     /// Every live entry now.
     pub(super) fn list(&self) -> Vec<Arc<Conn>> {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
-            all.extend(lock(shard).conns.values().cloned());
+            all.extend(lock(shard).entries().cloned());
         }
         all
     }
@@ -254,16 +298,20 @@ pub(crate) struct Registered {
     conn: Arc<Conn>,
     /// Its shard.
     shard: usize,
+    /// Its slot in the shard.
+    slot: usize,
 }
 
 impl Registered {
     /// Records the backend address that answered.
     pub(crate) fn connected(&self, backend: SocketAddr) {
-        let _ = self.conn.backend.set(backend);
-        if let Some(b) = self.conn.rule.backend(backend) {
-            b.opened.fetch_add(1, Ordering::Relaxed);
-            b.active.fetch_add(1, Ordering::Relaxed);
-            let _ = self.conn.backend_stats.set(b);
+        let counters = self.conn.rule.backend(backend);
+        // Counted on the backend once, with the address (one call is made).
+        if self.conn.backend.set((backend, counters.clone())).is_ok() {
+            if let Some(b) = counters {
+                b.opened.fetch_add(1, Ordering::Relaxed);
+                b.active.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.set_state(ConnState::Open);
     }
@@ -271,17 +319,23 @@ impl Registered {
     /// Records the backend of a connection a previous oi handed over: as
     /// [`Registered::connected`], but the backend's `opened` counted it there.
     pub(crate) fn reconnected(&self, backend: SocketAddr) {
-        let _ = self.conn.backend.set(backend);
-        if let Some(b) = self.conn.rule.backend(backend) {
-            b.active.fetch_add(1, Ordering::Relaxed);
-            let _ = self.conn.backend_stats.set(b);
+        let counters = self.conn.rule.backend(backend);
+        if self.conn.backend.set((backend, counters.clone())).is_ok() {
+            if let Some(b) = counters {
+                b.active.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.set_state(ConnState::Open);
     }
 
+    /// The backend address that answered, once connected.
+    pub(crate) fn backend(&self) -> Option<SocketAddr> {
+        self.conn.backend.get().map(|(addr, _)| *addr)
+    }
+
     /// Records the TLS server name the connection was routed by.
     pub(crate) fn routed_by(&self, name: Arc<str>) {
-        let _ = self.conn.server_name.set(name);
+        let _ = self.conn.server_name.set(Box::new(name));
     }
 
     /// Stores the running byte totals and state (one writer: the connection).
@@ -289,6 +343,14 @@ impl Registered {
         self.conn.from_client.store(from_client, Ordering::Relaxed);
         self.conn.to_client.store(to_client, Ordering::Relaxed);
         self.set_state(state);
+    }
+
+    /// What [`Registered::publish`] last stored (or the start: no bytes,
+    /// the state set since).
+    pub(crate) fn published(&self) -> (u64, u64, ConnState) {
+        let (from, to) = self.conn.bytes();
+        let state = ConnState::from_u8(self.conn.state.load(Ordering::Relaxed));
+        (from, to, state)
     }
 
     /// Stores the state.
@@ -326,17 +388,52 @@ impl Drop for Registered {
     fn drop(&mut self) {
         // Out of the list first, then into the ended totals: a snapshot in
         // between sees a dip, which the reported maximum hides (module docs).
-        lock(&self.live().shards[self.shard])
-            .conns
-            .remove(&self.conn.id);
+        lock(&self.live().shards[self.shard]).remove(self.slot);
         let (from, to) = self.conn.bytes();
         let c = &self.conn;
         c.rule.counters.ended(c.kind, from, to);
         c.rule.process.ended(c.kind, from, to);
-        if let Some(b) = c.backend_stats.get() {
+        if let Some(b) = c.backend_stats() {
             b.ended_from_client.fetch_add(from, Ordering::Relaxed);
             b.ended_to_client.fetch_add(to, Ordering::Relaxed);
             super::drop_one(&b.active);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One entry per open connection: 136 bytes on x86_64, so that with the
+    /// `Arc`'s two counts it is a 160-byte allocation (glibc rounds to 16
+    /// with 8 bytes of its own). Growth past it costs 16 bytes per connection.
+    #[test]
+    fn entry_fits_its_budget() {
+        let size = std::mem::size_of::<Conn>();
+        assert!(
+            size <= 136,
+            "a live entry is {size} bytes, over its 136-byte budget"
+        );
+    }
+
+    /// Slots are reused, and an emptied shard gives its storage back.
+    #[test]
+    fn slots_are_reused_and_freed() {
+        let stats = super::super::Stats::default();
+        let rule = stats.add_rule("a:1/tcp".into(), crate::config::Proto::Tcp, &[]);
+        let live = &rule.live;
+        let a = rule.register(ConnKind::Tcp, Peer::Unix);
+        let b = rule.register(ConnKind::Tcp, Peer::Unix);
+        assert_eq!(live.list().len(), 2);
+        let slot_a = a.slot;
+        drop(a);
+        let c = rule.register(ConnKind::Tcp, Peer::Unix);
+        assert_eq!(c.slot, slot_a, "a freed slot is taken first");
+        drop(b);
+        drop(c);
+        assert!(live.list().is_empty());
+        let shard = lock(&live.shards[SHARD.with(|s| *s)]);
+        assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
     }
 }

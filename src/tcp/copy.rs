@@ -21,8 +21,9 @@ pub(crate) struct CopyMover {
     /// End of the bytes read.
     end: usize,
     /// A pipe left by a splice mover that gave up with bytes still in it:
-    /// those bytes come before anything more from the socket.
-    leftover: Option<Pipe>,
+    /// those bytes come before anything more from the socket. Boxed: it
+    /// almost never exists, and every connection's pump holds two movers.
+    leftover: Option<Box<Pipe>>,
     /// The source may have bytes: set when it signalled readability, cleared
     /// when a read would block. Waiting for readability before reading (not
     /// after a read fails) consumes the reactor's event, so the read that
@@ -44,7 +45,7 @@ impl CopyMover {
             buf: None,
             pos: 0,
             end: 0,
-            leftover,
+            leftover: leftover.map(Box::new),
             // A fresh connection's first bytes may already be there: read first.
             readable: true,
         }

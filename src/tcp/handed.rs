@@ -4,6 +4,7 @@
 
 use super::pump::{Half, PumpOutcome};
 use super::Published;
+use crate::config::BindAddr;
 use crate::handover::park::{self, HalfState, Parked, Ticket};
 use crate::shared::Shared;
 use async_io::Async;
@@ -68,29 +69,42 @@ impl Future for Stoppable<'_, '_> {
 
 /// Runs the pump to its end, or until the new oi adopts the connection
 /// (`None`: the new oi has it and logs its end; this one only closes its
-/// descriptors). `rule` names the route for the new oi.
-pub(super) async fn run(
-    published: &mut Published<'_>,
-    client: &Async<TcpStream>,
-    backend: &Async<TcpStream>,
-    shared: &Shared,
-    rule: &str,
+/// descriptors). `rule` names the route for the new oi: its text is made
+/// only when the connection is offered, so a connection does not hold it.
+/// A function returning an async block, not an async fn, so the future
+/// holds its arguments once (as `tcp::forward`).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+pub(super) fn run<'p, 'a>(
+    published: &'p mut Published<'a>,
+    client: &'p Async<TcpStream>,
+    backend: &'p Async<TcpStream>,
+    shared: &'p Shared,
+    rule: &'p BindAddr,
     started: u64,
-) -> Option<PumpOutcome> {
-    let ticket = shared.parking.enter();
-    loop {
-        let ran = Stoppable {
-            inner: published,
-            ticket: &ticket,
-        }
-        .await;
-        match ran {
-            Ran::Done(outcome) => return Some(outcome),
-            Ran::Stop => {
-                match offer(published, client, backend, shared, &ticket, rule, started).await {
-                    Offer::Adopted => return None,
-                    Offer::Resume => {}
-                    Offer::Broken(e) => return Some(published.pump.abort(e)),
+) -> impl Future<Output = Option<PumpOutcome>> + use<'p, 'a> {
+    async move {
+        let ticket = shared.parking.enter();
+        loop {
+            let ran = Stoppable {
+                inner: published,
+                ticket: &ticket,
+            }
+            .await;
+            match ran {
+                Ran::Done(outcome) => return Some(outcome),
+                Ran::Stop => {
+                    match Box::pin(offer(
+                        published, client, backend, shared, &ticket, rule, started,
+                    ))
+                    .await
+                    {
+                        Offer::Adopted => return None,
+                        Offer::Resume => {}
+                        Offer::Broken(e) => return Some(published.pump.abort(e)),
+                    }
                 }
             }
         }
@@ -115,7 +129,7 @@ async fn offer(
     backend: &Async<TcpStream>,
     shared: &Shared,
     ticket: &Ticket<'_>,
-    rule: &str,
+    rule: &BindAddr,
     started: u64,
 ) -> Offer {
     let (up, down) = match published.pump.pause() {
