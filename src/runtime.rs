@@ -22,8 +22,8 @@
 //! The binary, the tests and the benches all start their threads here, with
 //! [`Runtime::start`].
 
+use crate::reactor::{self, Reactor, Timer};
 use async_channel::{Receiver, Sender};
-use async_io::Timer;
 use event_listener::Event;
 use futures_lite::FutureExt;
 use smol::{Executor, Task};
@@ -46,6 +46,8 @@ pub const SLACK: usize = 1;
 pub struct Runtime {
     /// The executors and their connection counts, shared with every listener.
     threads: Arc<Threads>,
+    /// Executor 0's reactor, driven by whichever thread calls [`Runtime::block_on`].
+    reactor: Arc<Reactor>,
     /// Closed when the runtime drops: the worker threads stop running their executors.
     stop: Sender<()>,
     /// Worker threads 1.., joined on drop.
@@ -59,21 +61,31 @@ impl Runtime {
         let executors: Vec<Arc<Executor<'static>>> = (0..threads.get())
             .map(|_| Arc::new(Executor::new()))
             .collect();
+        // One epoll instance per thread, made here so a shortage of
+        // descriptors is an error at start, not later.
+        let mut reactors = (0..threads.get())
+            .map(|_| Reactor::new().map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+        let main_reactor = reactors.remove(0);
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let mut runtime = Runtime {
             threads: Threads::new(executors),
+            reactor: main_reactor,
             stop,
             workers: Vec::new(),
         };
-        for i in 1..threads.get() {
+        for (i, reactor) in (1..threads.get()).zip(reactors) {
             let ex = runtime.threads.executors[i].clone();
             let stopped: Receiver<()> = stopped.clone();
             let worker = std::thread::Builder::new()
                 .name(format!("oi-worker-{i}"))
                 .spawn(move || {
-                    smol::block_on(ex.run(async move {
-                        let _ = stopped.recv().await;
-                    }))
+                    reactor::block_on(
+                        reactor,
+                        ex.run(async move {
+                            let _ = stopped.recv().await;
+                        }),
+                    )
                 })?;
             runtime.workers.push(worker);
         }
@@ -93,7 +105,7 @@ impl Runtime {
     ) -> T {
         let ex = self.threads.executor(0).clone();
         let task = ex.spawn(future);
-        smol::block_on(ex.run(task))
+        reactor::block_on(self.reactor.clone(), ex.run(task))
     }
 
     /// Spawns a task on executor 0 (the one [`block_on`](Self::block_on) drives).

@@ -27,13 +27,13 @@ pub use bind::{bind, bind_all, BoundSocket, UnixSocket};
 
 use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
+use crate::reactor::Async;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
-use async_io::Async;
 use driver::AcceptLoop;
 use smol::Task;
 use std::collections::HashMap;
@@ -310,7 +310,8 @@ impl Listeners {
                 Ok(vec![self.threads.executor(own).spawn(accept.run())])
             }
             BoundSocket::Udp(s) => {
-                let s = Async::new(s)?;
+                // UDP stays on async-io's reactor (crate::reactor serves the TCP path).
+                let s = async_io::Async::new(s)?;
                 let looped =
                     crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
                 Ok(vec![main.spawn(looped)])

@@ -21,10 +21,11 @@ use crate::edge::Origin;
 use crate::logfile::Event;
 use crate::proxy::Encoded;
 use crate::rate::Limit;
+use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
-use async_io::{Async, Timer};
+use async_io::Async as UdpAsync;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{TcpStream, UdpSocket};
@@ -95,7 +96,7 @@ pub(crate) async fn tcp_to_udp(
 /// if any), until the client closes.
 async fn to_backend(
     client: &Async<TcpStream>,
-    socket: &Async<UdpSocket>,
+    socket: &UdpAsync<UdpSocket>,
     header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
@@ -103,8 +104,11 @@ async fn to_backend(
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
     let most = MAX_PAYLOAD.saturating_sub(header.map_or(0, |h| h.as_bytes().len()));
+    // The client's socket is edge-triggered: wait for a new edge only once
+    // a read has emptied it (a full read may leave bytes that no edge reports).
+    let mut drained = false;
     loop {
-        if client.readable().await.is_err() {
+        if drained && client.readable().await.is_err() {
             return End::Client;
         }
         let (want, waited) = match limit {
@@ -116,6 +120,8 @@ async fn to_backend(
         let end = match read {
             Ok(0) => Some(End::Client),
             Ok(n) => {
+                // Maybe more behind it: read again before waiting for an edge.
+                drained = false;
                 if let Some((limit, stats)) = limit {
                     let n = n as u64;
                     limit.charge(n, Instant::now());
@@ -130,7 +136,10 @@ async fn to_backend(
                     End::Local
                 })
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                drained = true;
+                None
+            }
             Err(_) => Some(End::Client),
         };
         pool.give(buf);
@@ -165,7 +174,7 @@ async fn allowance(limit: &Limit, stats: &RuleStats, most: usize) -> (usize, boo
 /// Sends one datagram, waiting while the socket buffer is full. A datagram
 /// refused because of an earlier ICMP error is dropped, as the network would.
 async fn send(
-    socket: &Async<UdpSocket>,
+    socket: &UdpAsync<UdpSocket>,
     header: Option<&Encoded>,
     payload: &[u8],
 ) -> io::Result<()> {
@@ -182,7 +191,7 @@ async fn send(
 /// Writes every datagram from the backend to the stream, until writing fails.
 async fn to_client(
     client: &Async<TcpStream>,
-    socket: &Async<UdpSocket>,
+    socket: &UdpAsync<UdpSocket>,
     a: &Activity,
     pool: &BufferPool,
     limit: Option<&Limit>,
