@@ -20,7 +20,8 @@
 //! keeps the local fast path.
 //!
 //! The binary, the tests and the benches all start their threads here, with
-//! [`Runtime::start`].
+//! [`Runtime::start`]. Each thread blocks on its own epoll
+//! ([`crate::reactor`]), not on async-io's shared reactor.
 
 use crate::reactor::{self, Reactor, Timer};
 use async_channel::{Receiver, Sender};
