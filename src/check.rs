@@ -28,6 +28,13 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
         for w in edge_warnings(&parsed) {
             eprintln!("{}", format_warning(&file, &w));
         }
+        let net_admin = crate::privileges::may_be_transparent();
+        for w in transparent_warnings(&parsed, net_admin) {
+            eprintln!("{}", format_warning(&file, &w));
+        }
+        for w in mptcp_warnings(&parsed, mptcp_enabled()) {
+            eprintln!("{}", format_warning(&file, &w));
+        }
         if parsed.omitted_warnings > 0 {
             let n = parsed.omitted_warnings;
             eprintln!("{file}: warning: and {n} more warning{}", plural(n));
@@ -261,7 +268,14 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             // The connection limits: the table's TCP-listener settings.
             let limits = config::settings::SETTINGS
                 .iter()
-                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener));
+                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener))
+                .filter(|s| s.conf != Some("sni"));
+            if r.options.sni.is_some() {
+                warn(
+                    "option 'sni' routes TLS connections by server name; ignored on a /udp listener"
+                        .into(),
+                );
+            }
             for setting in limits {
                 let name = setting.name();
                 if config::settings::is_set(setting, &r.options) {
@@ -277,6 +291,83 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
         }
     }
     out
+}
+
+/// A warning for the first `transparent` rule when this process lacks
+/// CAP_NET_ADMIN and CAP_NET_RAW (`net_admin`: `Some(false)`), one of which
+/// every client of such a rule would need (for IP_TRANSPARENT); `--check` run as the service's user sees what the
+/// service would. The routing for replies (ip rule, ip route, nftables) is
+/// the host's and is not checked: the README gives it.
+fn transparent_warnings(cfg: &Config, net_admin: Option<bool>) -> Vec<config::ConfigError> {
+    if net_admin != Some(false) {
+        return Vec::new();
+    }
+    let first = cfg
+        .rules
+        .iter()
+        .find(|r| r.options.transparent == Some(true));
+    first
+        .map(|r| {
+            rule_warning(
+                r,
+                "transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which this process \
+                 does not have (CapEff in /proc/self/status): every client of a transparent \
+                 rule would be closed (local-socket-failed); run oi as root or give it \
+                 CAP_NET_ADMIN (systemd: AmbientCapabilities= and CapabilityBoundingSet=)"
+                    .into(),
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Whether this kernel makes MPTCP sockets (`net.mptcp.enabled` is 1);
+/// `None` when it cannot be read (no MPTCP in the kernel reads as `Some(false)`).
+fn mptcp_enabled() -> Option<bool> {
+    match std::fs::read_to_string("/proc/sys/net/mptcp/enabled") {
+        Ok(v) => Some(v.trim() == "1"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// A warning for the first `mptcp` rule (other than `mptcp=off`) when
+/// the kernel has MPTCP off or lacks it (`enabled`: `Some(false)`): such
+/// rules run on plain TCP.
+fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<config::ConfigError> {
+    if enabled != Some(false) {
+        return Vec::new();
+    }
+    let on = |r: &&config::Rule| r.options.mptcp.is_some_and(|m| m != config::Mptcp::Off);
+    cfg.rules
+        .iter()
+        .find(on)
+        .map(|r| {
+            rule_warning(
+                r,
+                "mptcp, but this kernel makes no MPTCP sockets (/proc/sys/net/mptcp/enabled \
+                 is not 1, or missing): the rule's sockets are plain TCP"
+                    .into(),
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// A warning about rule `r` as `--check` prints it: its line, and its listener.
+fn rule_warning(r: &config::Rule, message: String) -> config::ConfigError {
+    config::ConfigError {
+        file: r.file.clone(),
+        line: r.line,
+        column: 0,
+        message,
+        text: Shown(&format!(
+            "{} {}/{}",
+            r.bind.host_text, r.bind.port, r.bind.proto
+        ))
+        .to_string(),
+        more: 0,
+    }
 }
 
 /// Whether `::` listeners also take IPv4 (Linux's `net.ipv6.bindv6only` is 0,
@@ -357,7 +448,12 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
             Shown(&inc.pattern)
         );
     }
-    for r in &resolved.rules {
+    // Rules sharing a listener by server name follow the one that binds it.
+    for (r, carrier) in resolved
+        .rules
+        .iter()
+        .flat_map(|c| c.with_routed().map(move |r| (r, c)))
+    {
         let rule = &r.rule;
         match rule.file.as_deref() {
             Some(included) => write!(out, "{}:{}: ", Shown(included), rule.line),
@@ -383,6 +479,12 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         } else {
             let _ = write!(out, " {}", acl_summary(global, &rule.acl));
         }
+        if !carrier.sni.is_empty() || carrier.server_name().is_some() {
+            out.push_str(match r.server_name() {
+                Some(_) => " (by TLS server name)",
+                None => " (TLS server names no rule matches, none, or not TLS)",
+            });
+        }
         if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
             let _ = write!(out, " (included from {chain})");
         }
@@ -402,7 +504,7 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         let _ = writeln!(out, "pidlogfile {}", Shown(&path));
     }
     globals_report(&mut out, c);
-    let n = resolved.rules.len();
+    let n: usize = resolved.rules.iter().map(|r| 1 + r.sni.len()).sum();
     let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
     out
 }
@@ -780,6 +882,45 @@ mod tests {
             "127.0.0.1 8081 10.0.0.1 80 [accept-proxy]\n",
         ));
         assert_eq!(other.iter().map(|w| w.0).collect::<Vec<_>>(), [3]);
+    }
+
+    #[test]
+    fn transparent_without_cap_net_admin_is_one_warning_naming_the_first_rule() {
+        let text = "0.0.0.0 8000 127.0.0.1 9000\n\
+                    0.0.0.0 8001 127.0.0.1 9001 [transparent]\n\
+                    0.0.0.0 8002/udp 127.0.0.1 9002/udp [transparent=on]\n";
+        let parsed = config::parse(text).expect("valid");
+        let warnings = transparent_warnings(&parsed, Some(false));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].line, 2);
+        assert!(
+            warnings[0].message.contains("CAP_NET_ADMIN"),
+            "{:?}",
+            warnings[0]
+        );
+        // With the capability, or where it cannot be seen: nothing to say.
+        assert!(transparent_warnings(&parsed, Some(true)).is_empty());
+        assert!(transparent_warnings(&parsed, None).is_empty());
+        let plain = config::parse("0.0.0.0 8000 127.0.0.1 9000\n").expect("valid");
+        assert!(transparent_warnings(&plain, Some(false)).is_empty());
+    }
+
+    #[test]
+    fn mptcp_where_the_kernel_has_none_is_one_warning_naming_the_first_rule() {
+        let text = "0.0.0.0 8000 127.0.0.1 9000 [mptcp=off]\n\
+                    0.0.0.0 8001 127.0.0.1 9001 [mptcp=listen]\n\
+                    0.0.0.0 8002 127.0.0.1 9002 [mptcp]\n";
+        let parsed = config::parse(text).expect("valid");
+        let warnings = mptcp_warnings(&parsed, Some(false));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].line, 2);
+        assert!(
+            warnings[0].message.contains("plain TCP"),
+            "{:?}",
+            warnings[0]
+        );
+        assert!(mptcp_warnings(&parsed, Some(true)).is_empty());
+        assert!(mptcp_warnings(&parsed, None).is_empty());
     }
 
     #[test]

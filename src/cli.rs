@@ -168,6 +168,16 @@ pub enum Ask {
         #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
         interval: Duration,
     },
+    /// Upgrade the running oi without refusing a connection: it starts the
+    /// binary at the path it was started from (read again from disk), or
+    /// --binary, hands it every listening socket, and exits once its open
+    /// connections end. Exits non-zero, saying why, when the new binary
+    /// cannot take over; the running oi then keeps serving.
+    Upgrade {
+        /// The binary to start instead of the running one's path.
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+    },
     /// Print the configuration (-c, with its includes) in the other format:
     /// rinetd.conf as YAML, YAML as rinetd.conf; what the other cannot say
     /// becomes a comment. Reads the file only: no running oi is needed.
@@ -178,8 +188,8 @@ pub enum Ask {
     },
 }
 
-/// What `oi status`, `oi connections` or `oi top` does with the answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What `oi status`, `oi connections`, `oi top` or `oi upgrade` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientAction {
     /// Print one answer, text or JSON.
     Print {
@@ -192,6 +202,11 @@ pub enum ClientAction {
     Top {
         /// Time between polls.
         interval: Duration,
+    },
+    /// Ask for an upgrade and print how it went.
+    Upgrade {
+        /// The binary to start, if not the running one's path.
+        binary: Option<PathBuf>,
     },
 }
 
@@ -364,6 +379,7 @@ impl RunOptions {
                         json,
                     },
                     Ask::Top { interval } => ClientAction::Top { interval },
+                    Ask::Upgrade { binary } => ClientAction::Upgrade { binary },
                     Ask::Convert { .. } => return None,
                 };
                 Some(ClientQuery {

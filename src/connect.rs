@@ -26,6 +26,20 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
+/// How a rule's outgoing sockets are made, beyond the address they go to.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Dial {
+    /// SO_KEEPALIVE on the socket (`keepalive`, on unless turned off).
+    pub(crate) keepalive: bool,
+    /// `transparent`: the client's address (port 0: the kernel picks one),
+    /// bound with IP_TRANSPARENT so the backend sees the client; wins over
+    /// a member's `src`, and skips backend addresses of the other family.
+    pub(crate) from: Option<SocketAddr>,
+    /// `mptcp=on|connect`: open the socket with IPPROTO_MPTCP (plain TCP
+    /// where the kernel refuses).
+    pub(crate) mptcp: bool,
+}
+
 /// A connection to one of a pool's members.
 pub(crate) struct Connected {
     /// The stream to the backend.
@@ -41,13 +55,13 @@ pub(crate) struct Connected {
 /// chooses, then, if that fails, each other eligible member in turn, so one
 /// dead backend never costs a client its connection. Every failed member is
 /// reported to the pool (its health) and to `failed` (the counters). Each
-/// address gets `timeout`; `keepalive` sets SO_KEEPALIVE (TCP only). A
+/// address gets `timeout`; `dial` says how the socket is made (TCP only). A
 /// `unix:` member is connected as a unix stream socket.
 pub(crate) async fn through_pool(
     pool: &BackendPool,
     client: IpAddr,
     timeout: Duration,
-    keepalive: bool,
+    dial: Dial,
     mut failed: impl FnMut(&io::Error),
 ) -> Result<Connected, ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
@@ -58,7 +72,7 @@ pub(crate) async fn through_pool(
                 .await
                 .map(|stream| (stream, None))
                 .map_err(ConnectError::Connect),
-            None => connect(&member.addrs(), member.src(), timeout, keepalive)
+            None => dial_addrs(&member.addrs(), member.src(), timeout, dial)
                 .await
                 .map(|(stream, addr)| (stream, Some(addr))),
         };
@@ -98,14 +112,44 @@ pub(crate) async fn connect(
     timeout: Duration,
     keepalive: bool,
 ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
+    let dial = Dial {
+        keepalive,
+        ..Dial::default()
+    };
+    dial_addrs(addrs, src, timeout, dial).await
+}
+
+/// [`connect`] with every way of making the socket that `dial` gives.
+async fn dial_addrs(
+    addrs: &[SocketAddr],
+    src: Option<IpAddr>,
+    timeout: Duration,
+    dial: Dial,
+) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
     let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address");
+    // Transparent: the client's address, port 0, instead of `src`.
+    let from = match dial.from {
+        Some(client) => Some(SocketAddr::new(crate::peer::unmapped(client), 0)),
+        None => src.map(|ip| SocketAddr::new(ip, 0)),
+    };
+    if let (Some(client), Some(from)) = (dial.from, from) {
+        if !addrs.iter().any(|a| a.is_ipv4() == from.is_ipv4()) {
+            // Not the backend's fault: no member can be reached from there.
+            return Err(ConnectError::LocalSocket(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("transparent: the backend has no address of client {client}'s family"),
+            )));
+        }
+    }
     for &addr in addrs {
-        if let Some(src) = src {
-            if src.is_ipv4() != addr.is_ipv4() {
+        if let Some(from) = from {
+            if from.is_ipv4() != addr.is_ipv4() {
                 continue;
             }
         }
-        let socket = new_socket(addr, src, keepalive).map_err(ConnectError::LocalSocket)?;
+        let transparent = dial.from.is_some();
+        let socket =
+            new_socket(addr, from, transparent, dial).map_err(ConnectError::LocalSocket)?;
         let outcome = match start_connect(socket, addr) {
             Ok(Started::Connected(stream)) => Ok(stream),
             // Only a connect still in flight gets a timer: inserting one into
@@ -131,22 +175,53 @@ pub(crate) async fn connect(
     Err(ConnectError::Connect(last))
 }
 
-/// A non-blocking socket for `addr`'s family, bound to `src` when given.
-fn new_socket(addr: SocketAddr, src: Option<IpAddr>, keepalive: bool) -> io::Result<Socket> {
+/// A non-blocking socket for `addr`'s family, bound to `from` when given,
+/// with IP_TRANSPARENT first when `transparent` (`from` is then not one of
+/// this host's addresses); keepalive and MPTCP as `dial` says.
+fn new_socket(
+    addr: SocketAddr,
+    from: Option<SocketAddr>,
+    transparent: bool,
+    dial: Dial,
+) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
-    let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    let socket = crate::mptcp::stream(Domain::for_address(addr), kind, dial.mptcp)?;
     // Every forwarded socket: no Nagle delay (small messages go out at once),
     // keepalive on (dead peers are noticed) unless the rule says
     // `keepalive=off`. Accepted sockets get both from their listener.
     socket.set_tcp_nodelay(true)?;
-    if keepalive {
+    if dial.keepalive {
         socket.set_keepalive(true)?;
     }
-    if let Some(ip) = src {
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    if let Some(from) = from {
+        if transparent {
+            set_transparent(&socket, from)?;
+        }
+        socket
+            .bind(&SockAddr::from(from))
+            .map_err(|e| io::Error::new(e.kind(), format!("bind to {from}: {e}")))?;
     }
     Ok(socket)
+}
+
+/// IP_TRANSPARENT (IPV6_TRANSPARENT for an IPv6 `from`) on `socket`, so it
+/// may bind `from`, an address this host does not have. Needs
+/// CAP_NET_ADMIN or CAP_NET_RAW: the error says so.
+pub(crate) fn set_transparent(socket: &Socket, from: SocketAddr) -> io::Result<()> {
+    let set = if from.is_ipv4() {
+        socket.set_ip_transparent_v4(true)
+    } else {
+        socket.set_ip_transparent_v6(true)
+    };
+    set.map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::PermissionDenied {
+            " (transparent needs CAP_NET_ADMIN or CAP_NET_RAW)"
+        } else {
+            ""
+        };
+        io::Error::new(e.kind(), format!("IP_TRANSPARENT: {e}{why}"))
+    })
 }
 
 /// Where a non-blocking connect stands right after it was issued.

@@ -18,6 +18,7 @@
 
 use rustix::thread::{CapabilitySet, CapabilitySets, Gid, Uid};
 use std::io;
+use std::os::fd::BorrowedFd;
 
 /// Who to become.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,9 +84,27 @@ pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Target, String>
     resolve_in(user, group, &read("/etc/passwd")?, &read("/etc/group")?)
 }
 
-/// Becomes `t`, keeping only `CAP_NET_BIND_SERVICE`. Must run while the
-/// process has a single thread (see the module documentation).
-pub(crate) fn drop_to(t: &Target) -> io::Result<()> {
+/// Makes `t` the owner of each listening socket in `listeners`, while oi
+/// is still root. The kernel lets a socket join a listener's `SO_REUSEPORT`
+/// group only when both have the same owner (the socket's `sk_uid`), and a
+/// socket's owner is whoever made it: root, for everything start-up bound.
+/// So after the drop, the per-thread sockets that `listen` makes as the user
+/// were refused ("Address already in use") and each listener kept a single
+/// accept loop. `fchown` on a socket sets that owner (Linux's sockfs, since
+/// 4.11), so every thread gets its own socket in the group again.
+pub(crate) fn give_listeners(t: &Target, listeners: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let uid = Some(Uid::from_raw(t.uid));
+    let gid = Some(Gid::from_raw(t.gid));
+    for fd in listeners {
+        rustix::fs::fchown(fd, uid, gid)?;
+    }
+    Ok(())
+}
+
+/// Becomes `t`, keeping only `CAP_NET_BIND_SERVICE`, and `CAP_NET_ADMIN`
+/// too when `net_admin` (a `transparent` rule needs it for every client).
+/// Must run while the process has a single thread (see the module documentation).
+pub(crate) fn drop_to(t: &Target, net_admin: bool) -> io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task")?.count();
     if threads != 1 {
         return Err(io::Error::other(format!(
@@ -100,18 +119,26 @@ pub(crate) fn drop_to(t: &Target) -> io::Result<()> {
     rustix::thread::set_thread_res_gid(gid, gid, gid)?;
     rustix::thread::set_thread_res_uid(uid, uid, uid)?;
     rustix::thread::set_keep_capabilities(false)?;
-    let bind = CapabilitySet::NET_BIND_SERVICE;
+    let mut keep = CapabilitySet::NET_BIND_SERVICE;
+    if net_admin {
+        keep |= CapabilitySet::NET_ADMIN;
+    }
     rustix::thread::set_capabilities(
         None,
         CapabilitySets {
-            effective: bind,
-            permitted: bind,
+            effective: keep,
+            permitted: keep,
             inheritable: CapabilitySet::empty(),
         },
     )?;
     rustix::thread::set_no_new_privs(true)?;
+    let kept = if net_admin {
+        "CAP_NET_BIND_SERVICE and CAP_NET_ADMIN (for transparent rules)"
+    } else {
+        "CAP_NET_BIND_SERVICE only"
+    };
     log::info!(
-        "running as user {} (uid {}, gid {}) with CAP_NET_BIND_SERVICE only",
+        "running as user {} (uid {}, gid {}) with {kept}",
         t.name,
         t.uid,
         t.gid
@@ -119,9 +146,50 @@ pub(crate) fn drop_to(t: &Target) -> io::Result<()> {
     Ok(())
 }
 
+/// Bit of `CAP_NET_ADMIN` in the kernel's capability masks.
+const CAP_NET_ADMIN_BIT: u32 = 12;
+
+/// Bit of `CAP_NET_RAW`, which the kernel also accepts for IP_TRANSPARENT.
+const CAP_NET_RAW_BIT: u32 = 13;
+
+/// Whether this process may set IP_TRANSPARENT (what `transparent` needs):
+/// `CAP_NET_ADMIN` or `CAP_NET_RAW` in effect, from `/proc/self/status`;
+/// `None` when that cannot be read.
+pub(crate) fn may_be_transparent() -> Option<bool> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let admin = effective_has(&status, CAP_NET_ADMIN_BIT)?;
+    Some(admin || effective_has(&status, CAP_NET_RAW_BIT)?)
+}
+
+/// Whether the `CapEff:` line of a `/proc/PID/status` text has `bit` set.
+fn effective_has(status: &str, bit: u32) -> Option<bool> {
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    let mask = u64::from_str_radix(hex, 16).ok()?;
+    Some(mask.checked_shr(bit)? & 1 == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn net_admin_is_read_from_the_effective_set() {
+        let root = "Name:\toi\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(effective_has(root, CAP_NET_ADMIN_BIT), Some(true));
+        // CAP_NET_BIND_SERVICE (bit 10) only, as after drop_to without transparent.
+        let user = "CapPrm:\t0000000000000400\nCapEff:\t0000000000000400\n";
+        assert_eq!(effective_has(user, CAP_NET_ADMIN_BIT), Some(false));
+        let both = "CapEff:\t0000000000001400\n";
+        assert_eq!(effective_has(both, CAP_NET_ADMIN_BIT), Some(true));
+        let raw = "CapEff:\t0000000000002000\n";
+        assert_eq!(effective_has(raw, CAP_NET_ADMIN_BIT), Some(false));
+        assert_eq!(effective_has(raw, CAP_NET_RAW_BIT), Some(true));
+        assert_eq!(effective_has("Name:\toi\n", CAP_NET_ADMIN_BIT), None);
+        assert_eq!(effective_has("CapEff:\tzz\n", CAP_NET_ADMIN_BIT), None);
+    }
 
     #[test]
     fn names_and_numbers_resolve_and_root_is_refused() {

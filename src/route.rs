@@ -7,6 +7,7 @@
 
 use crate::acl::{self, Verdict};
 use crate::backends::BackendPool;
+use crate::client_hello::{best_match, NamePattern};
 use crate::config::{
     AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, SpliceMode,
     UnixAddr, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
@@ -62,11 +63,66 @@ pub struct Route {
     /// The bandwidth limits (`rate`, `rate-up`, `rate-down`, `rule-rate`,
     /// `client-rate`), resolved once: `rate-up`/`rate-down` win over `rate`.
     pub(crate) rates: crate::rate::Rates,
+    /// The rules sharing this listener by TLS server name (`[sni=...]`);
+    /// `None` for a listener of one rule.
+    pub(crate) sni: Option<Arc<ServerNames>>,
+}
+
+/// Where a shared listener's connections go by server name.
+pub(crate) struct ServerNames {
+    /// Each `[sni=...]` rule's pattern and route, in file order.
+    pub(crate) named: Vec<(NamePattern, Arc<Route>)>,
+    /// The rule without `sni=`: names no pattern matches, no name, not TLS.
+    /// `None`: such connections are closed.
+    pub(crate) default: Option<Arc<Route>>,
+}
+
+impl ServerNames {
+    /// The route for a ClientHello's server name (`None`: none was read),
+    /// and whether a rule's pattern chose it (else it is the default).
+    pub(crate) fn choose(&self, name: Option<&str>) -> Option<(&Arc<Route>, bool)> {
+        let named = name.and_then(|n| best_match(self.named.iter().map(|(p, _)| p), n));
+        match named {
+            Some(i) => self.named.get(i).map(|(_, r)| (r, true)),
+            None => self.default.as_ref().map(|r| (r, false)),
+        }
+    }
 }
 
 impl Route {
-    /// The route for `rule` under `global_acl`.
-    pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+    /// The route for `rule` under `global_acl`; with the rules it carries
+    /// by server name (`rule.sni`) when it shares its listener. The
+    /// listener's route is then `rule`'s (its ACL, limits, backlog), with
+    /// the pool of `rule`'s own entry in [`ServerNames`].
+    pub fn new(mut rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        let carried = std::mem::take(&mut rule.sni);
+        if carried.is_empty() && rule.server_name().is_none() {
+            return Self::one(rule, global_acl);
+        }
+        let mut names = ServerNames {
+            named: Vec::with_capacity(carried.len() + 1),
+            default: None,
+        };
+        let mut own_pool = None;
+        for r in std::iter::once(rule.clone()).chain(carried) {
+            let pattern = r.server_name().and_then(|p| NamePattern::parse(p).ok());
+            let route = Arc::new(Self::one(r, global_acl.clone()));
+            own_pool.get_or_insert_with(|| route.pool.clone());
+            match pattern {
+                Some(p) => names.named.push((p, route)),
+                None => names.default = Some(route),
+            }
+        }
+        let mut route = Self::one(rule, global_acl);
+        if let Some(pool) = own_pool {
+            route.pool = pool;
+        }
+        route.sni = Some(Arc::new(names));
+        route
+    }
+
+    /// The route of one rule, without the rules it carries.
+    fn one(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
         let settings = rule.settings();
         let pool = Arc::new(BackendPool::new(&rule));
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
@@ -119,7 +175,49 @@ impl Route {
             trust_proxy,
             maxconn,
             maxconn_per_client,
+            sni: None,
         }
+    }
+
+    /// Hands the health and load of every backend `old` (this listener's
+    /// route before a reload) shares with this route to this route's pools:
+    /// its own, and each routed rule's whose server name pattern (or
+    /// default) the old route had too.
+    /// Every old pool is retired (its probes stop), kept or not.
+    pub(crate) fn keep_state_of(&self, old: &Route) {
+        self.pool.keep_state_of(&old.pool);
+        for pool in old.pools() {
+            pool.retire();
+        }
+        let (Some(new), Some(old)) = (&self.sni, &old.sni) else {
+            return;
+        };
+        for (pattern, route) in &new.named {
+            if let Some((_, was)) = old.named.iter().find(|(p, _)| p == pattern) {
+                route.pool.keep_state_of(&was.pool);
+            }
+        }
+        if let (Some(route), Some(was)) = (&new.default, &old.default) {
+            route.pool.keep_state_of(&was.pool);
+        }
+    }
+
+    /// Every pool connections on this listener may use: its own, then the
+    /// other rules' routed by server name (for DNS refresh and probes).
+    pub(crate) fn pools(&self) -> Vec<Arc<BackendPool>> {
+        let mut pools = vec![self.pool.clone()];
+        let routed = self.sni.iter().flat_map(|n| {
+            n.named
+                .iter()
+                .map(|(_, r)| &r.pool)
+                .chain(n.default.iter().map(|r| &r.pool))
+        });
+        for pool in routed {
+            if !pools.iter().any(|p| Arc::ptr_eq(p, pool)) {
+                pools.push(pool.clone());
+            }
+        }
+        pools
     }
 
     /// The routes of every rule of `cfg`, in order. The `bind:` entries of
@@ -193,6 +291,7 @@ impl Route {
             from_client: bytes.from_client,
             to_client: bytes.to_client,
             event,
+            server_name: None,
         }
     }
 
@@ -227,6 +326,21 @@ impl Route {
     /// Whether forwarded TCP sockets get SO_KEEPALIVE (on unless `[keepalive=off]`).
     pub fn keepalive(&self) -> bool {
         self.settings.keepalive != Some(false)
+    }
+
+    /// Whether the rule connects from the client's own address (`transparent`).
+    pub(crate) fn transparent(&self) -> bool {
+        self.settings.transparent == Some(true)
+    }
+
+    /// How this rule's connection from `client` (the peer, or the address a
+    /// PROXY header carried; `None` for a unix client) dials its backend.
+    pub(crate) fn dial(&self, client: Option<SocketAddr>) -> crate::connect::Dial {
+        crate::connect::Dial {
+            keepalive: self.keepalive(),
+            from: client.filter(|_| self.transparent()),
+            mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
+        }
     }
 
     /// The idle limit of this rule's UDP associations and TCP→UDP connections.

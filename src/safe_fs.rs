@@ -200,10 +200,16 @@ struct SocketInner {
     path: PathBuf,
     /// Device and inode right after bind.
     id: (u64, u64),
+    /// Set when another process serves the socket now (a hand-over): the
+    /// file stays when this one lets go of it.
+    kept: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for SocketInner {
     fn drop(&mut self) {
+        if self.kept.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         match self.at.unlink_if(&self.at.name, self.id) {
             Ok(true) => {}
             Ok(false) => log::debug!(
@@ -216,6 +222,14 @@ impl Drop for SocketInner {
 }
 
 impl SocketFile {
+    /// Leaves the file in place when the last handle goes: a new oi
+    /// serves the socket now (`oi upgrade`).
+    pub(crate) fn keep(&self) {
+        self.0
+            .kept
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Sets the socket file's permissions (a reload's new `mode=`) through a
     /// descriptor of the inode the bind made: a symlink or another file put
     /// at the path meanwhile is left alone, and the error says so.
@@ -280,6 +294,7 @@ pub(crate) fn bind_unix(fd: &OwnedFd, path: &Path, mode: Option<u32>) -> io::Res
             at,
             path: path.to_path_buf(),
             id,
+            kept: std::sync::atomic::AtomicBool::new(false),
         }))),
         Ok(_) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,

@@ -10,10 +10,11 @@ use crate::cli::RunOptions;
 use crate::config::{self, ResolvedConfig};
 use crate::daemon;
 use crate::diagnostics;
+use crate::handover;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
 use crate::notify;
-use crate::observe::Observer;
+use crate::observe::{Given, Observer, UpgradeAsk};
 use crate::route::Route;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
@@ -69,8 +70,26 @@ pub fn run(opts: RunOptions) -> ExitCode {
     if let Some(to) = opts.convert {
         return convert(&opts.conf_file, to);
     }
+    // Listening sockets systemd passed (socket activation, the descriptor
+    // store): taken first, while no thread exists, since it clears the
+    // environment variables that name them.
+    let mut inherited = listen::Inherited::from_env();
+    // Started by a running oi (`oi upgrade`): take what it hands over.
+    let taken = handover::take_from_env();
+    // What `oi upgrade` starts: this binary's path as started (read before
+    // anything can replace the file) and the same arguments.
+    let binary = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     // Drop-in and daemon mode also report to syslog, as rinetd does.
     diagnostics::init(opts.program, opts.rinetd_defaults);
+    let (mut taker, given) = match taken {
+        None => (None, Given::default()),
+        Some(Err(e)) => {
+            diagnostics::report(&e);
+            return ExitCode::FAILURE;
+        }
+        Some(Ok((taker, handed))) => (Some(taker), adopt(handed, &mut inherited)),
+    };
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
@@ -81,18 +100,25 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let cfg = match config::load_resolved(&conf) {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
-            diagnostics::report(&e.with_file(&file).to_string());
+            let e = e.with_file(&file).to_string();
+            give_up(&mut taker, &e);
+            diagnostics::report(&e);
             return ExitCode::FAILURE;
         }
     };
     raise_nofile();
     if let Err(e) = listen::check_budget(&file, cfg.rules.len()) {
+        give_up(&mut taker, &e);
         diagnostics::report(&e);
         return ExitCode::FAILURE;
     }
-    let sockets = match listen::bind_all(&cfg, &file) {
-        Ok(s) => s,
+    let sockets = match listen::bind_all_with(&cfg, &file, &mut inherited) {
+        Ok(s) => {
+            inherited.report_unused();
+            s
+        }
         Err(errors) => {
+            give_up(&mut taker, &errors.join("; "));
             for e in capped(&errors) {
                 diagnostics::report(&e);
             }
@@ -107,7 +133,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
         write_pidfile(pidfile.as_deref());
         Ok(())
     };
-    let started = if opts.background {
+    // A new oi started by `oi upgrade` stays the old one's child (which
+    // exits): forking again would leave the old one talking to a parent.
+    let started = if opts.background && taker.is_none() {
         daemon::daemonize(write_pid).map(|()| diagnostics::daemonized(opts.program))
     } else {
         write_pid()
@@ -118,10 +146,11 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg) {
+    if let Err(e) = drop_privileges(&opts, &cfg, &sockets) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
+    warn_if_transparent_cannot_work(&cfg);
     let log = match LogHandle::start() {
         Ok(l) => l,
         Err(e) => {
@@ -150,7 +179,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // does to rinetd): it logs one status line, until statistics give it more.
     // Listed first: signals pending together come out in this order, so a
     // status asked for before a SIGTERM is still printed.
-    let signals = match Signals::new([Signal::Usr1, Signal::Hup, Signal::Int, Signal::Term]) {
+    let signals = match Signals::new([
+        Signal::Usr1,
+        Signal::Usr2,
+        Signal::Hup,
+        Signal::Int,
+        Signal::Term,
+    ]) {
         Ok(s) => s,
         Err(e) => {
             log::error!("cannot install signal handlers: {e}");
@@ -161,9 +196,16 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // After the fork (it starts a thread); dropped, removing the control
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
-    let _observer = match Observer::start(shared.clone(), opts.observe_with(&cfg.config.globals)) {
+    let (upgrade_asked, upgrades) = async_channel::bounded(1);
+    let observer = match Observer::start_given(
+        shared.clone(),
+        opts.observe_with(&cfg.config.globals),
+        given,
+        Some(upgrade_asked),
+    ) {
         Ok(o) => o,
         Err(e) => {
+            give_up(&mut taker, &format!("cannot start: {e}"));
             diagnostics::report(&format!("cannot start: {e}"));
             return ExitCode::FAILURE;
         }
@@ -178,6 +220,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
+            give_up(&mut taker, &format!("cannot start listeners: {e}"));
             diagnostics::report(&format!("cannot start listeners: {e}"));
             return ExitCode::FAILURE;
         }
@@ -195,11 +238,23 @@ pub fn run(opts: RunOptions) -> ExitCode {
         watcher,
         changed,
         changes,
+        observer,
+        binary,
+        args,
+        upgrades,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
         let server = service.runtime.spawn(server);
         log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
+        if let Some(taker) = taker {
+            // The old oi stops accepting once it reads this; systemd
+            // follows this process from now on (NotifyAccess=all).
+            taker.ready();
+            notify::main_pid();
+            log::info!("took over from the previous oi");
+            take_connections(taker, &service.commands).await;
+        }
         notify::ready(&status);
         service.until_stopped(server, signals).await
     })
@@ -220,9 +275,21 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let (query, json) = match q.action {
-        crate::cli::ClientAction::Print { query, json } => (query, json),
-        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, interval),
+    let (query, json) = match &q.action {
+        crate::cli::ClientAction::Print { query, json } => (*query, *json),
+        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, *interval),
+        crate::cli::ClientAction::Upgrade { binary } => {
+            return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
+                Ok(answer) => {
+                    print!("{answer}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("oi: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match crate::observe::ask(&socket, query, json) {
         Ok(answer) => {
@@ -257,8 +324,33 @@ fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
     }
 }
 
-/// Becomes `--user` (or the configuration's `user`), if one is given.
-fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String> {
+/// Says at start, once, what `--check` says: transparent rules whose every
+/// client would fail, as the process has neither CAP_NET_ADMIN nor CAP_NET_RAW.
+fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
+    let transparent = cfg
+        .rules
+        .iter()
+        .find(|r| r.rule.options.transparent == Some(true));
+    if let Some(r) = transparent {
+        if crate::privileges::may_be_transparent() == Some(false) {
+            log::warn!(
+                "{}/{}: transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which oi does not \
+                 have: each client of a transparent rule will be closed (local-socket-failed)",
+                r.bind,
+                r.rule.bind.proto
+            );
+        }
+    }
+}
+
+/// Becomes `--user` (or the configuration's `user`), if one is given,
+/// handing it the TCP listeners first so each thread still gets a socket
+/// of its own in their `SO_REUSEPORT` groups ([`crate::privileges::give_listeners`]).
+fn drop_privileges(
+    opts: &RunOptions,
+    cfg: &ResolvedConfig,
+    sockets: &[BoundSocket],
+) -> Result<(), String> {
     let g = &cfg.config.globals;
     let (user, group) = match &opts.user {
         Some(u) => (u, opts.group.as_deref()),
@@ -268,7 +360,26 @@ fn drop_privileges(opts: &RunOptions, cfg: &ResolvedConfig) -> Result<(), String
         },
     };
     let target = crate::privileges::resolve(user, group)?;
-    crate::privileges::drop_to(&target).map_err(|e| format!("cannot run as {user}: {e}"))
+    let listeners: Vec<_> = sockets
+        .iter()
+        .filter_map(|s| match s {
+            BoundSocket::Tcp(l) => Some(std::os::fd::AsFd::as_fd(l)),
+            _ => None,
+        })
+        .collect();
+    // Not fatal: a listener the user does not own still serves, with one
+    // accept loop instead of one per thread.
+    if let Err(e) = crate::privileges::give_listeners(&target, &listeners) {
+        log::warn!("cannot hand the listeners to {user} ({e}): each keeps one accept loop");
+    }
+    // Kept for a transparent rule at start; one a reload adds gets none
+    // (--check and its local-socket-failed warning say so).
+    let transparent = cfg
+        .rules
+        .iter()
+        .any(|r| r.rule.options.transparent == Some(true));
+    crate::privileges::drop_to(&target, transparent)
+        .map_err(|e| format!("cannot run as {user}: {e}"))
 }
 
 /// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:
@@ -351,6 +462,86 @@ struct Service {
     changed: Sender<()>,
     /// Where file changes arrive: a reload, as SIGHUP's.
     changes: Receiver<()>,
+    /// The metrics endpoint and control socket, whose sockets an upgrade hands over.
+    observer: Observer,
+    /// The binary `oi upgrade` starts by default: this one's path as started.
+    binary: PathBuf,
+    /// The arguments it starts it with: this one's.
+    args: Vec<std::ffi::OsString>,
+    /// `oi upgrade` requests, from the control socket.
+    upgrades: Receiver<UpgradeAsk>,
+}
+
+/// Sorts what an old oi handed over: rules' listeners go to `inherited`
+/// (matched by address like systemd's), the observer's are returned.
+fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Given {
+    let mut given = Given::default();
+    for (i, h) in handed.into_iter().enumerate() {
+        match h.role {
+            handover::Role::Listener => {
+                let n = i32::try_from(i).unwrap_or(i32::MAX);
+                inherited.add(h.fd, n, "handed over".into());
+            }
+            handover::Role::Metrics => given.metrics = Some(h.fd.into()),
+            handover::Role::Control => given.control = Some(h.fd.into()),
+        }
+    }
+    given
+}
+
+/// Takes up the live connections the previous oi pauses after `ready`:
+/// the listeners start those whose rule they serve, which begin to pump
+/// only once the previous oi has been told (so never both pump one).
+async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
+    let (taker, offered) = smol::unblock(move || {
+        let offered = taker.connections();
+        (taker, offered)
+    })
+    .await;
+    let offered = match offered {
+        Ok(o) => o,
+        Err(e) => {
+            return log::warn!("no live connections taken over: {e}");
+        }
+    };
+    let count = offered.len();
+    // Bytes in flight per connection, for the log line.
+    let unsent: Vec<(u64, usize)> = offered
+        .iter()
+        .map(|o| (o.id, o.up.unsent.len() + o.down.unsent.len()))
+        .collect();
+    let (reply, ids) = async_channel::bounded(1);
+    let (go, gate) = async_channel::bounded(1);
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let adopt = Command::Adopt {
+        conns: offered,
+        reply,
+        gate,
+        go: started.clone(),
+    };
+    let ids = match commands.send(adopt).await {
+        Ok(()) => ids.recv().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let carried: usize = unsent
+        .iter()
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, n)| n)
+        .sum();
+    let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
+    if let Some(n) = confirmed {
+        started.store(true, std::sync::atomic::Ordering::Release);
+        log::info!("took over {n} of {count} live connection(s), with {carried} byte(s) in flight");
+    }
+    // Closing the gate starts them (or, unconfirmed, closes them).
+    drop(go);
+}
+
+/// Tells the old oi, if one is handing over, why this one cannot serve.
+fn give_up(taker: &mut Option<handover::Taker>, why: &str) {
+    if let Some(t) = taker.take() {
+        t.failed(why);
+    }
 }
 
 /// What woke the service loop.
@@ -359,6 +550,8 @@ enum Wakeup {
     Signal(Option<std::io::Result<Signal>>),
     /// The watcher saw the configuration change.
     Changed,
+    /// `oi upgrade` asked for an upgrade.
+    Upgrade(UpgradeAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`loaded`: the digest
@@ -383,12 +576,20 @@ impl Service {
     /// listeners, drains, and flushes the log.
     /// A change the watcher saw takes the SIGHUP path.
     async fn until_stopped(mut self, server: smol::Task<()>, mut signals: Signals) -> ExitCode {
+        let mut handed_over = false;
         loop {
             let wakeup = async { Wakeup::Signal(signals.next().await) }
                 .or(async {
                     // Never closed: `self.changed` is a sender.
                     let _ = self.changes.recv().await;
                     Wakeup::Changed
+                })
+                .or(async {
+                    match self.upgrades.recv().await {
+                        Ok(ask) => Wakeup::Upgrade(ask),
+                        // The observer stopped: no more requests.
+                        Err(_) => futures_lite::future::pending().await,
+                    }
                 })
                 .await;
             match wakeup {
@@ -401,6 +602,32 @@ impl Service {
                     }
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
+                    if self.upgrade(None).await.is_ok() {
+                        handed_over = true;
+                        break;
+                    }
+                }
+                Wakeup::Upgrade(ask) => {
+                    let outcome = self.upgrade(ask.binary).await;
+                    let done = outcome.is_ok();
+                    // The answer is written before this process goes on
+                    // (and may exit): the observer drops `written` then.
+                    let (written, wait) = async_channel::bounded::<()>(1);
+                    if ask.reply.send((outcome, written)).await.is_ok() {
+                        let _ = wait
+                            .recv()
+                            .or(async {
+                                async_io::Timer::after(Duration::from_secs(5)).await;
+                                Ok(())
+                            })
+                            .await;
+                    }
+                    if done {
+                        handed_over = true;
+                        break;
+                    }
+                }
                 Wakeup::Signal(Some(Ok(_)) | None) => break,
                 Wakeup::Signal(Some(Err(e))) => log::warn!("signal stream: {e}"),
             }
@@ -417,8 +644,15 @@ impl Service {
                 _ => break,
             }
         }
-        log::info!("stopping");
-        notify::stopping();
+        if handed_over {
+            // The files are the new oi's now; and it, not this one, is the
+            // service systemd watches: no STOPPING=1.
+            let _ = self.commands.send(Command::KeepFiles).await;
+            self.observer.handed_over();
+        } else {
+            log::info!("stopping");
+            notify::stopping();
+        }
         self.commands.close();
         server.await;
         // A second SIGTERM or SIGINT cuts the drain short.
@@ -430,10 +664,69 @@ impl Service {
                 }
             }
         };
-        self.runtime.drained(self.drain).or(again).await;
+        // After a hand-over the open connections are this process's to
+        // finish (they are not handed over yet): as long as they last.
+        let drain = if handed_over {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.drain
+        };
+        self.runtime.drained(drain).or(again).await;
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS
+    }
+
+    /// Hands every listening socket to a new oi (`binary`, else this one's
+    /// path as started), which then serves; returns its pid. On error
+    /// nothing changed here, and the message says why.
+    async fn upgrade(&self, binary: Option<PathBuf>) -> Result<String, String> {
+        let me = std::process::id();
+        match self.hand_over(binary).await {
+            Ok(pid) => {
+                let line = format!(
+                    "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
+                     accepting and exits when the connections it kept end"
+                );
+                log::info!("{line}");
+                Ok(line)
+            }
+            Err(e) => {
+                let line = format!("upgrade failed: {e}; this oi keeps serving");
+                log::error!("{line}");
+                Err(line)
+            }
+        }
+    }
+
+    /// [`Service::upgrade`]'s work: returns the new process's pid.
+    async fn hand_over(&self, binary: Option<PathBuf>) -> Result<u32, String> {
+        let (reply, copies) = async_channel::bounded(1);
+        let stopped = || "the server has stopped".to_string();
+        self.commands
+            .send(Command::Sockets { reply })
+            .await
+            .map_err(|_| stopped())?;
+        let fds = copies.recv().await.map_err(|_| stopped())?;
+        let listener = |fd| handover::Handed {
+            role: handover::Role::Listener,
+            fd,
+        };
+        let mut handed: Vec<handover::Handed> = fds.into_iter().map(listener).collect();
+        let observed = self.observer.copies();
+        if let Some(l) = observed.metrics {
+            let role = handover::Role::Metrics;
+            handed.push(handover::Handed { role, fd: l.into() });
+        }
+        if let Some(l) = observed.control {
+            let role = handover::Role::Control;
+            handed.push(handover::Handed { role, fd: l.into() });
+        }
+        let binary = binary.unwrap_or_else(|| self.binary.clone());
+        let args = self.args.clone();
+        log::info!("upgrade: starting {}", binary.display());
+        let shared = self.shared.clone();
+        smol::unblock(move || handover::hand_over(&binary, &args, &handed, &shared.parking)).await
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS
@@ -475,8 +768,30 @@ impl Service {
     /// reload succeeded, whether the files are now to be watched.
     async fn reload(&self) -> (String, Option<bool>) {
         let path = self.path.clone();
-        let cfg = match smol::unblock(move || config::load_resolved(&path)).await {
-            Ok(cfg) => cfg.with_command_line(&self.command_line),
+        let file = self.file.clone();
+        // The descriptor budget is checked on the parsed rules, before their
+        // names are looked up: resolving 32,768 rules only to refuse them
+        // left 30 MiB with the allocator after the reload.
+        let loaded = smol::unblock(move || {
+            let parsed = config::load(&path)?;
+            if let Err(refused) = listen::check_budget(&file, parsed.rules.len()) {
+                return Ok(Err(refused));
+            }
+            let services = config::services::Services::system();
+            let shown = path.display().to_string();
+            config::resolve(parsed, &services)
+                .map(Ok)
+                .map_err(|e| e.with_file(&shown))
+        });
+        let cfg = match loaded.await {
+            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Err(refused)) => {
+                log::error!("{refused}");
+                log::error!("reload refused: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                let status = "reload refused: previous configuration still serving";
+                return (status.into(), None);
+            }
             Err(e) => {
                 for line in e.with_file(&self.file).to_string().lines() {
                     log::error!("{line}");

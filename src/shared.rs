@@ -75,6 +75,9 @@ pub struct Shared {
     /// Bytes queued towards TCP backends by every UDP→TCP association
     /// together, limited to [`UDP_QUEUE_TOTAL`].
     pub(crate) udp_queue: Arc<ByteBudget>,
+    /// Every pumping TCP connection, so `oi upgrade` can pause them and
+    /// hand them to the new oi.
+    pub(crate) parking: crate::handover::park::Parking,
     /// Client datagrams dropped because an upstream could not take them
     /// (queue or byte budget full): for the statistics, and the warning.
     udp_dropped: AtomicU64,
@@ -83,6 +86,10 @@ pub struct Shared {
     /// Rate limit of that warning: a flood of bad datagrams prints one line
     /// a minute, not one each.
     udp_proxy_warning: Every,
+    /// Rate limit of the warning about a client whose outgoing socket could
+    /// not be made (`transparent` without CAP_NET_ADMIN fails every client:
+    /// one line a minute, each client still gets its log-file line).
+    local_socket_warning: Every,
     /// The most associations one `/udp` listener may hold, whatever its
     /// `maxassoc` says: its share of the descriptor limit, set by the
     /// listener set (`listen::udp_assoc_share`) when the UDP listeners change.
@@ -115,9 +122,11 @@ impl Shared {
             log,
             stats: Stats::default(),
             udp_queue: ByteBudget::new(UDP_QUEUE_TOTAL),
+            parking: Default::default(),
             udp_dropped: AtomicU64::new(0),
             udp_drop_warning: Every::new(DROP_WARNING_EVERY),
             udp_proxy_warning: Every::new(DROP_WARNING_EVERY),
+            local_socket_warning: Every::new(DROP_WARNING_EVERY),
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
             dns: Refresher::default(),
@@ -209,6 +218,25 @@ impl Shared {
                 "{listener}/udp: dropping a datagram from {peer}: {why} ({n} dropped so far \
                  for want of a trusted PROXY header); next warning in a minute at the earliest"
             );
+        }
+    }
+
+    /// Reports that `client`'s outgoing socket on rule `rule` could not be
+    /// made (`why`): a warning at most once a minute, else a debug line. The
+    /// caller closes that client only and logs `local-socket-failed`.
+    pub(crate) fn local_socket_failed(
+        &self,
+        rule: &dyn std::fmt::Display,
+        client: &dyn std::fmt::Display,
+        why: &dyn std::fmt::Display,
+    ) {
+        if self.local_socket_warning.ready() {
+            log::warn!(
+                "{client} -> {rule}: cannot make the backend socket: {why}; the client is \
+                 closed (local-socket-failed); next warning in a minute at the earliest"
+            );
+        } else {
+            log::debug!("{client} -> {rule}: cannot make the backend socket: {why}");
         }
     }
 

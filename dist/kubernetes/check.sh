@@ -8,7 +8,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 oi=$(readlink -f "${1:-$here/../../target/debug/oi}")
-command -v kubernetes-validate >/dev/null || pip install -q kubernetes-validate
+# Installed where it is missing into target/kubernetes-validate (pip
+# --target): a Debian python refuses a system-wide pip install (PEP 668),
+# and a private directory needs no venv package.
+if ! command -v kubernetes-validate >/dev/null; then
+    tools=$(readlink -f "$here/../../target")/kubernetes-validate
+    [ -x "$tools/bin/kubernetes-validate" ] \
+        || python3 -m pip install -q --disable-pip-version-check --target "$tools" kubernetes-validate
+    export PATH="$tools/bin:$PATH" PYTHONPATH="$tools${PYTHONPATH:+:$PYTHONPATH}"
+fi
 kubernetes-validate -k 1.30.0 --strict "$here/oi.yaml"
 
 work=$(mktemp -d)

@@ -260,7 +260,7 @@ impl BackendPool {
             .map(|(i, b)| {
                 let endpoint = &b.backend.endpoint;
                 let name = match &endpoint.host {
-                    Host::Name(n) => Some(n.clone()),
+                    Host::Name(n) => Some(n.to_string()),
                     // Nothing to look up again: an address, or a unix socket.
                     Host::Ip(_) | Host::Unix(_) => None,
                 };

@@ -23,7 +23,7 @@ pub(crate) fn parse_host(text: &str) -> Result<Host, String> {
         return Err(format!("invalid IPv4 address '{}'", Shown(text)));
     }
     if is_host_name(text) {
-        Ok(Host::Name(text.to_string()))
+        Ok(Host::Name(text.into()))
     } else {
         Err(format!("invalid host name '{}'", Shown(text)))
     }

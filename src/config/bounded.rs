@@ -77,16 +77,35 @@ pub(crate) struct LineErrors {
     pub(crate) kept: Vec<String>,
     /// Problems found after the cap was reached; reported as a count.
     pub(crate) more: usize,
+    /// Set when the file's list is already full ([`ErrorSink::problems`]):
+    /// every problem is only counted, and costly messages (hints) are not
+    /// even built. 8 million bad lines took 119 s of `--check` computing
+    /// "did you mean" hints nobody would see.
+    counting_only: bool,
 }
 
 impl LineErrors {
     /// Records one problem.
     pub(crate) fn push(&mut self, message: String) {
-        if self.kept.len() < MAX_ERRORS_PER_LINE {
+        if self.listing() {
             self.kept.push(message);
         } else {
             self.more += 1;
         }
+    }
+
+    /// Records one problem whose message is built only if it will be listed.
+    pub(crate) fn push_with(&mut self, message: impl FnOnce() -> String) {
+        if self.listing() {
+            self.kept.push(message());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Whether the next problem's message will be listed (not only counted).
+    pub(crate) fn listing(&self) -> bool {
+        !self.counting_only && self.kept.len() < MAX_ERRORS_PER_LINE
     }
 
     /// True when nothing was recorded.
@@ -133,8 +152,28 @@ impl ErrorSink {
         }
     }
 
+    /// Whether a further error would be listed; past [`MAX_ERRORS`] errors are
+    /// only counted, so parsers skip building their messages.
+    pub(crate) fn listing(&self) -> bool {
+        self.errors.len() < MAX_ERRORS
+    }
+
+    /// An empty set of problems for one line: counting only once the
+    /// file's list is full (see [`LineErrors::push_with`]).
+    pub(crate) fn problems(&self) -> LineErrors {
+        LineErrors {
+            counting_only: !self.listing(),
+            ..LineErrors::default()
+        }
+    }
+
     /// Records every problem of `line`, whose (unescaped) text is `text`.
     pub(crate) fn line(&mut self, line: usize, text: &str, problems: LineErrors) {
+        if !self.listing() {
+            // Nothing more is listed: count, without escaping the text.
+            self.omitted += problems.kept.len() + problems.more;
+            return;
+        }
         // Escape and cut the line once, not once per message.
         let shown = Shown(text).to_string();
         let mut listed_any = false;
@@ -161,8 +200,13 @@ impl ErrorSink {
 
     /// Records one problem of `line`.
     pub(crate) fn one(&mut self, line: usize, message: String, text: &str) {
-        let mut problems = LineErrors::default();
-        problems.push(message);
+        self.one_with(line, || message, text);
+    }
+
+    /// Records one problem of `line`, building its message only if it is listed.
+    pub(crate) fn one_with(&mut self, line: usize, message: impl FnOnce() -> String, text: &str) {
+        let mut problems = self.problems();
+        problems.push_with(message);
         self.line(line, text, problems);
     }
 
@@ -252,5 +296,35 @@ mod tests {
         assert_eq!(sink.errors.len(), MAX_ERRORS);
         let listed = MAX_ERRORS - MAX_ERRORS_PER_LINE;
         assert_eq!(sink.omitted, MAX_ERRORS + 9 - listed);
+    }
+
+    #[test]
+    fn messages_past_the_cap_are_counted_without_being_built() {
+        let mut sink = ErrorSink::default();
+        for n in 1..=MAX_ERRORS {
+            assert!(sink.listing());
+            sink.one_with(n, || "listed".into(), "t");
+        }
+        assert!(!sink.listing());
+        let mut built = 0;
+        let mut problems = sink.problems();
+        assert!(!problems.listing());
+        for _ in 0..3 {
+            problems.push_with(|| {
+                built += 1;
+                String::new()
+            });
+        }
+        sink.line(MAX_ERRORS + 1, "t", problems);
+        sink.one_with(
+            MAX_ERRORS + 2,
+            || {
+                built += 1;
+                String::new()
+            },
+            "t",
+        );
+        assert_eq!(built, 0, "no message (or hint) built past the cap");
+        assert_eq!(sink.count(), MAX_ERRORS + 4);
     }
 }

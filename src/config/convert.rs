@@ -26,7 +26,13 @@ fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),
         (
             true,
-            Value::Path | Value::Host | Value::Address | Value::Word(_) | Value::Mode | Value::Name,
+            Value::Path
+            | Value::Host
+            | Value::Address
+            | Value::Word(_)
+            | Value::Mode
+            | Value::Name
+            | Value::ServerName,
         ) => quoted(&text),
         (false, Value::Path) if text.contains([' ', '\t']) => format!("\"{text}\""),
         // Escapes are oi's, not YAML's: single quotes keep the backslashes.
@@ -104,7 +110,7 @@ fn explicit_options(rule: &Rule, globals: &Globals, from: Format, to: Format) ->
         unix_backend: rule.backends.iter().any(|b| b.endpoint.unix().is_some()),
         backend_src: false,
     };
-    let mut out = rule.options.clone();
+    let mut out = (*rule.options).clone();
     for s in SETTINGS {
         let Some(at) = s.rule else { continue };
         if settings::misapplied(s, &shape).is_some() {
@@ -138,7 +144,7 @@ fn yaml_endpoint(e: &Endpoint) -> String {
     let host = match &e.host {
         Host::Ip(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     format!("{host}:{}/{}", e.port, e.proto)
 }
@@ -150,7 +156,7 @@ fn conf_endpoint(e: &Endpoint) -> String {
     }
     let host = match &e.host {
         Host::Ip(ip) => ip.to_string(),
-        _ => e.host_text.clone(),
+        _ => e.host_text.to_string(),
     };
     match (&e.port, e.proto) {
         (Port::None, _) => host,
@@ -161,9 +167,13 @@ fn conf_endpoint(e: &Endpoint) -> String {
 
 /// A rule's name for YAML, which needs one: its own, else its listener.
 fn rule_name(rule: &Rule) -> String {
+    // Rules sharing a listener by server name differ by that name.
     rule.name
         .clone()
-        .unwrap_or_else(|| yaml_endpoint(&rule.bind))
+        .unwrap_or_else(|| match &rule.options.sni {
+            Some(sni) => format!("{} {sni}", yaml_endpoint(&rule.bind)),
+            None => yaml_endpoint(&rule.bind),
+        })
 }
 
 /// Where an included rule came from, as a comment.

@@ -15,6 +15,7 @@ mod parse;
 mod resolve;
 pub mod services;
 pub mod settings;
+mod sni;
 mod unix;
 mod values;
 mod yaml;
@@ -25,7 +26,7 @@ pub use include::{
     FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,
 };
 pub use model::{
-    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, StatusFormat,
+    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, Options, StatusFormat,
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
@@ -49,6 +50,23 @@ use std::time::Duration;
 /// exhausting memory at start or on a reload, and bounds everything parsing
 /// allocates.
 pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Most forwarding rules one configuration may have, all files together (a
+/// port range counts one rule per port; half the ports, `1-32768`, fit).
+/// A rule costs about 1.5 KiB parsed and resolved together, before a
+/// listener exists (32,768 rules peak at 52 MiB through `--check`), so this
+/// keeps what any 16 MiB input can make a `--check` or a reload hold within
+/// the 64 MiB of SECURITY.md; without it a few range lines made millions of
+/// rules. Past it the file is refused, saying so once. Listeners are
+/// budgeted separately: at most half the open-file limit.
+pub const MAX_RULES: usize = 32_768;
+
+/// The error for the rule that goes past [`MAX_RULES`].
+pub(crate) fn too_many_rules() -> String {
+    format!(
+        "more than {MAX_RULES} forwarding rules (a port range counts one per port), the most oi takes; the rules after this one are not read"
+    )
+}
 
 /// Longest piece of file text shown in one message, in characters, after
 /// escaping (see [`Shown`]); longer text is cut and ends in `...`.
@@ -117,8 +135,10 @@ impl fmt::Display for Proto {
 pub enum Host {
     /// A numeric IPv4 or IPv6 address (brackets already removed).
     Ip(IpAddr),
-    /// A host name, looked up when the configuration is resolved.
-    Name(String),
+    /// A host name, looked up when the configuration is resolved; shared
+    /// (with the side's `host_text` and every copy of the side) rather than
+    /// copied: a backend name was held four times while parsed.
+    Name(Arc<str>),
     /// A unix stream socket (`unix:/path` or `unix:@name`): nothing to look up.
     Unix(UnixAddr),
 }
@@ -139,8 +159,9 @@ pub enum Port {
 pub struct Endpoint {
     /// Where to bind or connect.
     pub host: Host,
-    /// The host exactly as written in the file; the log file prints it this way.
-    pub host_text: String,
+    /// The host exactly as written in the file; the log file prints it this
+    /// way. Shared, as [`Host::Name`].
+    pub host_text: Arc<str>,
     /// Which port, possibly still a service name.
     pub port: Port,
     /// Protocol of this side, from the `/tcp` or `/udp` suffix.
@@ -178,6 +199,64 @@ impl std::str::FromStr for SpliceMode {
                 Shown(s)
             )),
         }
+    }
+}
+
+/// Which of a rule's TCP sockets are Multipath TCP (`mptcp=`, an oi extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mptcp {
+    /// Both: the listener accepts MPTCP clients, the backend is dialled with MPTCP.
+    On,
+    /// Neither (the default).
+    Off,
+    /// The listener only.
+    Listen,
+    /// The backend connections only.
+    Connect,
+}
+
+impl Mptcp {
+    /// The names a configuration spells the values with.
+    pub const NAMES: [&'static str; 4] = ["on", "off", "listen", "connect"];
+
+    /// Whether the listener's sockets are MPTCP.
+    pub fn listens(self) -> bool {
+        matches!(self, Mptcp::On | Mptcp::Listen)
+    }
+
+    /// Whether backend connections are MPTCP.
+    pub fn connects(self) -> bool {
+        matches!(self, Mptcp::On | Mptcp::Connect)
+    }
+}
+
+impl std::str::FromStr for Mptcp {
+    type Err = String;
+
+    /// `on`, `off`, `listen` or `connect`; YAML's `true` and `false` too.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" | "true" | "yes" => Ok(Mptcp::On),
+            "off" | "false" | "no" => Ok(Mptcp::Off),
+            "listen" => Ok(Mptcp::Listen),
+            "connect" => Ok(Mptcp::Connect),
+            _ => Err(format!(
+                "invalid mptcp '{}' (expected on, off, listen or connect){}",
+                Shown(s),
+                crate::config::hint::suggestion(s, &Mptcp::NAMES)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Mptcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mptcp::On => "on",
+            Mptcp::Off => "off",
+            Mptcp::Listen => "listen",
+            Mptcp::Connect => "connect",
+        })
     }
 }
 
@@ -255,8 +334,8 @@ pub struct Rule {
     pub backends: Vec<Backend>,
     /// How to choose among `backends` (YAML `load_balancing:`).
     pub balance: Balance,
-    /// Bracketed options.
-    pub options: RuleOptions,
+    /// Bracketed options (stored only when any is written).
+    pub options: Options,
     /// allow/deny lines that follow this rule and apply to it only.
     pub acl: AclRules,
 }

@@ -2,7 +2,7 @@
 //! several backends per rule, how to choose among them, and the global
 //! settings rinetd-uv added. Both file formats fill the same fields.
 
-use super::{Endpoint, Host};
+use super::{Endpoint, Host, RuleOptions};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -270,4 +270,63 @@ pub struct Include {
     pub pattern: String,
     /// The files it matched, in the order they were read.
     pub files: Vec<Arc<str>>,
+}
+
+/// A rule's bracketed options as a [`Rule`](super::Rule) stores them: nothing
+/// when none is written (most rules), else one boxed [`RuleOptions`]. It
+/// reads and writes as a `RuleOptions` (`rule.options.timeout`). Inline,
+/// the 320-byte struct was most of a rule's 688 bytes, held once by the
+/// parsed rules and again by the resolved ones.
+#[derive(Clone, Default)]
+pub struct Options(Option<Box<RuleOptions>>);
+
+/// What an [`Options`] holding nothing reads as.
+static NO_OPTIONS: RuleOptions = RuleOptions::NONE;
+
+impl std::ops::Deref for Options {
+    type Target = RuleOptions;
+
+    fn deref(&self) -> &RuleOptions {
+        self.0.as_deref().unwrap_or(&NO_OPTIONS)
+    }
+}
+
+impl std::ops::DerefMut for Options {
+    /// The first write stores a `RuleOptions`.
+    fn deref_mut(&mut self) -> &mut RuleOptions {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl From<RuleOptions> for Options {
+    fn from(o: RuleOptions) -> Self {
+        Options((o != RuleOptions::NONE).then(|| Box::new(o)))
+    }
+}
+
+impl PartialEq for Options {
+    /// Equal when the options read the same, stored or not.
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Options {}
+
+impl PartialEq<RuleOptions> for Options {
+    fn eq(&self, other: &RuleOptions) -> bool {
+        **self == *other
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl fmt::Display for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
 }

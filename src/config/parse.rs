@@ -115,6 +115,8 @@ pub(crate) fn parse_with_includes_partial(
         ..Parser::default()
     };
     p.text(text);
+    // Growth by doubling left up to half the rules' space unused.
+    p.config.rules.shrink_to_fit();
     let errors = p.errors.into_result((), PLACEHOLDER_FILE).err();
     (p.config, errors)
 }
@@ -147,7 +149,7 @@ struct Parser<'s> {
     /// Every error, in line order, under the caps.
     errors: ErrorSink,
     /// Listener identity to where it was first defined.
-    listeners: HashMap<(HostKey, Port, Proto), Place>,
+    listeners: HashMap<(HostKey, Port, Proto), (Place, super::sni::Names)>,
     /// Whether a forwarding rule line (good or bad) has been seen; later ACL lines are per rule.
     seen_rule: bool,
     /// The rules the last rule line made (several for a port range): where
@@ -165,6 +167,8 @@ struct Parser<'s> {
     files_read: usize,
     /// Bytes of text read so far, all files together (at most [`MAX_CONFIG_BYTES`]).
     total_bytes: usize,
+    /// Set once the rules reach [`super::MAX_RULES`]: later rule lines are skipped.
+    over_budget: bool,
 }
 
 /// Trims the white space rinetd allows around fields (spaces, tabs, CR, ...).
@@ -178,8 +182,18 @@ fn strip_comment(s: &str) -> &str {
 }
 
 impl Parser<'_> {
-    /// Parses every line of one file's text.
+    /// Parses every line of one file's text; a file whose rules would take
+    /// the total past [`super::MAX_RULES`] is refused before any is built
+    /// (as YAML past its node budget): building them first left what the
+    /// allocator could not give back, 9 MiB after a refused reload.
     fn text(&mut self, text: &str) {
+        if !self.over_budget {
+            if let Some(line) = past_budget(text, self.config.rules.len()) {
+                self.over_budget = true;
+                let raw = text.lines().nth(line - 1).unwrap_or("");
+                return self.error(line, super::too_many_rules(), trim_ws(raw));
+            }
+        }
         for (index, raw) in text.lines().enumerate() {
             self.line(index + 1, raw);
         }
@@ -468,6 +482,10 @@ impl Parser<'_> {
         self.seen_rule = true;
         let start = self.config.rules.len();
         self.last_rules = start..start;
+        if self.over_budget {
+            // Said once; nothing after it is read (nor its ranges expanded).
+            return;
+        }
         let mut tokens = tokenize(strip_comment(text), 4);
         // rinetd-uv's `unix:PATH` endpoints have no port field: a side is
         // one field then, and the options start earlier.
@@ -516,7 +534,8 @@ impl Parser<'_> {
                 .flatten()
                 .any(|i| tokens.get(i).is_some_and(|t| t.starts_with('[')));
         if short {
-            let message = match keyword_hint(word) {
+            // The hint's edit distances only for an error that is listed.
+            let message = || match keyword_hint(word) {
                 Some(k) if tokens.len() < 4 && k.eq_ignore_ascii_case(word) => {
                     format!(
                         "unknown keyword '{}' (keywords are lower case: '{k}')",
@@ -529,9 +548,9 @@ impl Parser<'_> {
                 _ if sides != 4 => UNIX_RULE_SHAPE.to_string(),
                 _ => RULE_SHAPE.to_string(),
             };
-            return self.error(line, message, text);
+            return self.errors.one_with(line, message, text);
         }
-        let mut errors = LineErrors::default();
+        let mut errors = self.errors.problems();
         let bind = endpoint(&tokens[..bind_n], &mut errors);
         let connect = endpoint(&tokens[bind_n..sides], &mut errors);
         let mut options = RuleOptions::default();
@@ -582,15 +601,29 @@ impl Parser<'_> {
             Host::Unix(addr) => HostKey::Unix(addr.clone()),
         };
         let key = (key_host, bind.port.clone(), bind.proto);
-        if let Some(first) = self.listeners.get(&key) {
-            let message = format!(
-                "duplicate listener {bind}, first defined at {}",
-                self.describe(first)
-            );
-            return self.error(line, message, text);
+        // Rules may share a listener by server name (`[sni=]`, `super::sni`).
+        let name = super::sni::name_in(bind.proto, &options);
+        if let Some((first, taken)) = self.listeners.get(&key) {
+            if let Some(why) = super::sni::clash(taken, name) {
+                let message = format!(
+                    "duplicate listener {bind}, first defined at {}{why}",
+                    self.describe(first)
+                );
+                return self.error(line, message, text);
+            }
         }
-        let here = self.here(line);
-        self.listeners.insert(key, here);
+        let name = name.map(str::to_string);
+        match self.listeners.get_mut(&key) {
+            Some((_, taken)) => taken.push(name),
+            None => {
+                let here = self.here(line);
+                self.listeners.insert(key, (here, vec![name]));
+            }
+        }
+        if self.config.rules.len() >= super::MAX_RULES {
+            self.over_budget = true;
+            return self.error(line, super::too_many_rules(), text);
+        }
         for warning in unix_warnings {
             self.warn(line, warning, text);
         }
@@ -602,10 +635,45 @@ impl Parser<'_> {
             backends,
             connect,
             balance: Balance::default(),
-            options,
+            options: options.into(),
             acl: AclRules::default(),
         });
     }
+}
+
+/// The line at which `text`'s rules, counted roughly (a port range as its
+/// width, any other line with a rule's fields that is not a keyword as one
+/// rule), would take
+/// `before` rules past [`super::MAX_RULES`]; `None` when they fit. Builds
+/// nothing, so a file of millions of rules costs a scan, not their memory.
+fn past_budget(text: &str, before: usize) -> Option<usize> {
+    let mut total = before;
+    for (index, raw) in text.lines().enumerate() {
+        let text = trim_ws(strip_comment(raw));
+        let mut words = text.split_ascii_whitespace();
+        let Some(word) = words.next() else { continue };
+        if word == PIDFILE_ALIAS || settings::global_keyword(word).is_some() {
+            continue;
+        }
+        // A rule has four fields, or fewer with a `unix:` side (the shortest,
+        // `unix:A unix:B`, has two): other lines keep their own errors.
+        let Some(second) = words.next() else { continue };
+        let rest = words.take(2).count();
+        let unix = [word, second].iter().any(|w| w.starts_with("unix:"));
+        if rest < 2 && !unix {
+            continue;
+        }
+        let width = Some(second)
+            .and_then(|port| port.split('/').next())
+            .and_then(|port| port.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)))
+            .map_or(1, |(a, b)| usize::from(b.saturating_sub(a)) + 1);
+        total = total.saturating_add(width);
+        if total > super::MAX_RULES {
+            return Some(index + 1);
+        }
+    }
+    None
 }
 
 /// Ports a range rule expands to: `8000-8099` with `9000-9099` (the same
@@ -697,8 +765,11 @@ fn endpoint(fields: &[&str], errors: &mut LineErrors) -> Option<Endpoint> {
     let port_parsed = parse_port(port).map_err(|e| errors.push(e)).ok();
     let (host_value, (port, proto)) = (host_parsed?, port_parsed?);
     Some(Endpoint {
+        host_text: match &host_value {
+            Host::Name(name) if **name == *host => name.clone(),
+            _ => host.into(),
+        },
         host: host_value,
-        host_text: host.to_string(),
         port,
         proto,
     })

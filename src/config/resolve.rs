@@ -77,6 +77,10 @@ pub struct ResolvedRule {
     pub backends: Vec<ResolvedBackend>,
     /// The global settings a rule falls back on, copied so a rule stands alone.
     pub defaults: RuleDefaults,
+    /// The `[sni=NAME]` rules on this rule's listener, in file order, when
+    /// several rules share it: this rule (the one without `sni=`, else the
+    /// first) binds the socket, the others are chosen by server name.
+    pub sni: Vec<ResolvedRule>,
 }
 
 /// One backend with its names looked up.
@@ -175,7 +179,7 @@ impl ResolvedRule {
     ) -> Self {
         let endpoint = |a: SocketAddr, proto| Endpoint {
             host: Host::Ip(a.ip()),
-            host_text: a.ip().to_string(),
+            host_text: a.ip().to_string().into(),
             port: Port::Number(a.port()),
             proto,
         };
@@ -201,16 +205,31 @@ impl ResolvedRule {
                 src: None,
             }],
             defaults: RuleDefaults::default(),
+            sni: Vec::new(),
         }
+    }
+
+    /// The server name pattern (`[sni=...]`) this rule serves, when it is
+    /// routed by one (TCP listeners only: on `/udp` the option is ignored).
+    pub fn server_name(&self) -> Option<&str> {
+        super::sni::server_name(&self.rule)
+    }
+
+    /// This rule and the rules it carries by server name, in file order of
+    /// each: every rule the file wrote for this listener.
+    pub fn with_routed(&self) -> impl Iterator<Item = &ResolvedRule> {
+        std::iter::once(self).chain(self.sni.iter())
     }
 }
 
 /// A configuration ready to run.
 #[derive(Clone, Debug)]
 pub struct ResolvedConfig {
-    /// Global settings (logfile, ACL, ...); `config.rules` matches `rules` one to one.
+    /// Global settings (logfile, ACL, ...); its `rules` are empty: each
+    /// moved into its [`ResolvedRule::rule`].
     pub config: Config,
-    /// Rules with addresses, in file order.
+    /// Rules with addresses, in file order, one per listener: rules that
+    /// share a listener by server name are carried by one ([`ResolvedRule::sni`]).
     pub rules: Vec<ResolvedRule>,
 }
 
@@ -222,6 +241,9 @@ impl ResolvedConfig {
         let flags = Arc::new(flags.clone());
         for r in &mut self.rules {
             r.defaults.command_line = flags.clone();
+            for routed in &mut r.sni {
+                routed.defaults.command_line = flags.clone();
+            }
         }
         self
     }
@@ -234,13 +256,32 @@ impl ResolvedConfig {
 /// `duplicate listener ADDR:PORT/PROTO (after resolving names), first defined at line N`.
 /// The error text is the rule in canonical form (see `Display for Rule`).
 /// Errors are capped as the parser's are (see [`super::MAX_ERRORS`]).
-pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
+pub fn resolve(mut config: Config, services: &Services) -> Result<ResolvedConfig, ConfigErrors> {
     let mut errors = ErrorSink::default();
-    let mut rules = Vec::with_capacity(config.rules.len());
+    // Each rule moves into its resolved form rather than being copied: the
+    // copy (with its backends) doubled what a valid configuration costs.
+    // They move an eighth at a time, the parsed list shrinking as the
+    // resolved one grows, so the two are never both whole in memory.
+    let mut parsed = std::mem::take(&mut config.rules);
+    let mut rules = Vec::with_capacity(parsed.len());
+    let chunk = parsed.len().div_ceil(8).max(1);
     // Listener to the file (None: the main one) and line that first defined it.
-    let mut listeners: HashMap<(BindAddr, Proto), RuleAt> = HashMap::new();
+    // With the server name (`[sni=]`) of each rule on it: rules may share a
+    // listener when their names differ (`super::sni`).
+    let mut listeners: HashMap<(BindAddr, Proto), (RuleAt, super::sni::Names)> = HashMap::new();
     let defaults = RuleDefaults::of(&config);
-    for rule in &config.rules {
+    let mut next = Vec::new();
+    let rules_in_order = std::iter::from_fn(|| {
+        if next.is_empty() {
+            if parsed.is_empty() {
+                return None;
+            }
+            next = parsed.drain(..chunk.min(parsed.len())).rev().collect();
+            parsed.shrink_to_fit();
+        }
+        next.pop()
+    });
+    for rule in rules_in_order {
         errors.set_file(rule.file.clone());
         let mut problems = LineErrors::default();
         let bind = match rule.bind.unix() {
@@ -287,40 +328,54 @@ pub fn resolve(config: Config, services: &Services) -> Result<ResolvedConfig, Co
         }
         let complete = backends.len() == rule.backends.len();
         if let (Some(bind), true, Some(first)) = (bind, complete, backends.first()) {
-            match listeners.get(&(bind.clone(), rule.bind.proto)) {
-                Some((file, line)) => {
-                    let at = if *file == rule.file {
-                        format!("line {line}")
-                    } else {
-                        let file = file.as_deref().unwrap_or(super::parse::PLACEHOLDER_FILE);
-                        format!("{file}:{line}")
-                    };
-                    problems.push(format!(
-                        "duplicate listener {bind}/{} (after resolving names), first defined at {at}",
-                        rule.bind.proto
-                    ))
-                }
+            let name = super::sni::server_name(&rule);
+            match listeners.get_mut(&(bind.clone(), rule.bind.proto)) {
+                Some(((file, line), taken)) => match super::sni::clash(taken, name) {
+                    Some(why) => {
+                        let at = if *file == rule.file {
+                            format!("line {line}")
+                        } else {
+                            let file = file.as_deref().unwrap_or(super::parse::PLACEHOLDER_FILE);
+                            format!("{file}:{line}")
+                        };
+                        problems.push(format!(
+                            "duplicate listener {bind}/{} (after resolving names), first defined at {at}{why}",
+                            rule.bind.proto
+                        ))
+                    }
+                    None => taken.push(name.map(str::to_string)),
+                },
                 None => {
                     listeners.insert(
                         (bind.clone(), rule.bind.proto),
-                        (rule.file.clone(), rule.line),
+                        (
+                            (rule.file.clone(), rule.line),
+                            vec![name.map(str::to_string)],
+                        ),
                     );
                 }
             }
+            if !problems.is_empty() {
+                errors.line(rule.line, &rule.to_string(), problems);
+                continue;
+            }
             rules.push(ResolvedRule {
-                rule: rule.clone(),
-                bind,
                 connect: first.addrs.clone(),
                 src: first.src,
+                rule,
+                bind,
                 backends,
                 defaults: defaults.clone(),
+                sni: Vec::new(),
             });
+            continue;
         }
         if !problems.is_empty() {
             errors.line(rule.line, &rule.to_string(), problems);
         }
     }
     errors.set_file(None);
+    let rules = super::sni::group(rules);
     errors.into_result(
         ResolvedConfig { config, rules },
         super::parse::PLACEHOLDER_FILE,
@@ -337,7 +392,7 @@ fn addresses(end: &Endpoint, services: &Services) -> Result<Vec<SocketAddr>, Str
     let found: Vec<SocketAddr> = match &end.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Host::Unix(_) => Vec::new(),
-        Host::Name(name) => (name.as_str(), port)
+        Host::Name(name) => (&**name, port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve host '{name}': {e}"))?
             .collect(),
@@ -362,7 +417,7 @@ fn source(host: &Host, want_v4: Option<bool>) -> Result<IpAddr, String> {
         Host::Name(name) => name,
         Host::Unix(u) => return Err(format!("src must be an IP address or host name, not '{u}'")),
     };
-    let found: Vec<IpAddr> = (name.as_str(), 0)
+    let found: Vec<IpAddr> = (&**name, 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve src host '{name}': {e}"))?
         .map(|a| a.ip())
@@ -399,7 +454,7 @@ mod tests {
             vec!["[::1]:53".parse().expect("literal")]
         );
         assert_eq!(r.rules[0].src, Some("127.0.0.2".parse().expect("literal")));
-        assert_eq!(r.config.rules.len(), r.rules.len());
+        assert!(r.config.rules.is_empty(), "moved into the resolved rules");
     }
 
     #[test]

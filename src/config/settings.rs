@@ -33,7 +33,7 @@ pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
 }
 pub use table::{RuleOptions, SETTINGS};
 
-use super::{Config, Globals, Host, IpFilter, ProxyHeader, SpliceMode, StatusFormat};
+use super::{Config, Globals, Host, IpFilter, Mptcp, ProxyHeader, SpliceMode, StatusFormat};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -112,6 +112,8 @@ pub enum Value {
     /// Text with escapes (`\r`, `\n`, `\t`, `\\`, `\xHH`), at most this
     /// many bytes once unescaped.
     Text(usize),
+    /// A TLS server name or `*.` and a domain (`sni=`).
+    ServerName,
     /// Something with a shape of its own, described in the doc.
     Other(&'static str),
 }
@@ -185,6 +187,8 @@ pub enum Slot<'a> {
     Host(&'a mut Option<Host>),
     /// `splice=`.
     Splice(&'a mut Option<SpliceMode>),
+    /// `mptcp=`.
+    Mptcp(&'a mut Option<Mptcp>),
     /// `proxy=`.
     Proxy(&'a mut Option<ProxyHeader>),
     /// `dns-multi-ip-proto`.
@@ -272,6 +276,9 @@ impl Setting {
             Value::Text(max) => format!(
                 "text, at most {max} bytes; \\r, \\n, \\t, \\\\ and \\xHH (\\x2c for a comma in rinetd.conf) are escapes"
             ),
+            Value::ServerName => {
+                "a host name (www.example.com), or *. and a domain (*.example.com)".into()
+            }
             Value::Other(text) => text.into(),
         }
     }

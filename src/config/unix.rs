@@ -75,7 +75,7 @@ pub(crate) fn parse_unix(text: &str) -> Result<Endpoint, String> {
     }
     Ok(Endpoint {
         host: Host::Unix(addr),
-        host_text: text.to_string(),
+        host_text: text.into(),
         port: Port::None,
         proto: Proto::Tcp,
     })

@@ -74,6 +74,7 @@ pub fn parse_yaml(text: &str) -> Result<Config, ConfigErrors> {
         Ok(None) => {}
         Ok(Some(root)) => m.root(&root),
     }
+    m.config.rules.shrink_to_fit();
     m.errors.sort_by_position();
     m.errors
         .into_result(m.config, super::parse::PLACEHOLDER_FILE)
@@ -89,7 +90,9 @@ struct Mapper {
     /// Rule names seen, with their lines (names must be unique).
     names: HashMap<String, usize>,
     /// Listeners seen (lower-cased host, port, protocol), with their lines.
-    listeners: HashMap<(String, Port, Proto), usize>,
+    listeners: HashMap<(String, Port, Proto), (usize, super::sni::Names)>,
+    /// Set once the rules reach [`super::MAX_RULES`] (and said so).
+    over_budget: bool,
 }
 
 impl Mapper {
@@ -381,12 +384,31 @@ impl Mapper {
                 Host::Unix(addr) => addr.to_string(),
             };
             let key = (host, bind.port.clone(), bind.proto);
-            if let Some(first) = self.listeners.get(&key) {
-                let m = format!("duplicate listener {bind}, first defined at line {first}");
-                self.error(at, m);
-                continue;
+            // Rules may share a listener by server name (`sni:`, `super::sni`).
+            let sni = super::sni::name_in(bind.proto, &options);
+            if let Some((first, taken)) = self.listeners.get(&key) {
+                if let Some(why) = super::sni::clash(taken, sni) {
+                    let m =
+                        format!("duplicate listener {bind}, first defined at line {first}{why}");
+                    self.error(at, m);
+                    continue;
+                }
             }
-            self.listeners.insert(key, line);
+            let sni = sni.map(str::to_string);
+            match self.listeners.get_mut(&key) {
+                Some((_, taken)) => taken.push(sni),
+                None => {
+                    self.listeners.insert(key, (line, vec![sni]));
+                }
+            }
+            if self.config.rules.len() >= super::MAX_RULES {
+                // Said once (the rules past it would each say it again).
+                if !self.over_budget {
+                    self.over_budget = true;
+                    self.error(at, super::too_many_rules());
+                }
+                return;
+            }
             self.config.rules.push(Rule {
                 file: None,
                 line,
@@ -395,7 +417,7 @@ impl Mapper {
                 connect: connect.clone(),
                 backends: backends.clone(),
                 balance: balance.clone(),
-                options: options.clone(),
+                options: options.clone().into(),
                 acl: acl.clone(),
             });
         }
@@ -584,8 +606,11 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
     let host_value = parse_host(host)?;
     let (port, proto) = parse_port(port)?;
     Ok(Endpoint {
+        host_text: match &host_value {
+            Host::Name(name) if **name == *host => name.clone(),
+            _ => host.into(),
+        },
         host: host_value,
-        host_text: host.to_string(),
         port,
         proto,
     })

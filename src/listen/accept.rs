@@ -17,8 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 /// A TCP listener (one descriptor of its `SO_REUSEPORT` group) as the
 /// accept driver sees it.
 pub(super) struct TcpAcceptor {
-    /// This loop's descriptor of the listening socket.
-    pub(super) listener: Async<TcpListener>,
+    /// This loop's descriptor of the listening socket (shared with its
+    /// `Running`, which copies it for `oi upgrade`).
+    pub(super) listener: std::sync::Arc<Async<TcpListener>>,
 }
 
 impl Acceptor for TcpAcceptor {

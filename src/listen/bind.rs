@@ -2,6 +2,7 @@
 //! fails cleanly on a port in use, and tests can bind port 0 and read the
 //! address back.
 
+use super::Inherited;
 use crate::config::{BindAddr, Proto, ResolvedConfig, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -14,6 +15,18 @@ pub enum BoundSocket {
     Udp(UdpSocket),
     /// A listening unix stream socket, with its file (removed when it closes).
     Unix(UnixSocket),
+    /// Several TCP listeners on one address, all passed in (an earlier oi's
+    /// `SO_REUSEPORT` group): each gets an accept loop, so none is closed
+    /// with connections in its queue.
+    TcpGroup(TcpGroup),
+}
+
+/// TCP listeners of one `SO_REUSEPORT` group, passed in: opaque outside the crate.
+pub struct TcpGroup {
+    /// The first listener: the one siblings would be made from.
+    pub(crate) first: TcpListener,
+    /// The other members, each served by a loop of its own.
+    pub(crate) rest: Vec<TcpListener>,
 }
 
 /// A listening unix socket as `serve` takes it: opaque outside the crate.
@@ -30,6 +43,7 @@ impl BoundSocket {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             BoundSocket::Tcp(l) => l.local_addr(),
+            BoundSocket::TcpGroup(g) => g.first.local_addr(),
             BoundSocket::Udp(s) => s.local_addr(),
             BoundSocket::Unix(u) => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -89,7 +103,10 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
             drop(probe);
             // Pending connections the kernel queues before accept (`listen-backlog`).
             let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-            Ok(BoundSocket::Tcp(reuseport_listener(chosen, backlog)?))
+            let mptcp = rule.settings().mptcp.is_some_and(|m| m.listens());
+            Ok(BoundSocket::Tcp(reuseport_listener(
+                chosen, backlog, mptcp,
+            )?))
         }
         Proto::Udp => {
             let s = Socket::new(domain, Type::DGRAM.cloexec(), None)?;
@@ -100,15 +117,18 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
     }
 }
 
-/// Another socket in `listener`'s `SO_REUSEPORT` group, for another executor thread.
+/// Another socket in `listener`'s `SO_REUSEPORT` group, for another
+/// executor thread; MPTCP when `listener` is.
 pub(crate) fn sibling(listener: &TcpListener, backlog: i32) -> io::Result<TcpListener> {
-    reuseport_listener(listener.local_addr()?, backlog)
+    let mptcp = crate::mptcp::is_mptcp(socket2::SockRef::from(listener));
+    reuseport_listener(listener.local_addr()?, backlog, mptcp)
 }
 
-/// A non-blocking, close-on-exec TCP listener on `addr` in its `SO_REUSEPORT` group.
-fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
+/// A non-blocking, close-on-exec TCP listener on `addr` in its
+/// `SO_REUSEPORT` group; MPTCP when `mptcp` (and the kernel allows it).
+fn reuseport_listener(addr: SocketAddr, backlog: i32, mptcp: bool) -> io::Result<TcpListener> {
+    use socket2::{Domain, Type};
+    let s = crate::mptcp::stream(Domain::for_address(addr), Type::STREAM.cloexec(), mptcp)?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     // Accepted sockets inherit both from the listener (Linux copies the
@@ -135,9 +155,23 @@ pub(crate) fn bind_error(file: &str, rule: &ResolvedRule, e: &io::Error) -> Stri
 
 /// Binds every rule; on failure returns one message per rule that failed, naming its line.
 pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Vec<String>> {
+    bind_all_with(cfg, file, &mut Inherited::default())
+}
+
+/// [`bind_all`], taking each rule's socket from `inherited` when one was
+/// passed for its address, and binding it otherwise.
+pub(crate) fn bind_all_with(
+    cfg: &ResolvedConfig,
+    file: &str,
+    inherited: &mut Inherited,
+) -> Result<Vec<BoundSocket>, Vec<String>> {
     let mut bound = Vec::new();
     let mut errors = Vec::new();
     for r in &cfg.rules {
+        if let Some(s) = inherited.take(&(r.bind.clone(), r.rule.bind.proto)) {
+            bound.push(s);
+            continue;
+        }
         match bind(r) {
             Ok(s) => bound.push(s),
             Err(e) => errors.push(bind_error(file, r, &e)),

@@ -21,9 +21,12 @@
 mod accept;
 mod bind;
 mod driver;
+mod inherit;
 mod unix;
 
-pub use bind::{bind, bind_all, BoundSocket, UnixSocket};
+pub(crate) use bind::bind_all_with;
+pub use bind::{bind, bind_all, BoundSocket, TcpGroup, UnixSocket};
+pub(crate) use inherit::Inherited;
 
 use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
@@ -40,10 +43,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// What a running server can be asked to do.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a handful of commands in a process's life, one at a time"
+)]
 pub enum Command {
     /// Apply a new configuration: unchanged listeners keep their sockets and
     /// take the new route, removed ones close, new ones are bound; open
@@ -58,6 +66,29 @@ pub enum Command {
         /// Receives the bind errors when the reload is complete (`Ok`), or
         /// why it was refused as a whole (`Err`: nothing changed).
         done: Sender<Result<Vec<String>, Vec<String>>>,
+    },
+    /// A copy of every listening socket (each socket of a TCP listener's
+    /// group), for handing to a new oi.
+    Sockets {
+        /// Receives the copies.
+        reply: Sender<Vec<OwnedFd>>,
+    },
+    /// A new oi serves the sockets now: when the listeners close, their
+    /// unix socket files stay.
+    KeepFiles,
+    /// Connections the previous oi handed over: each whose rule a TCP
+    /// listener here serves is placed on a thread, waiting at `gate`.
+    Adopt {
+        /// The connections.
+        conns: Vec<crate::handover::park::Offered>,
+        /// Receives the ids of those placed; the others are closed here
+        /// (the previous oi keeps serving them).
+        reply: Sender<Vec<u64>>,
+        /// Closed once the previous oi has been told which were taken.
+        gate: Receiver<()>,
+        /// Set before the gate closes when it was told: the placed
+        /// connections pump; else they close (the previous oi has them).
+        go: Arc<AtomicBool>,
     },
 }
 
@@ -92,11 +123,30 @@ pub fn serve(
                     let errors = listeners.apply(&config, &file).await;
                     let _ = done.send(errors).await;
                 }
+                Command::Sockets { reply } => {
+                    let _ = reply.send(listeners.copies()).await;
+                }
+                Command::Adopt {
+                    conns,
+                    reply,
+                    gate,
+                    go,
+                } => {
+                    let _ = reply.send(listeners.adopt(conns, &gate, &go)).await;
+                }
+                Command::KeepFiles => {
+                    for file in listeners.serving.values().filter_map(|r| r.file.as_ref()) {
+                        file.keep();
+                    }
+                }
             }
         }
         listeners.close().await;
     })
 }
+
+/// A listening socket as its loop and its `Running` share it.
+type Listening = Arc<dyn AsFd + Send + Sync>;
 
 /// Identifies a listener across reloads: same address, port and protocol
 /// (or same unix socket path or name) means same socket.
@@ -115,6 +165,10 @@ struct Running {
     /// The rule's counters: they live as long as the listener, so a reload
     /// that keeps the listener keeps them.
     stats: Arc<RuleStats>,
+    /// Its sockets, shared with the loops that serve them (no descriptor
+    /// more), so `oi upgrade` can copy them for a new oi when it runs.
+    /// Declared before `file`: a socket file goes only once its socket is closed.
+    sockets: Vec<Listening>,
     /// A unix listener's socket file, so a reload's new `mode=` is applied
     /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
     file: Option<crate::unix::SocketFile>,
@@ -144,13 +198,69 @@ struct Listeners {
     /// either; not keyed on the cap itself, which moves by a descriptor or
     /// two whenever a TCP listener comes or goes (every reload of the soak test).
     udp_cap_logged: Option<(usize, u64)>,
-    /// Set while accepting fails on any TCP listener (descriptors run out
-    /// for all of them at once), so the episode is logged once, not once
-    /// per listener: 9,991 `accept failed` lines before.
+    /// Set while accepting fails on any TCP or unix listener (descriptors
+    /// run out for all of them at once), so the episode is logged once, not
+    /// once per listener: 9,991 `accept failed` lines before (and one per
+    /// unix listener until each had its own flag replaced by this one).
     accept_failing: Arc<AtomicBool>,
 }
 
 impl Listeners {
+    /// A copy of every listening socket, for a hand-over; one that cannot
+    /// be copied (no descriptor left) is left out, and the new oi binds
+    /// that rule itself (failing, since this one still holds it).
+    fn copies(&self) -> Vec<OwnedFd> {
+        let all = self.serving.values().flat_map(|r| r.sockets.iter());
+        all.filter_map(|s| s.as_fd().try_clone_to_owned().ok())
+            .collect()
+    }
+
+    /// Places each handed-over connection whose rule a TCP listener here
+    /// serves (same listening address) on a thread, where it waits for
+    /// `gate` before pumping; returns their ids. The others are closed here
+    /// and logged: the previous oi keeps serving them.
+    fn adopt(
+        &self,
+        conns: Vec<crate::handover::park::Offered>,
+        gate: &Receiver<()>,
+        go: &Arc<AtomicBool>,
+    ) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for c in conns {
+            let found = self.serving.iter().find(|((bind, proto), running)| {
+                *proto == Proto::Tcp
+                    && bind.to_string() == c.rule
+                    && running.route.load().backend_proto == Proto::Tcp
+            });
+            let Some((_, running)) = found else {
+                log::info!(
+                    "upgrade: no TCP rule listens on {:?} here; the previous oi keeps its connection",
+                    c.rule
+                );
+                continue;
+            };
+            ids.push(c.id);
+            let route = running.route.load_full();
+            let stats = running.stats.clone();
+            let shared = self.shared.clone();
+            let at = self.threads.pick(0);
+            // Counted like an accepted connection (drain, thread balance).
+            let placed = self.threads.place(at);
+            let (gate, go) = (gate.clone(), go.clone());
+            self.threads
+                .executor(at)
+                .spawn(async move {
+                    let _placed = placed;
+                    let _ = gate.recv().await;
+                    if go.load(Ordering::Acquire) {
+                        crate::tcp::adopted(c, route, shared, stats).await;
+                    }
+                })
+                .detach();
+        }
+        ids
+    }
+
     /// Stops every listener and waits until their sockets are closed.
     async fn close(mut self) {
         for (_, running) in self.serving.drain() {
@@ -170,7 +280,14 @@ impl Listeners {
             }
         });
         self.shared.dns.watch(&route.pool, on_change);
-        self.shared.probes.watch(&route.pool);
+        // The rules routed by server name (`sni=`) have pools of their own;
+        // the rule's counters list its own backends only.
+        for (i, pool) in route.pools().iter().enumerate() {
+            if i > 0 {
+                self.shared.dns.watch(pool, Box::new(|_: &[SocketAddr]| {}));
+            }
+            self.shared.probes.watch(pool);
+        }
     }
 
     /// Starts serving already-bound sockets, each with its route.
@@ -213,7 +330,9 @@ impl Listeners {
                 BoundSocket::Unix(u) => u.bound.file.clone(),
                 _ => None,
             };
-            let tasks = match self.spawn_loops(socket, route.clone(), &stats, limits.clone()) {
+            let stored = crate::notify::fd_name(&addr.with_proto(proto));
+            let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
+            let (tasks, sockets) = match spawned {
                 Ok(t) => t,
                 Err(e) => {
                     self.shared.stats.remove_rule(&stats);
@@ -228,6 +347,7 @@ impl Listeners {
                     stats,
                     limits,
                     file,
+                    sockets,
                 },
             );
         }
@@ -236,87 +356,133 @@ impl Listeners {
 
     /// Spawns the loops serving `socket`: one accept loop per executor for
     /// TCP (within the duplicate budget), one datagram loop on the main
-    /// executor for UDP.
+    /// executor for UDP. With a descriptor store (see
+    /// [`crate::notify::fd_store_enabled`]) the sockets are stored under
+    /// `stored` first: every socket of a TCP listener's group (a member
+    /// closed at exit would reset the connections in its queue), the UDP
+    /// socket, an abstract unix socket. Not a unix socket with a file: oi
+    /// removes the file when it exits, so a restart could not be reached there.
     fn spawn_loops(
         &self,
         socket: BoundSocket,
+        stored: &str,
         route: Arc<ArcSwap<Route>>,
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
-    ) -> io::Result<Vec<Task<()>>> {
+    ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
         let main = self.threads.executor(0);
         match socket {
-            BoundSocket::Tcp(l) => {
-                let n = self.threads.len();
-                let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
-                let executors: Vec<usize> = if in_use + (n - 1) <= self.duplicate_budget {
-                    (0..n).collect()
-                } else {
-                    vec![self.serving.len() % n]
-                };
-                // Duplicates first, so a failure (EMFILE) leaves nothing running.
-                let mut fds = Vec::with_capacity(executors.len());
-                let mut executors = executors;
-                for _ in 1..executors.len() {
-                    match bind::sibling(&l, route.load().listen_backlog) {
-                        Ok(fd) => fds.push(fd),
-                        // A listener bound as root before `--user` took
-                        // effect: the kernel lets only its owner's sockets
-                        // join its SO_REUSEPORT group, so it gets one loop.
-                        Err(e) if e.kind() == io::ErrorKind::AddrInUse && fds.is_empty() => {
-                            executors.truncate(1);
-                            break;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                fds.push(l);
-                let failing = self.accept_failing.clone();
-                let mut tasks = Vec::with_capacity(fds.len());
-                for (own, fd) in executors.into_iter().zip(fds) {
-                    let accept = AcceptLoop {
-                        acceptor: accept::TcpAcceptor {
-                            listener: Async::new(fd)?,
-                        },
-                        threads: self.threads.clone(),
-                        own,
-                        route: route.clone(),
-                        shared: self.shared.clone(),
-                        failing: failing.clone(),
-                        stats: stats.clone(),
-                        limits: limits.clone(),
-                    };
-                    tasks.push(self.threads.executor(own).spawn(accept.run()));
-                }
-                Ok(tasks)
+            BoundSocket::Tcp(l) => self.spawn_tcp(l, Vec::new(), stored, route, stats, limits),
+            BoundSocket::TcpGroup(g) => {
+                self.spawn_tcp(g.first, g.rest, stored, route, stats, limits)
             }
             BoundSocket::Unix(socket) => {
+                if matches!(socket.addr, crate::config::UnixAddr::Abstract(_)) {
+                    crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
+                }
+                let listener = Arc::new(Async::new(socket.bound.listener)?);
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
                 // connections are placed on threads as TCP ones are.
                 let own = self.serving.len() % self.threads.len();
                 let accept = AcceptLoop {
                     acceptor: unix::UnixAcceptor {
-                        listener: Async::new(socket.bound.listener)?,
+                        listener: listener.clone(),
                         file: socket.bound.file,
                     },
                     threads: self.threads.clone(),
                     own,
                     route,
                     shared: self.shared.clone(),
-                    failing: Arc::new(AtomicBool::new(false)),
+                    failing: self.accept_failing.clone(),
                     stats: stats.clone(),
                     limits,
                 };
-                Ok(vec![self.threads.executor(own).spawn(accept.run())])
+                let task = self.threads.executor(own).spawn(accept.run());
+                Ok((vec![task], vec![listener]))
             }
             BoundSocket::Udp(s) => {
+                crate::notify::store_fds(stored, &[s.as_fd()]);
                 // UDP stays on async-io's reactor (crate::reactor serves the TCP path).
-                let s = async_io::Async::new(s)?;
-                let looped =
-                    crate::udp::serve(main.clone(), s, route, self.shared.clone(), stats.clone());
-                Ok(vec![main.spawn(looped)])
+                let s = Arc::new(async_io::Async::new(s)?);
+                let looped = crate::udp::serve(
+                    main.clone(),
+                    s.clone(),
+                    route,
+                    self.shared.clone(),
+                    stats.clone(),
+                );
+                Ok((vec![main.spawn(looped)], vec![s]))
             }
         }
+    }
+
+    /// Spawns a TCP listener's accept loops: one per executor within the
+    /// duplicate budget, each on a socket of its own in the listener's
+    /// `SO_REUSEPORT` group. `passed` are members of the group handed in
+    /// with `l` (see [`Inherited`]): they are used before any sibling is
+    /// made, and every one of them gets a loop, even past the thread count,
+    /// since a member left unserved would hold connections nobody accepts.
+    fn spawn_tcp(
+        &self,
+        l: std::net::TcpListener,
+        passed: Vec<std::net::TcpListener>,
+        stored: &str,
+        route: Arc<ArcSwap<Route>>,
+        stats: &Arc<RuleStats>,
+        limits: Arc<RuleLimits>,
+    ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
+        let n = self.threads.len();
+        let in_use: usize = self.serving.values().map(|r| r.tasks.len() - 1).sum();
+        let wanted = if in_use + (n - 1) <= self.duplicate_budget {
+            n
+        } else {
+            1
+        };
+        let mut fds = passed;
+        // Duplicates first, so a failure (EMFILE) leaves nothing running.
+        let made = wanted.saturating_sub(fds.len() + 1);
+        for _ in 0..made {
+            match bind::sibling(&l, route.load().listen_backlog) {
+                Ok(fd) => fds.push(fd),
+                // A listener owned by another user (or passed in without
+                // `SO_REUSEPORT`): the kernel lets only its owner's sockets
+                // join its group, so it gets one loop. `--user` hands the
+                // listeners start-up bound as root to the user first
+                // (`privileges::give_listeners`); this stays as the fallback.
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => break,
+                Err(e) => return Err(e),
+            }
+        }
+        fds.push(l);
+        let group: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+        crate::notify::store_fds(stored, &group);
+        drop(group);
+        // One executor for a listener past the budget, in turn; else from the first.
+        let first = if wanted == 1 {
+            self.serving.len() % n
+        } else {
+            0
+        };
+        let failing = self.accept_failing.clone();
+        let mut tasks = Vec::with_capacity(fds.len());
+        let mut sockets: Vec<Listening> = Vec::with_capacity(fds.len());
+        for (i, fd) in fds.into_iter().enumerate() {
+            let own = (first + i) % n;
+            let listener = Arc::new(Async::new(fd)?);
+            sockets.push(listener.clone());
+            let accept = AcceptLoop {
+                acceptor: accept::TcpAcceptor { listener },
+                threads: self.threads.clone(),
+                own,
+                route: route.clone(),
+                shared: self.shared.clone(),
+                failing: failing.clone(),
+                stats: stats.clone(),
+                limits: limits.clone(),
+            };
+            tasks.push(self.threads.executor(own).spawn(accept.run()));
+        }
+        Ok((tasks, sockets))
     }
 
     /// See [`Command::Reload`]. Removed listeners are closed before this
@@ -390,7 +556,7 @@ impl Listeners {
                 }
             }
             // Backends the new file keeps keep their health and load.
-            route.pool.keep_state_of(&running.route.load().pool);
+            route.keep_state_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());
@@ -399,10 +565,14 @@ impl Listeners {
         }
         let removed = std::mem::replace(&mut self.serving, keep);
         for (key, running) in removed {
-            running.route.load().pool.retire();
+            for pool in running.route.load().pools() {
+                pool.retire();
+            }
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
-            log::info!("stopped listening on {}", key.0.with_proto(key.1));
+            let name = key.0.with_proto(key.1);
+            crate::notify::remove_stored(&crate::notify::fd_name(&name));
+            log::info!("stopped listening on {name}");
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));

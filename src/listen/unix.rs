@@ -19,7 +19,7 @@ use std::os::unix::net::UnixListener;
 pub(super) struct UnixAcceptor {
     /// The listening socket. Declared before `file`, so dropped first: the
     /// file goes only once nothing can accept on it.
-    pub(super) listener: Async<UnixListener>,
+    pub(super) listener: std::sync::Arc<Async<UnixListener>>,
     /// The socket file, removed when the loop is dropped (the listener
     /// closes: exit, or a reload without the rule); `None` for an abstract socket.
     #[expect(dead_code, reason = "held only for its Drop, which removes the file")]

@@ -80,6 +80,9 @@ pub enum Event {
     /// A connection limit was reached (global `maxconn`, the rule's
     /// `maxconn` or `maxconn-per-client`); the connection was closed.
     LimitReached,
+    /// On a listener rules share by server name (`[sni=...]`) without a
+    /// default rule: the server name matched no rule, or none was read.
+    SniUnrouted,
 }
 
 impl Event {
@@ -96,6 +99,7 @@ impl Event {
             Event::ProxyHeaderFailed => "proxy-header-failed",
             Event::ProxyUntrusted => "proxy-untrusted",
             Event::LimitReached => "limit-reached",
+            Event::SniUnrouted => "sni-unrouted",
         }
     }
 }
@@ -106,12 +110,12 @@ impl Event {
 /// reloads so their last line still names their own rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleNames {
-    /// Bind host as written.
-    pub bind_host: String,
+    /// Bind host as written (shared with the configuration).
+    pub bind_host: std::sync::Arc<str>,
     /// Bind port number.
     pub bind_port: u16,
-    /// Connect host as written.
-    pub connect_host: String,
+    /// Connect host as written (shared with the configuration).
+    pub connect_host: std::sync::Arc<str>,
     /// Connect port number.
     pub connect_port: u16,
 }
@@ -132,6 +136,9 @@ pub struct LogEvent {
     pub to_client: u64,
     /// What happened.
     pub event: Event,
+    /// The TLS server name the client asked for, on a listener rules share
+    /// by server name (`[sni=...]`); written as one more field at the end.
+    pub server_name: Option<Arc<str>>,
 }
 
 /// Which of rinetd's two formats to write.
@@ -148,11 +155,18 @@ pub(crate) fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
     use std::fmt::Write as _;
     let local: DateTime<Local> = ev.time.into();
     let r = &ev.rule;
+    // rinetd's fields, then (oi) the routed server name as one more.
+    let name = ev.server_name.as_deref();
+    let (sep, name) = match (format, name) {
+        (_, None) => ("", ""),
+        (Format::Tab, Some(n)) => ("\t", n),
+        (Format::Common, Some(n)) => (" ", n),
+    };
     // rinetd's date string ends in a space in both formats; keep it byte for byte.
     let _ = match format {
         Format::Tab => writeln!(
             out,
-            "{} \t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{} \t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}{sep}{name}",
             local.format("%d/%b/%Y:%H:%M:%S"),
             ev.client,
             r.bind_host,
@@ -165,7 +179,7 @@ pub(crate) fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
         ),
         Format::Common => writeln!(
             out,
-            "{} - - [{}  {}] \"GET /rinetd-services/{}/{}/{}/{}/{} HTTP/1.0\" 200 {} - - - {}",
+            "{} - - [{}  {}] \"GET /rinetd-services/{}/{}/{}/{}/{} HTTP/1.0\" 200 {} - - - {}{sep}{name}",
             ev.client,
             local.format("%d/%b/%Y:%H:%M:%S"),
             local.format("%z"),

@@ -18,6 +18,7 @@ fn event(ev: Event) -> LogEvent {
         from_client: 12,
         to_client: 345,
         event: ev,
+        server_name: None,
     }
 }
 

@@ -15,7 +15,7 @@ use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::LocalExecutor;
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +37,27 @@ pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::unix::Socket
 /// Connections the kernel queues for the control socket before oi accepts.
 const BACKLOG: i32 = 128;
 
+/// An `oi upgrade` request on its way to the service loop, which does
+/// the upgrade (it holds the listeners) and replies.
+pub(crate) struct UpgradeAsk {
+    /// The binary to start (`--binary`), else the running one's path.
+    pub(crate) binary: Option<PathBuf>,
+    /// Where the outcome goes (the line to print, or why it failed), with
+    /// a sender dropped once the answer is written: the service waits for
+    /// that before it goes on towards exiting.
+    pub(crate) reply: async_channel::Sender<(Result<String, String>, async_channel::Sender<()>)>,
+}
+
+/// How long `oi upgrade` waits for the answer: the new binary may take the
+/// hand-over's whole time to connect and again to say ready.
+const UPGRADE_WAIT: Duration = Duration::from_secs(150);
+
 /// Answers requests forever on the observer thread.
 pub(super) async fn serve(
     ex: Rc<LocalExecutor<'static>>,
     listener: Async<UnixListener>,
     shared: Arc<Shared>,
+    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
 ) {
     let slots = Slots::new();
     loop {
@@ -61,8 +77,9 @@ pub(super) async fn serve(
             continue;
         };
         let shared = shared.clone();
+        let upgrades = upgrades.clone();
         ex.spawn(async move {
-            let answered = answer(stream, &shared, &slot)
+            let answered = answer(stream, &shared, &slot, upgrades.as_ref())
                 .or(async {
                     slot.evicted().await;
                     Err(io::Error::other(
@@ -84,9 +101,30 @@ async fn answer(
     mut stream: Async<UnixStream>,
     shared: &Shared,
     slot: &Slot<u32>,
+    upgrades: Option<&async_channel::Sender<UpgradeAsk>>,
 ) -> io::Result<()> {
     let head = limits::read_head(&mut stream, b"\n").await?;
     slot.busy();
+    if let Some(binary) = request::upgrade_request(&head) {
+        use std::os::unix::ffi::OsStrExt;
+        let binary = binary.map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)));
+        let (reply, outcome) = async_channel::bounded(1);
+        let ask = UpgradeAsk { binary, reply };
+        let sent = match upgrades {
+            Some(u) => u.send(ask).await.is_ok(),
+            None => false,
+        };
+        let (text, written) = match outcome.recv().await {
+            Ok((Ok(line), written)) => (format!("{line}\n"), Some(written)),
+            Ok((Err(why), written)) => (format!("error: {why}\n"), Some(written)),
+            Err(_) if sent => ("error: the upgrade was not answered\n".into(), None),
+            Err(_) => ("error: this oi takes no upgrade request\n".into(), None),
+        };
+        limits::bounded(stream.write_all(text.as_bytes())).await??;
+        let _ = limits::bounded(stream.close()).await;
+        drop(written);
+        return Ok(());
+    }
     let (what, json) = match request::control_request(&head) {
         Some((q, json)) => (Some(q), json),
         None => (None, false),
@@ -113,6 +151,46 @@ async fn answer(
     limits::bounded(stream.write_all(text.as_bytes())).await??;
     let _ = limits::bounded(stream.close()).await;
     Ok(())
+}
+
+/// `oi upgrade`: asks the server listening on `socket` to upgrade (to
+/// `binary`, else its own path) and returns its answer, or why it failed.
+pub fn ask_upgrade(socket: &Path, binary: Option<&Path>) -> io::Result<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot reach oi's control socket {}: {e} (is oi running with --socket?)",
+                socket.display()
+            ),
+        )
+    })?;
+    stream.set_read_timeout(Some(UPGRADE_WAIT))?;
+    stream.set_write_timeout(Some(limits::TIMEOUT))?;
+    let mut line = b"upgrade".to_vec();
+    if let Some(b) = binary {
+        let bytes = b.as_os_str().as_bytes();
+        if bytes.contains(&b'\n') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a binary path with a newline cannot be asked for",
+            ));
+        }
+        line.push(b' ');
+        line.extend_from_slice(bytes);
+    }
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    match answer.strip_prefix("error: ") {
+        Some(why) => Err(io::Error::other(why.trim_end().to_string())),
+        None if answer.is_empty() => Err(io::Error::other(
+            "oi closed the control connection without answering",
+        )),
+        None => Ok(answer),
+    }
 }
 
 /// Asks the server listening on `socket` and returns its answer (what

@@ -375,6 +375,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
                 "bytes_from_client": c.from_client,
                 "bytes_to_client": c.to_client,
                 "state": c.state.as_str(),
+                "server_name": c.server_name,
             })
         })
         .collect();
@@ -393,6 +394,7 @@ pub fn connections_text(rows: &Value) -> String {
         "FROM_CLIENT",
         "TO_CLIENT",
         "STATE",
+        "SERVER_NAME",
     ]
     .map(String::from)];
     for r in rows.as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -408,9 +410,10 @@ pub fn connections_text(rows: &Value) -> String {
             num("bytes_from_client"),
             num("bytes_to_client"),
             text("state"),
+            text("server_name"),
         ]);
     }
-    let mut widths = [0usize; 8];
+    let mut widths = [0usize; 9];
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());

@@ -17,7 +17,8 @@ pub mod request;
 mod slots;
 mod status_file;
 
-pub use control::ask;
+pub(crate) use control::UpgradeAsk;
+pub use control::{ask, ask_upgrade};
 pub use request::Query;
 
 use crate::shared::Shared;
@@ -27,6 +28,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -85,13 +87,65 @@ pub struct Observer {
     /// The control socket's file, removed on exit if it is still the one
     /// bound (another oi may have bound the path since).
     control_socket: Option<crate::unix::SocketFile>,
+    /// Second descriptors of the metrics listener and the control socket
+    /// (the thread owns the first), for `oi upgrade` to hand over.
+    copies: Given,
+    /// Set once a new oi serves: the thread skips its last status file write.
+    handed: Arc<AtomicBool>,
+}
+
+/// The observer's listening sockets as handed from one oi to the next
+/// (`oi upgrade`): each is used when it listens where the settings say.
+#[derive(Default)]
+pub(crate) struct Given {
+    /// The metrics endpoint's listener.
+    pub(crate) metrics: Option<TcpListener>,
+    /// The control socket.
+    pub(crate) control: Option<std::os::unix::net::UnixListener>,
+}
+
+impl Given {
+    /// A second descriptor of each (none where that fails).
+    fn copy(&self) -> Given {
+        Given {
+            metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
+            control: self.control.as_ref().and_then(|l| l.try_clone().ok()),
+        }
+    }
 }
 
 impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
+        Self::start_given(shared, settings, Given::default(), None)
+    }
+
+    /// [`Observer::start`], serving on the sockets in `given` where they
+    /// listen at the configured address and path (handed over by an
+    /// earlier oi); the others are closed and the rest bound as usual. A
+    /// given control socket's file is left in place at exit (the bind that
+    /// made it was another process's; a later bind replaces it if stale).
+    pub(crate) fn start_given(
+        shared: Arc<Shared>,
+        settings: ObserveSettings,
+        given: Given,
+        upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    ) -> io::Result<Observer> {
+        let given_metrics = given.metrics.filter(|l| {
+            l.local_addr()
+                .ok()
+                .is_some_and(|a| Some(a) == settings.metrics)
+        });
+        let given_control = given.control.filter(|l| {
+            let path = l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+            path.is_some() && path == settings.control_socket
+        });
         let metrics = match settings.metrics {
+            _ if given_metrics.is_some() => given_metrics,
             Some(addr) => {
                 let l = TcpListener::bind(addr).map_err(|e| {
                     io::Error::new(
@@ -105,6 +159,7 @@ impl Observer {
         };
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
         let (control, control_socket) = match &settings.control_socket {
+            _ if given_control.is_some() => (given_control, None),
             Some(path) => {
                 let (l, file) = control::bind(path).map_err(|e| {
                     io::Error::new(
@@ -116,16 +171,48 @@ impl Observer {
             }
             None => (None, None),
         };
+        let copies = Given {
+            metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
+            control: control.as_ref().and_then(|l| l.try_clone().ok()),
+        };
         let (stop, stopped) = async_channel::bounded::<()>(1);
+        let handed = Arc::new(AtomicBool::new(false));
+        let thread_handed = handed.clone();
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
-            .spawn(move || run(shared, settings, metrics, control, stopped))?;
+            .spawn(move || {
+                run(
+                    shared,
+                    settings,
+                    metrics,
+                    control,
+                    upgrades,
+                    stopped,
+                    thread_handed,
+                )
+            })?;
         Ok(Observer {
             metrics_addr,
             stop,
             thread: Some(thread),
             control_socket,
+            copies,
+            handed,
         })
+    }
+
+    /// Copies of the metrics listener and the control socket, for `oi upgrade`.
+    pub(crate) fn copies(&self) -> Given {
+        self.copies.copy()
+    }
+
+    /// A new oi serves the control socket now: its file stays at exit,
+    /// and the status file is the new oi's to write (no last write here).
+    pub(crate) fn handed_over(&self) {
+        self.handed.store(true, Ordering::Relaxed);
+        if let Some(file) = &self.control_socket {
+            file.keep();
+        }
     }
 
     /// Where `GET /metrics` is served (the bound address, for port 0).
@@ -152,7 +239,9 @@ fn run(
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
     control: Option<std::os::unix::net::UnixListener>,
+    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
     stopped: async_channel::Receiver<()>,
+    handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
     let mut tasks = Vec::new();
@@ -167,7 +256,7 @@ fn run(
     }
     if let Some(l) = control {
         match Async::new(l) {
-            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone()))),
+            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone(), upgrades))),
             Err(e) => log::error!("control socket: {e}"),
         }
     }
@@ -205,7 +294,7 @@ fn run(
     drop(tasks);
     // A last status file, so it does not say "running" with old numbers
     // after a clean stop.
-    if let Some(file) = status {
+    if let Some(file) = status.filter(|_| !handed.load(Ordering::Relaxed)) {
         file.write(&shared.snapshot());
     }
 }

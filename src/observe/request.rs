@@ -59,6 +59,19 @@ pub fn control_request(line: &[u8]) -> Option<(Query, bool)> {
     Some((query, w.next() == Some(b"json")))
 }
 
+/// Reads an `upgrade [PATH]` request line: `Some` with the path's bytes
+/// (everything after the word, spaces inside kept; `None` when absent), or
+/// `None` when the line asks something else.
+pub fn upgrade_request(line: &[u8]) -> Option<Option<&[u8]>> {
+    let line = line.trim_ascii();
+    let rest = line.strip_prefix(b"upgrade")?;
+    if !rest.is_empty() && !rest[0].is_ascii_whitespace() {
+        return None;
+    }
+    let path = rest.trim_ascii();
+    Some((!path.is_empty()).then_some(path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +113,12 @@ mod tests {
         );
         assert_eq!(control_request(b"status\xff json\n"), None);
         assert_eq!(control_request(b""), None);
+        assert_eq!(upgrade_request(b"upgrade\n"), Some(None));
+        assert_eq!(
+            upgrade_request(b"upgrade /opt/oi new/oi\n"),
+            Some(Some(&b"/opt/oi new/oi"[..]))
+        );
+        assert_eq!(upgrade_request(b"upgraded"), None);
+        assert_eq!(upgrade_request(b"status"), None);
     }
 }

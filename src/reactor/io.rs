@@ -112,6 +112,17 @@ impl<T: AsFd> Async<T> {
         }
     }
 
+    /// Takes the descriptor out of its epoll set now, for one whose open
+    /// file lives on elsewhere (sent to another process by `oi upgrade`):
+    /// closing this descriptor would not remove it, and every later edge
+    /// would wake this thread for a socket it no longer serves.
+    pub(crate) fn leave_epoll(&self) {
+        if let Some(Ok(reg)) = self.registration.get() {
+            // Not registered (never polled) or already gone: nothing to undo.
+            let _ = rustix::event::epoll::delete(&reg.reactor.epoll, self.get_ref());
+        }
+    }
+
     /// Waits until the descriptor reports readability.
     pub(crate) async fn readable(&self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.poll_readable(cx)).await
@@ -237,6 +248,12 @@ where
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut this: &Async<T> = &self;
         Pin::new(&mut this).poll_close(cx)
+    }
+}
+
+impl<T: AsFd> AsFd for Async<T> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.get_ref().as_fd()
     }
 }
 

@@ -137,6 +137,12 @@ const CONNECT: Family = Family {
     kind: MetricKind::Counter,
 };
 
+const SNI: Family = Family {
+    name: "oi_sni_connections",
+    help: "Connections on listeners shared by TLS server name, by rule and outcome (named rule, default rule, closed).",
+    kind: MetricKind::Counter,
+};
+
 /// Generates [`CounterCells`], [`CounterValues`] and [`COUNTERS`] from the list below.
 macro_rules! counter_list {
     ($(
@@ -322,6 +328,28 @@ counter_list! {
             kind: MetricKind::Counter,
         }),
         text: text(TextSection::Rate, "dropped-datagrams"),
+    }
+    /// Connections a listener shared by server name (`[sni=...]`) routed
+    /// to the rule whose pattern their ClientHello's name matched.
+    sni_named {
+        json: "sni_named",
+        metric: labelled(SNI, "outcome", "named"),
+        text: None,
+    }
+    /// Connections such a listener sent to its default rule: no rule's
+    /// pattern matched, no server name, not TLS, or no whole ClientHello
+    /// within 10 s and 16 KiB (the debug log says which).
+    sni_default {
+        json: "sni_default",
+        metric: labelled(SNI, "outcome", "default"),
+        text: None,
+    }
+    /// Connections such a listener without a default rule closed
+    /// (`sni-unrouted` in the log file).
+    sni_unrouted {
+        json: "sni_unrouted",
+        metric: labelled(SNI, "outcome", "closed"),
+        text: text(TextSection::Refused, "sni-unrouted"),
     }
 }
 

@@ -116,6 +116,8 @@ pub(crate) struct Conn {
     pub(crate) to_client: AtomicU64,
     /// A [`ConnState`], stored by the connection.
     state: AtomicU8,
+    /// The TLS server name it asked for, on a listener shared by server name.
+    server_name: OnceLock<Arc<str>>,
 }
 
 impl Conn {
@@ -144,6 +146,7 @@ impl Conn {
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
+            server_name: self.server_name.get().map(|n| n.to_string()),
         }
     }
 }
@@ -167,6 +170,8 @@ pub struct ConnInfo {
     pub to_client: u64,
     /// Where it is in its life.
     pub state: ConnState,
+    /// The TLS server name it was routed by (`[sni=...]` listeners).
+    pub server_name: Option<String>,
 }
 
 /// One shard: its entries and the next id it hands out.
@@ -225,6 +230,7 @@ impl Live {
             } else {
                 ConnState::Open.to_u8()
             }),
+            server_name: OnceLock::new(),
         });
         s.conns.insert(id, conn.clone());
         drop(s);
@@ -260,6 +266,11 @@ impl Registered {
             let _ = self.conn.backend_stats.set(b);
         }
         self.set_state(ConnState::Open);
+    }
+
+    /// Records the TLS server name the connection was routed by.
+    pub(crate) fn routed_by(&self, name: Arc<str>) {
+        let _ = self.conn.server_name.set(name);
     }
 
     /// Stores the running byte totals and state (one writer: the connection).

@@ -147,6 +147,21 @@ impl CopyMover {
         self.buf.is_some() && self.pos < self.end
     }
 
+    /// Takes the bytes read and not yet written out of this mover (its
+    /// leftover pipe's first), leaving it with nothing in flight: for a hand-over.
+    pub(crate) fn take_unsent(&mut self, pool: &BufferPool) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        if let Some(pipe) = &self.leftover {
+            out = super::splice::drain(pipe, usize::MAX)?;
+        }
+        if let Some(buf) = &self.buf {
+            out.extend_from_slice(&buf[self.pos..self.end]);
+        }
+        self.discard(pool);
+        self.readable = true;
+        Ok(out)
+    }
+
     /// Returns the buffer to the pool (only legal when nothing is in flight).
     fn release(&mut self, pool: &BufferPool) {
         debug_assert!(self.pos >= self.end);

@@ -11,8 +11,10 @@
 //! and checked the ACLs.
 
 mod copy;
+mod handed;
 mod mover;
 mod pump;
+pub(crate) mod sni;
 pub(crate) mod splice;
 mod throttle;
 
@@ -44,6 +46,7 @@ pub(crate) async fn forward(
 ) {
     let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
     let ip = peer.client();
+    let started = handed::now();
     // Counted as unix when either side is a unix socket: rinetd-uv counts a
     // TCP client forwarded to a unix backend as unix (its status file's
     // `total_unix`), and a unix listener's clients are unix too.
@@ -54,29 +57,52 @@ pub(crate) async fn forward(
     // Listed and counted until this function returns (after the sockets it
     // declares later have closed, as locals drop in reverse order).
     let live = stats.register(kind, peer);
-    shared.log.log(route.event(ip, Event::Opened, Bytes::NONE));
+    // A listener rules share by server name: the ClientHello picks the
+    // rule (peeked, so every byte still reaches the backend).
+    let (route, server_name) = match route.sni.clone() {
+        None => (route, None),
+        Some(names) => match sni::choose(&client, &names, &stats, &live, peer).await {
+            Ok(routed) => routed,
+            Err(name) => {
+                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                line.server_name = name;
+                return shared.log.log(line);
+            }
+        },
+    };
+    // Every log line of the connection names the server name it was routed by.
+    let event = |event: Event, bytes: Bytes| {
+        let mut line = route.event(ip, event, bytes);
+        line.server_name = server_name.clone();
+        line
+    };
+    shared.log.log(event(Event::Opened, Bytes::NONE));
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
     let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-    let connected = connect::through_pool(&route.pool, key, timeout, route.keepalive(), counted)
+    let dial = route.dial(origin.map(|o| o.client));
+    let connected = connect::through_pool(&route.pool, key, timeout, dial, counted)
         .await
         .map(|c| (c.stream, c.addr, c.lease));
     // `lease` counts the connection on its backend (least connections) until it ends.
     let (backend, backend_addr, lease) = match connected {
         Ok(c) => c,
         Err(e) => {
-            log::debug!("{peer} -> {}: {e}", route.names.connect_host);
             let ev = match &e {
-                ConnectError::LocalSocket(_) => {
+                ConnectError::LocalSocket(why) => {
+                    shared.local_socket_failed(&route.names.connect_host, &peer, why);
                     stats.connect_failed(ConnectFailure::Other);
                     Event::LocalSocketFailed
                 }
                 // rinetd logs a refused or unreachable backend this way;
                 // parsers count on it. Each failed attempt was counted.
-                ConnectError::Connect(_) => Event::DoneLocalClosed,
+                ConnectError::Connect(_) => {
+                    log::debug!("{peer} -> {}: {e}", route.names.connect_host);
+                    Event::DoneLocalClosed
+                }
             };
-            return shared.log.log(route.event(ip, ev, Bytes::NONE));
+            return shared.log.log(event(ev, Bytes::NONE));
         }
     };
     match backend_addr {
@@ -93,9 +119,7 @@ pub(crate) async fn forward(
         };
         if let Err(e) = sent {
             log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
-            return shared
-                .log
-                .log(route.event(ip, Event::DoneLocalClosed, Bytes::NONE));
+            return shared.log.log(event(Event::DoneLocalClosed, Bytes::NONE));
         }
     }
     // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
@@ -116,12 +140,22 @@ pub(crate) async fn forward(
             stats: &stats,
         },
     );
-    let outcome = Published {
+    let mut published = Published {
         pump,
         live: &live,
         last: (0, 0, false, false),
-    }
-    .await;
+    };
+    // `oi upgrade` may pause the pump and give the connection to the new oi,
+    // which then logs its end.
+    let rule = route.bind.to_string();
+    let ran = handed::run(&mut published, &client, &backend, &shared, &rule, started).await;
+    let Some(outcome) = ran else {
+        log::debug!(
+            "{peer} -> {}: handed over to the new oi",
+            route.names.connect_host
+        );
+        return;
+    };
     live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
     let ev = match outcome.first_closed {
         Side::Backend => Event::DoneLocalClosed,
@@ -148,6 +182,86 @@ pub(crate) async fn forward(
             outcome.to_client,
         );
     }
+    let bytes = Bytes {
+        from_client: outcome.from_client,
+        to_client: outcome.to_client,
+    };
+    shared.log.log(event(ev, bytes));
+}
+
+/// Forwards a connection the previous oi handed over (`oi upgrade`): its
+/// unsent bytes go out first, then it is pumped as [`forward`] pumps, from
+/// the byte counts it had; its end is logged here, as rinetd logs one.
+/// Not counted on a backend's least-connections load (no lease).
+pub(crate) async fn adopted(
+    a: crate::handover::park::Offered,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
+) {
+    let (client, backend) = match (
+        Async::new(TcpStream::from(a.client)),
+        Async::new(TcpStream::from(a.backend)),
+    ) {
+        (Ok(c), Ok(b)) => (c, b),
+        (Err(e), _) | (_, Err(e)) => {
+            return log::warn!(
+                "upgrade: cannot take up a connection on {}: {e}",
+                route.bind
+            )
+        }
+    };
+    // A unix socket has no IP peer: such a client is a unix one.
+    let peer = client.get_ref().peer_addr().map_or(Peer::Unix, Peer::Ip);
+    let ip = peer.client();
+    let kind = match (peer, &route.unix_backend) {
+        (Peer::Ip(_), None) => ConnKind::Tcp,
+        _ => ConnKind::Unix,
+    };
+    let live = stats.register(kind, peer);
+    match backend.get_ref().peer_addr() {
+        Ok(addr) => live.connected(addr),
+        Err(_) => live.set_state(ConnState::Open),
+    }
+    log::debug!(
+        "{peer}: taken over on {} (open since {} s after the epoch; {} + {} unsent bytes)",
+        route.bind,
+        a.started,
+        a.up.unsent.len(),
+        a.down.unsent.len()
+    );
+    let pools = Pools {
+        buffers: &shared.buffers,
+        pipes: &shared.pipes,
+    };
+    let splice = splice::use_splice(route.splice(shared.settings.splice));
+    let mut pump = Pump::new(
+        &client,
+        &backend,
+        pools,
+        splice,
+        shared.settings.half_close_idle,
+        Limits {
+            directions: route.rates.limits(&stats.rates, ip.ip()),
+            stats: &stats,
+        },
+    );
+    pump.adopt(a.up.into(), a.down.into());
+    let mut published = Published {
+        pump,
+        live: &live,
+        last: (0, 0, false, false),
+    };
+    let rule = route.bind.to_string();
+    let ran = handed::run(&mut published, &client, &backend, &shared, &rule, a.started).await;
+    let Some(outcome) = ran else {
+        return;
+    };
+    live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
+    let ev = match outcome.first_closed {
+        Side::Backend => Event::DoneLocalClosed,
+        Side::Client => Event::DoneRemoteClosed,
+    };
     let bytes = Bytes {
         from_client: outcome.from_client,
         to_client: outcome.to_client,

@@ -94,6 +94,10 @@ struct Direction {
     /// The bandwidth limit, if the rule sets one for this direction; boxed
     /// so an unlimited direction carries one pointer.
     throttle: Option<Box<Throttle>>,
+    /// Bytes read before a hand-over paused the pump (drained out of the
+    /// mover's buffer or pipe, or handed over by the previous oi): written
+    /// before the mover moves anything more. Empty but for a hand-over.
+    pending: Vec<u8>,
 }
 
 impl Direction {
@@ -107,7 +111,52 @@ impl Direction {
                 Mover::Copy(CopyMover::new())
             },
             bytes: 0,
+            pending: Vec::new(),
         }
+    }
+
+    /// Writes `pending` ([`Direction::pending`]) out; ready when it is empty.
+    fn poll_pending(
+        pending: &mut Vec<u8>,
+        cx: &mut Context<'_>,
+        to: &Async<TcpStream>,
+        meter: &mut Meter<'_>,
+    ) -> Poll<Result<(), (Fault, io::Error)>> {
+        use std::io::Write;
+        while !pending.is_empty() {
+            match to.get_ref().write(pending) {
+                Ok(0) => return Poll::Ready(Err((Fault::Write, io::ErrorKind::WriteZero.into()))),
+                Ok(n) => {
+                    pending.drain(..n);
+                    meter.wrote(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(to.poll_writable(cx)).map_err(|e| (Fault::Write, e))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Poll::Ready(Err((Fault::Write, e))),
+            }
+        }
+        // A hand-over's bytes can be large (a whole pipe): not kept once sent.
+        *pending = Vec::new();
+        Poll::Ready(Ok(()))
+    }
+
+    /// Moves what the mover holds (bytes read, not yet written) into
+    /// `pending`, giving its buffer or pipe back, and returns this
+    /// direction's state for a hand-over. Called between polls only, when
+    /// no byte is half-way through a system call.
+    fn pause(&mut self, pools: &Pools<'_>) -> io::Result<Half> {
+        let held = match &mut self.mover {
+            Mover::Copy(m) => m.take_unsent(pools.buffers)?,
+            Mover::Splice(m) => m.take_unsent(pools.pipes)?,
+        };
+        self.pending.extend_from_slice(&held);
+        Ok(Half {
+            unsent: self.pending.clone(),
+            done: self.state != State::Running,
+            bytes: self.bytes,
+        })
     }
 
     /// Drives this direction until it blocks, finishes, fails, or spends its
@@ -125,6 +174,9 @@ impl Direction {
         loop {
             match self.state {
                 State::Running => {
+                    if !self.pending.is_empty() {
+                        ready!(Self::poll_pending(&mut self.pending, cx, to, &mut meter))?;
+                    }
                     // Under a limit, this step may read what the buckets
                     // hold (bytes already read still go out); with none
                     // left the direction sleeps on the throttle's timer.
@@ -181,6 +233,18 @@ impl Direction {
             Mover::Splice(m) => m.discard(pools.pipes),
         }
     }
+}
+
+/// One direction's state at a hand-over (`docs/handover.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Half {
+    /// Bytes read from the source and not yet written to the destination, in order.
+    pub(crate) unsent: Vec<u8>,
+    /// The source's EOF was read and the destination's write half shut
+    /// down (the pump does both in one step, never one without the other).
+    pub(crate) done: bool,
+    /// Bytes written to the destination so far.
+    pub(crate) bytes: u64,
 }
 
 /// Where movers get their buffers and pipes: the server's shared pools.
@@ -270,6 +334,39 @@ impl Pump<'_> {
             self.upstream.state != State::Running,
             self.downstream.state != State::Running,
         )
+    }
+
+    /// Stops for a hand-over: each direction's unsent bytes move out of its
+    /// buffer or pipe (kept, to go out first if the pump runs on here) and
+    /// both directions' states are returned (client→backend first). Call
+    /// only after a poll returned `Pending`: that is the safe point.
+    pub(crate) fn pause(&mut self) -> io::Result<(Half, Half)> {
+        Ok((
+            self.upstream.pause(&self.pools)?,
+            self.downstream.pause(&self.pools)?,
+        ))
+    }
+
+    /// Ends the connection with `e` (a pause that could not keep its bytes).
+    pub(crate) fn abort(&mut self, e: io::Error) -> PumpOutcome {
+        self.finish(Some(e), Side::Client)
+    }
+
+    /// Takes up a connection another oi paused: `up` and `down` are its
+    /// directions' states; their unsent bytes go out first.
+    pub(crate) fn adopt(&mut self, up: Half, down: Half) {
+        for (d, h) in [(&mut self.upstream, up), (&mut self.downstream, down)] {
+            d.pending = h.unsent;
+            d.bytes = h.bytes;
+            if h.done {
+                d.state = State::Done;
+            }
+        }
+        if self.downstream.state == State::Done && self.upstream.state != State::Done {
+            self.first_closed = Some(Side::Backend);
+        } else if self.upstream.state == State::Done {
+            self.first_closed = Some(Side::Client);
+        }
     }
 
     /// Polls one direction, reading from `source`, and records what it did.

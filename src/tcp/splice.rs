@@ -26,7 +26,8 @@
 //! has nothing more (it would block, or a splice in came back short):
 //! idle connections hold no pipe. When no pipe can be had
 //! (EMFILE, ENFILE, EPERM at the per-user pipe limit), or splice says EINVAL
-//! (the socket does not support it), the direction switches to copying
+//! or EOPNOTSUPP (the socket does not support it; MPTCP sockets splice on
+//! Linux 6.x, the `mptcp` tests check it), the direction switches to copying
 //! through a buffer for the rest of the connection (`Step::Fallback`). An
 //! EINVAL on the way in leaves the pipe empty, so nothing is in flight. An
 //! EINVAL on the way out (not seen with TCP sockets, but possible in
@@ -124,8 +125,8 @@ impl SpliceMover {
                         ready!(to.poll_writable(cx)).map_err(|e| (Fault::Write, e))?;
                     }
                     Err(Errno::INTR) => {}
-                    Err(Errno::INVAL) => {
-                        log::debug!("splice to socket: EINVAL; copying instead");
+                    Err(e @ (Errno::INVAL | Errno::OPNOTSUPP)) => {
+                        log::debug!("splice to socket: {e}; copying instead");
                         return Poll::Ready(Ok(Step::Fallback(self.pipe.take())));
                     }
                     Err(e) => return Poll::Ready(Err((Fault::Write, e.into()))),
@@ -175,8 +176,8 @@ impl SpliceMover {
                     self.readable = false;
                 }
                 Err(Errno::INTR) => {}
-                Err(Errno::INVAL) => {
-                    log::debug!("splice from socket: EINVAL; copying instead");
+                Err(e @ (Errno::INVAL | Errno::OPNOTSUPP)) => {
+                    log::debug!("splice from socket: {e}; copying instead");
                     self.release(pipes);
                     return Poll::Ready(Ok(Step::Fallback(None)));
                 }
@@ -192,6 +193,29 @@ impl SpliceMover {
     /// whatever a bandwidth limit says (they were charged when read).
     pub(crate) fn in_flight(&self) -> bool {
         self.in_pipe > 0
+    }
+
+    /// Takes the bytes in the pipe out (read(2)), giving the emptied pipe
+    /// back: for a hand-over, which carries bytes, not the pipe.
+    pub(crate) fn take_unsent(&mut self, pipes: &PipePool) -> io::Result<Vec<u8>> {
+        let out = match &self.pipe {
+            Some(pipe) if self.in_pipe > 0 => drain(pipe, self.in_pipe)?,
+            _ => Vec::new(),
+        };
+        if out.len() == self.in_pipe {
+            self.in_pipe = 0;
+            self.release(pipes);
+        } else {
+            // Cannot happen (the pipe holds what was spliced in); were it to,
+            // the bytes' order is lost: end the connection, never reorder.
+            self.pipe = None;
+            self.in_pipe = 0;
+            return Err(io::Error::other(
+                "the splice pipe held fewer bytes than counted",
+            ));
+        }
+        self.readable = true;
+        Ok(out)
     }
 
     /// Returns the (empty) pipe to the pool.
@@ -211,4 +235,21 @@ impl SpliceMover {
         self.pipe = None;
         self.in_pipe = 0;
     }
+}
+
+/// Reads up to `most` bytes out of `pipe` until it is empty (its read end
+/// is non-blocking; we hold the write end, so it never reports EOF).
+pub(crate) fn drain(pipe: &Pipe, most: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while out.len() < most {
+        let want = chunk.len().min(most - out.len());
+        match rustix::io::read(&pipe.read, &mut chunk[..want]) {
+            Ok(0) | Err(Errno::AGAIN) => break,
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }

@@ -200,15 +200,19 @@ impl Association {
         let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
         let (upstream, task) = match route.backend_proto {
             Proto::Udp => {
-                let (backend, src, lease) = pick_backend(&route.pool, client_ip(origin.client))?;
-                let socket = Arc::new(connected_socket(backend, src)?);
+                // Transparent: from the client's address and port.
+                let from = Some(origin.client).filter(|_| route.transparent());
+                let (backend, bind, lease) =
+                    pick_backend(&route.pool, client_ip(origin.client), from)?;
+                let socket = Arc::new(connected_socket(backend, bind)?);
                 activity.conn.connected(backend);
                 let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
                 let (tx, rx) = async_channel::bounded(TCP_QUEUE);
-                let upstream = tcp_upstream(rx, route.clone(), shared.clone(), reply, proxy);
+                let dial = route.dial(Some(origin.client));
+                let upstream = tcp_upstream(rx, route.clone(), shared.clone(), reply, proxy, dial);
                 let task = ex.spawn(upstream);
                 (Upstream::Tcp(tx, ByteBudget::new(ASSOC_QUEUE_BYTES)), task)
             }
@@ -400,6 +404,7 @@ async fn tcp_upstream(
     shared: Arc<Shared>,
     reply: Reply,
     proxy: Option<Encoded>,
+    dial: connect::Dial,
 ) {
     let connect_timeout = route.connect_timeout(shared.settings.connect_timeout);
     let datagrams = &shared.datagrams;
@@ -407,16 +412,16 @@ async fn tcp_upstream(
         let rule = reply.activity.conn.rule();
         let client = client_ip(reply.client);
         let counted = |e: &io::Error| rule.connect_failed(ConnectFailure::of(e));
-        let keepalive = route.keepalive();
-        let connected =
-            connect::through_pool(&route.pool, client, connect_timeout, keepalive, counted)
-                .await
-                .map_err(|e| {
-                    if let connect::ConnectError::LocalSocket(_) = &e {
-                        rule.connect_failed(ConnectFailure::Other);
-                    }
-                    io::Error::other(e.to_string())
-                })?;
+        let connected = connect::through_pool(&route.pool, client, connect_timeout, dial, counted)
+            .await
+            .map_err(|e| {
+                if let connect::ConnectError::LocalSocket(why) = &e {
+                    rule.connect_failed(ConnectFailure::Other);
+                    let peer = reply.client;
+                    shared.local_socket_failed(&route.names.connect_host, &peer, why);
+                }
+                io::Error::other(e.to_string())
+            })?;
         // `_lease` counts the association on its backend while the stream lives.
         let (stream, backend_addr, _lease) = (connected.stream, connected.addr, connected.lease);
         // UDP rules have IP backends only (the parsers refuse unix ones).

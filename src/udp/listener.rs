@@ -25,14 +25,14 @@ const MAX_SWEEP: Duration = Duration::from_secs(1);
 /// reload, or server stopping); then every association ends and is logged.
 pub(crate) async fn serve(
     ex: Arc<Executor<'static>>,
-    socket: Async<UdpSocket>,
+    socket: Arc<Async<UdpSocket>>,
     route: Arc<ArcSwap<Route>>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
     let mut listener = Listener {
         ex,
-        socket: Arc::new(socket),
+        socket,
         route,
         shared,
         stats,
@@ -234,7 +234,8 @@ impl Listener {
                 self.assocs.insert(peer, a);
             }
             Err(e) => {
-                log::debug!("{client}: cannot create the backend socket: {e}");
+                let rule = &route.names.connect_host;
+                self.shared.local_socket_failed(rule, &client, &e);
                 let failed = route.event(ip, Event::LocalSocketFailed, Bytes::NONE);
                 self.shared.log.log(failed);
             }

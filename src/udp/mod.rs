@@ -46,14 +46,26 @@ pub(crate) const MAX_PAYLOAD: usize = 65_507;
 /// and one busy client must not starve the others on the same thread.
 const BATCH: usize = 64;
 
+/// The address a backend socket binds before it connects, if any.
+#[derive(Clone, Copy, Debug)]
+enum Bind {
+    /// The member's `src`, port 0 (one of this host's addresses).
+    Local(SocketAddr),
+    /// `transparent`: the client's address (for an association, its port
+    /// too), with IP_TRANSPARENT.
+    Transparent(SocketAddr),
+}
+
 /// The backend a new association or TCP→UDP connection from `client` uses:
 /// the pool's choice (UDP has no connect to fail, so no failover), its first
-/// address of the source address's family, that source, and the lease that
-/// counts the use on the member until dropped.
+/// address of the source address's family, what to bind, and the lease that
+/// counts the use on the member until dropped. `transparent` is the address
+/// to send from under `transparent` (it wins over the member's `src`).
 fn pick_backend(
     pool: &BackendPool,
     client: IpAddr,
-) -> io::Result<(SocketAddr, Option<IpAddr>, Lease)> {
+    transparent: Option<SocketAddr>,
+) -> io::Result<(SocketAddr, Option<Bind>, Lease)> {
     let no_address = || {
         io::Error::new(
             io::ErrorKind::AddrNotAvailable,
@@ -62,22 +74,38 @@ fn pick_backend(
     };
     let lease = pool.attempts(client).next().ok_or_else(no_address)?;
     let member = lease.member();
-    let src = member.src();
+    let bind = match transparent {
+        Some(from) => {
+            let ip = crate::peer::unmapped(from);
+            Some(Bind::Transparent(SocketAddr::new(ip, from.port())))
+        }
+        None => member.src().map(|ip| Bind::Local(SocketAddr::new(ip, 0))),
+    };
+    let family = bind.map(|b| match b {
+        Bind::Local(a) | Bind::Transparent(a) => a.is_ipv4(),
+    });
     let addr = member
         .addrs()
         .iter()
         .copied()
-        .find(|a| src.is_none_or(|s| s.is_ipv4() == a.is_ipv4()))
+        .find(|a| family.is_none_or(|v4| v4 == a.is_ipv4()))
         .ok_or_else(no_address)?;
-    Ok((addr, src, lease))
+    Ok((addr, bind, lease))
 }
 
-/// A non-blocking UDP socket connected to `backend`, bound to `src` when given.
+/// A non-blocking UDP socket connected to `backend`, bound as `bind` says.
 /// Connected, so the kernel only delivers datagrams from the backend to it.
-fn connected_socket(backend: SocketAddr, src: Option<IpAddr>) -> io::Result<Async<UdpSocket>> {
+fn connected_socket(backend: SocketAddr, bind: Option<Bind>) -> io::Result<Async<UdpSocket>> {
     let socket = Socket::new(Domain::for_address(backend), Type::DGRAM.cloexec(), None)?;
-    if let Some(ip) = src {
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    match bind {
+        None => {}
+        Some(Bind::Local(from)) => socket.bind(&SockAddr::from(from))?,
+        Some(Bind::Transparent(from)) => {
+            crate::connect::set_transparent(&socket, from)?;
+            socket
+                .bind(&SockAddr::from(from))
+                .map_err(|e| io::Error::new(e.kind(), format!("bind to {from}: {e}")))?;
+        }
     }
     socket.connect(&SockAddr::from(backend))?;
     Async::new(UdpSocket::from(socket))

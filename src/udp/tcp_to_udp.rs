@@ -28,7 +28,7 @@ use crate::stats::{ConnKind, ConnectFailure, RuleStats};
 use async_io::Async as UdpAsync;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
-use std::net::{TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,8 +54,11 @@ pub(crate) async fn tcp_to_udp(
     let activity = Activity::new(Instant::now(), stats.register(ConnKind::TcpToUdp, peer));
     let event = |event| route.event(ip, event, activity.bytes());
     shared.log.log(event(Event::Opened));
-    let socket = pick_backend(&route.pool, ip).and_then(|(backend, src, lease)| {
-        let s = connected_socket(backend, src)?;
+    // Transparent: from the client's address, a port the kernel picks (the
+    // client's TCP port may be in use by another UDP flow of the same client).
+    let from = Some(SocketAddr::new(peer.ip(), 0)).filter(|_| route.transparent());
+    let socket = pick_backend(&route.pool, ip, from).and_then(|(backend, bind, lease)| {
+        let s = connected_socket(backend, bind)?;
         activity.conn.connected(backend);
         Ok((s, lease))
     });
@@ -70,7 +73,7 @@ pub(crate) async fn tcp_to_udp(
         Ok(s) => s,
         Err(e) => {
             stats.connect_failed(ConnectFailure::Other);
-            log::debug!("{peer}: cannot create the backend socket: {e}");
+            shared.local_socket_failed(&route.names.connect_host, &peer, &e);
             return shared.log.log(event(Event::LocalSocketFailed));
         }
     };

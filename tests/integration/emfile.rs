@@ -181,3 +181,107 @@ fn accept_emfile_backs_off_and_recovers() {
     drop(filler);
     setrlimit(Resource::Nofile, saved).expect("restore limit");
 }
+
+/// The descriptor numbers open in process `pid`.
+fn open_fd_numbers(pid: u32) -> Vec<u32> {
+    let mut fds: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("list the process's descriptors")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort_unstable();
+    fds
+}
+
+/// One echo round trip over `s`.
+fn unix_echoes(s: &mut std::os::unix::net::UnixStream, msg: &[u8; 4]) -> bool {
+    let mut b = [0u8; 4];
+    s.write_all(msg).is_ok() && s.read_exact(&mut b).is_ok() && &b == msg
+}
+
+/// Issue 21, through the binary: accept errors on unix listeners are logged
+/// once per episode for all listeners, as for TCP ones. oi's descriptor
+/// limit is lowered from outside (prlimit) to leave exactly two numbers
+/// free: one forwarded connection on listener A takes them, the next
+/// connection on A and one on B both meet EMFILE at accept, and stderr has
+/// one `accept failed` line. Before, each unix listener had its own flag:
+/// one line per listener per episode.
+#[test]
+fn unix_listeners_log_accept_errors_once_per_episode() {
+    use rustix::process::{prlimit, Pid, Resource, Rlimit};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = echo_backend("127.0.0.1:0");
+    let (a, b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!(
+            "unix:{} 127.0.0.1 {p}\nunix:{} 127.0.0.1 {p}\n",
+            a.display(),
+            b.display(),
+            p = backend.port()
+        ),
+    );
+    // Copying: no pipes appear later to take a descriptor.
+    let oi = OiProcess::start(dir.path(), &conf, &["--splice", "off"]);
+    let pid = oi.child.id();
+    let timeout = Some(Duration::from_secs(10));
+    // Warm up both listeners, so whatever is made lazily exists before the
+    // limit; the connections stay open, so oi's descriptors stand still
+    // once they have echoed.
+    let mut warm = Vec::new();
+    for path in [&a, &b] {
+        let mut s = UnixStream::connect(path).expect("connect to warm up");
+        s.set_read_timeout(timeout).expect("timeout");
+        assert!(unix_echoes(&mut s, b"warm"), "{}", oi.stderr_tail());
+        warm.push(s);
+    }
+    let open = open_fd_numbers(pid);
+    // The limit just past the second free descriptor number: new
+    // descriptors can take exactly those two.
+    let second_free = (0u32..)
+        .filter(|n| !open.contains(n))
+        .nth(1)
+        .expect("free numbers");
+    let rpid = Pid::from_raw(pid as i32).expect("pid");
+    let saved = prlimit(
+        Some(rpid),
+        Resource::Nofile,
+        Rlimit {
+            current: Some(u64::from(second_free) + 1),
+            // oi inherited this process's hard limit.
+            maximum: rustix::process::getrlimit(Resource::Nofile).maximum,
+        },
+    )
+    .expect("lower oi's RLIMIT_NOFILE");
+    let mut first = UnixStream::connect(&a).expect("connect first");
+    first.set_read_timeout(timeout).expect("timeout");
+    assert!(unix_echoes(&mut first, b"one!"), "{}", oi.stderr_tail());
+    // Queued by the kernel; accept hits EMFILE on both listeners.
+    let mut second = UnixStream::connect(&a).expect("connect second");
+    let mut third = UnixStream::connect(&b).expect("connect third");
+    let failed = |oi: &OiProcess| oi.stderr_tail().matches("accept failed").count();
+    wait_until("oi logs the accept failure", || failed(&oi) > 0);
+    // A measurement window (not a sync): B's loop, woken by its queued
+    // connection, fails too; a second line would show within it.
+    let twice = holds_within(Duration::from_millis(500), || failed(&oi) > 1);
+    prlimit(Some(rpid), Resource::Nofile, saved).expect("restore oi's limit");
+    drop(first);
+    for (s, msg) in [(&mut second, b"two!"), (&mut third, b"3rd!")] {
+        s.set_read_timeout(timeout).expect("timeout");
+        assert!(
+            unix_echoes(s, msg),
+            "served once descriptors are back\n{}",
+            oi.stderr_tail()
+        );
+    }
+    drop(warm);
+    let (_, stderr) = oi.stop();
+    assert!(!twice, "a second accept failed line\n{stderr}");
+    assert_eq!(stderr.matches("accept failed").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("accepting connections again").count(),
+        1,
+        "{stderr}"
+    );
+}

@@ -66,7 +66,7 @@ fn forward_conf_shows_every_feature() {
         .iter()
         .any(|r| matches!(r.bind.port, config::Port::Service(_))));
     assert!(rules.iter().any(|r| r.bind.host_text.starts_with('[')));
-    assert!(rules.iter().any(|r| r.bind.host_text == "::1"));
+    assert!(rules.iter().any(|r| &*r.bind.host_text == "::1"));
     assert!(rules
         .iter()
         .any(|r| matches!(r.connect.host, config::Host::Name(_))));

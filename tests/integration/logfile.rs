@@ -150,6 +150,7 @@ fn a_fifo_nobody_reads_loses_lines_counted_and_the_queue_stays_bounded() {
             from_client: 0,
             to_client: 0,
             event: oxidinetd::Event::Opened,
+            server_name: None,
         });
         peak = peak.max(log.queued());
     }

@@ -4,6 +4,7 @@
 //! descriptors) runs in a process of its own: `common::run_in_own_process`.
 
 mod acl;
+mod activation;
 mod check_cli;
 mod check_preflight;
 mod command_line;
@@ -23,6 +24,7 @@ mod health_checks;
 mod include_yaml;
 mod layout;
 mod logfile;
+mod mptcp;
 mod observe;
 mod parse_fuzz;
 mod pools;
@@ -33,15 +35,19 @@ mod reload;
 mod runtime_bounds;
 mod shared_host;
 mod shutdown;
+mod sni;
 mod splice;
 mod splice_emfile;
 mod splice_resets;
 mod startup;
 mod status_page;
 mod top;
+mod transparent;
 mod udp;
 mod udp_flood;
 mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
+mod upgrade;
+mod upgrade_live;
 mod watch;

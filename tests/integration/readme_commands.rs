@@ -69,6 +69,10 @@ const COMMANDS: &[(&str, How)] = &[
     ),
     ("oi -c /etc/rinetd.conf", Serve),
     (
+        "oi upgrade --socket /run/oi/oi.sock",
+        NotRun("replaces the running oi: tests/integration/upgrade.rs runs it against an oi whose binary path the test controls"),
+    ),
+    (
         "sudo systemctl enable --now oi",
         NotRun("needs systemd and the installed unit"),
     ),

@@ -262,18 +262,32 @@ fn sixteen_mib(head: &str, item: &str) -> String {
     s
 }
 
-/// Case 5: a running oi reloads 16 MiB files that are refused: its peak RSS
-/// (VmHWM, start-up included) stays at most 64 MiB, and after each refused
-/// reload its RSS is within 8 MiB of the figure before. Before, a 16 MiB
-/// `rules: [0,0,...]` cost about 790 MiB and left 388 MiB resident.
-#[test]
-fn a_refused_16_mib_reload_peaks_under_64_mib_and_gives_its_memory_back() {
-    const MIB: u64 = 1024;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let backend = echo_backend("127.0.0.1:0");
-    let port = free_port();
-    let cases = [
-        ("oi.yaml", sixteen_mib("rules: [", "0,")),
+/// 16 MiB (just under) of valid rinetd.conf rules, each on its own address
+/// and port: about 540,000 rules, past [`oxidinetd::config::MAX_RULES`].
+fn sixteen_mib_of_valid_rules() -> String {
+    let limit = 16 * 1024 * 1024 - 1;
+    let mut s = String::with_capacity(limit);
+    for i in 0.. {
+        let line = format!(
+            "10.{}.{}.{} {} 192.0.2.1 80\n",
+            (i / 62_500) % 250,
+            (i / 250) % 250,
+            i % 250 + 1,
+            1024 + i % 60_000
+        );
+        if s.len() + line.len() > limit {
+            break;
+        }
+        s.push_str(&line);
+    }
+    s
+}
+
+/// The four 16 MiB inputs of the memory bound: valid rinetd.conf rules,
+/// valid YAML rules, lines with many errors each, and YAML scalars.
+fn sixteen_mib_inputs() -> [(&'static str, String); 4] {
+    [
+        ("oi.conf", sixteen_mib_of_valid_rules()),
         (
             "oi.yaml",
             sixteen_mib(
@@ -281,20 +295,97 @@ fn a_refused_16_mib_reload_peaks_under_64_mib_and_gives_its_memory_back() {
                 "  - {name: r, bind: \"10.0.0.1:80/tcp\", connect: \"192.0.2.1:80\"}\n",
             ),
         ),
-        // Long lines, each with many errors (a debug build takes minutes over
-        // 8 million one-error lines; the collector is the same).
+        // Long lines, each with many errors (a debug build takes half a
+        // minute over 8 million one-error lines; the collector is the same).
         (
             "oi.conf",
             sixteen_mib("", &format!("{}\n", "x ".repeat(2047))),
         ),
-        (
-            "oi.conf",
-            sixteen_mib(
-                "",
-                &format!("0.0.0.0 99999 h 80 {}\n", "[bad=1] ".repeat(500)),
-            ),
+        ("oi.yaml", sixteen_mib("rules: [", "0,")),
+    ]
+}
+
+/// `oi --check` of any 16 MiB input runs within 64 MiB of data (RLIMIT_DATA,
+/// which counts every private mapping, reserved or touched: stricter than
+/// RSS) and ends with its report, exit 1; a file of exactly MAX_RULES rules
+/// passes within it. Before, 16 MiB of valid rules (541,923) took 1.3 GiB
+/// (`/usr/bin/time -f %M`, release) and such a limit made oi abort.
+#[test]
+fn check_of_any_16_mib_input_runs_within_64_mib() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("oi-data-64m");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nulimit -d 65536 && exec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_oi")
         ),
-    ];
+    )
+    .expect("write script");
+    let mut perm = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).expect("chmod");
+    let check = |name: &str, text: &str| {
+        let conf = dir.path().join(name);
+        write_atomic(&conf, text);
+        let out = std::process::Command::new(&script)
+            .args(["--check", "--quiet", "-c"])
+            .arg(&conf)
+            .output()
+            .expect("run oi --check");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let most = oxidinetd::config::MAX_RULES;
+    let fits: String = sixteen_mib_of_valid_rules()
+        .lines()
+        .take(most)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, stderr) = check("fits.conf", &fits);
+    assert_eq!(code, Some(0), "{most} rules pass within 64 MiB\n{stderr}");
+    for (i, (name, text)) in sixteen_mib_inputs().iter().enumerate() {
+        let (code, stderr) = check(name, text);
+        let head = &stderr[..stderr.len().min(2000)];
+        assert_eq!(
+            code,
+            Some(1),
+            "input {i} ({name}): a report, not a crash\n{head}"
+        );
+        assert!(
+            stderr.contains("configuration invalid"),
+            "input {i}\n{head}"
+        );
+        if i == 0 {
+            assert!(
+                stderr.contains(&format!("more than {most} forwarding rules")),
+                "{head}"
+            );
+        }
+    }
+}
+
+/// Case 5: a running oi reloads 16 MiB files that are refused: its peak RSS
+/// (VmHWM, start-up included) stays at most 64 MiB, and after each refused
+/// reload its RSS is within 8 MiB of the figure before. Before, a 16 MiB
+/// `rules: [0,0,...]` cost about 790 MiB and left 388 MiB resident, and 16
+/// MiB of valid rules (refused now past MAX_RULES) about 1.3 GiB.
+#[test]
+fn a_refused_16_mib_reload_peaks_under_64_mib_and_gives_its_memory_back() {
+    const MIB: u64 = 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let mut cases = sixteen_mib_inputs().to_vec();
+    cases.push((
+        "oi.conf",
+        sixteen_mib(
+            "",
+            &format!("0.0.0.0 99999 h 80 {}\n", "[bad=1] ".repeat(500)),
+        ),
+    ));
     let mut report = Vec::new();
     for (name, text) in &cases {
         let conf = dir.path().join(name);
@@ -391,9 +482,27 @@ fn bytes_that_are_not_utf8_are_kept_in_paths_and_refused_elsewhere() {
     assert!(err.contains("oi.yaml:2: not UTF-8 (YAML is text)"), "{err}");
 }
 
+/// How many TCP sockets listen on `port` (IPv4, any address), from /proc/net/tcp.
+fn listening_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+        })
+        .count()
+}
+
 /// `--user`: started as root, oi binds, then runs as the user with only
 /// CAP_NET_BIND_SERVICE (CapEff 0x400), and a reload still binds a port
-/// below 1024. Needs root (skipped otherwise, saying so) and a `nobody` user.
+/// below 1024. Each of the 2 threads keeps a socket of its own in every TCP
+/// listener's SO_REUSEPORT group, start-up's (bound as root, handed to the
+/// user) and the reload's: 2 listening sockets per port (1 before the
+/// hand-over: the group refused the user's sockets). Needs root (skipped
+/// otherwise, saying so) and a `nobody` user.
 #[test]
 fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     if !rustix::process::geteuid().is_root() {
@@ -414,7 +523,7 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     // The harness's notify socket must be writable by nobody: made under umask 0.
     let old = rustix::process::umask(rustix::fs::Mode::empty());
-    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody"]);
+    let oi = OiProcess::start(dir.path(), &conf, &["--user", "nobody", "--threads", "2"]);
     rustix::process::umask(old);
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", oi.child.id())).expect("status");
@@ -429,6 +538,7 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     let cap_eff = field("CapEff:");
     let cap_prm = field("CapPrm:");
     ping(port).expect("forwards as nobody");
+    let per_thread = listening_sockets(port);
     // A free port below 1024 (bounded search).
     let low = (900..1024)
         .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
@@ -442,7 +552,10 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     oi.reload();
     let low_serves = ping(low).is_ok();
+    let low_per_thread = listening_sockets(low);
     let (_, stderr) = oi.stop();
+    assert_eq!(per_thread, 2, "a socket per thread on {port}\n{stderr}");
+    assert_eq!(low_per_thread, 2, "a socket per thread on {low}\n{stderr}");
     assert_eq!(uid, "65534 65534 65534 65534", "{stderr}");
     assert_eq!(
         cap_eff, "0000000000000400",

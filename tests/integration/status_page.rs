@@ -34,18 +34,7 @@ fn chromium(profile: &std::path::Path, args: &[&str], url: &str) -> std::process
 }
 
 fn chromium_present() -> bool {
-    let ok = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
-            "chromium is missing and OI_REQUIRE_TOOLS is set"
-        );
-        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
-    }
-    ok
+    tool_present("chromium", "--version", "chromium")
 }
 
 /// A plain HTTP GET of `path`: the status line and the body.

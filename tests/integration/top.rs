@@ -60,18 +60,7 @@ impl Drop for Tmux {
 }
 
 fn tmux_present() -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("OI_REQUIRE_TOOLS").is_none(),
-            "tmux is missing and OI_REQUIRE_TOOLS is set"
-        );
-        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
-    }
-    ok
+    tool_present("tmux", "-V", "tmux")
 }
 
 /// Sends and reads back through `addr` until `stop` is set (at most a minute).

@@ -18,9 +18,11 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
             errors.push("empty option".to_string());
             continue;
         }
-        // `accept-proxy` alone means `accept-proxy=on`.
-        let item = if item == "accept-proxy" {
-            "accept-proxy=on"
+        // A switch written alone (`accept-proxy`, `transparent`) means `=on`.
+        let switched;
+        let item = if is_switch(item) {
+            switched = format!("{item}=on");
+            switched.as_str()
         } else {
             item
         };
@@ -54,22 +56,33 @@ pub(crate) fn parse_options(inner: &str, errors: &mut LineErrors) -> RuleOptions
             errors.push(format!("missing value for option '{}'", Shown(name)));
             continue;
         }
-        if let Err(e) = set_option(&mut opts, name, value) {
+        if let Err(e) = set_option(&mut opts, name, value, errors.listing()) {
             errors.push(e);
         }
     }
     opts
 }
 
+/// Whether `item` is the name of an on/off rule option, which written
+/// alone means on (`[accept-proxy]`, `[transparent]`; `[mptcp]`, whose
+/// other values name one side).
+fn is_switch(item: &str) -> bool {
+    item == "mptcp"
+        || settings::rule_option(item).is_some_and(|s| matches!(s.value, settings::Value::Switch))
+}
+
 /// Stores one `name=value` in `opts`, refusing unknown names, bad values
-/// and repeats; the table ([`settings`]) says how each value is read.
-fn set_option(opts: &mut RuleOptions, name: &str, value: &str) -> Result<(), String> {
+/// and repeats; the table ([`settings`]) says how each value is read. An
+/// unknown name gets a "did you mean" hint only when `hint` (the error is
+/// listed, not only counted).
+fn set_option(opts: &mut RuleOptions, name: &str, value: &str, hint: bool) -> Result<(), String> {
     let Some(setting) = settings::rule_option(name) else {
-        return Err(format!(
-            "unknown option '{}'{}",
-            Shown(name),
+        let hint = if hint {
             suggestion(name, &settings::rule_option_names())
-        ));
+        } else {
+            String::new()
+        };
+        return Err(format!("unknown option '{}'{hint}", Shown(name)));
     };
     let Some(slot) = setting.rule else {
         return Err(format!("unknown option '{}'", Shown(name)));

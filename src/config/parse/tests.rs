@@ -58,7 +58,7 @@ fn basic_rule() {
     let r = &c.rules[0];
     assert_eq!(r.line, 1);
     assert_eq!(r.bind.host, v4(206, 125, 69, 81));
-    assert_eq!(r.bind.host_text, "206.125.69.81");
+    assert_eq!(&*r.bind.host_text, "206.125.69.81");
     assert_eq!(r.bind.port, Port::Number(80));
     assert_eq!(r.bind.proto, Proto::Tcp);
     assert_eq!(r.connect.host, v4(10, 1, 1, 2));
@@ -95,13 +95,13 @@ fn ipv6_and_names() {
     let r = &c.rules[0];
     assert_eq!(r.bind.host, v6("::1"));
     assert_eq!(r.connect.host, v6("::1"));
-    assert_eq!(r.connect.host_text, "[::1]");
+    assert_eq!(&*r.connect.host_text, "[::1]");
     assert_eq!(r.options.timeout, Some(Duration::from_secs(5)));
     assert_eq!(c.rules[1].bind.host, v6("::"));
-    assert_eq!(c.rules[1].bind.host_text, "[::]");
+    assert_eq!(&*c.rules[1].bind.host_text, "[::]");
     assert_eq!(c.rules[1].connect.host, v6("fe80::1"));
     assert_eq!(c.rules[2].connect.host, Host::Name("localhost".into()));
-    assert_eq!(c.rules[2].connect.host_text, "localhost");
+    assert_eq!(&*c.rules[2].connect.host_text, "localhost");
 }
 
 #[test]
@@ -491,4 +491,32 @@ fn a_line_of_a_million_words_is_two_short_errors() {
             format!("config:1: unexpected 'x' after the options (put all options in one [...] list): {shown}"),
         ]
     );
+}
+
+#[test]
+fn past_max_rules_the_file_is_refused_before_its_rules_are_built() {
+    use crate::config::MAX_RULES;
+    // One range of exactly the cap fits.
+    let last = MAX_RULES + 1000 - 1;
+    let fits = format!("0.0.0.0 1000-{last} 10.0.0.1 1000-{last}\n");
+    assert_eq!(ok(&fits).rules.len(), MAX_RULES);
+    // One more rule, on line 3 (a comment and a keyword count nothing): refused
+    // at the line that goes past, naming the cap.
+    let past = format!("# all\nlogcommon\n{fits}10.0.0.2 1 10.0.0.1 1\n");
+    let e = errors(&past);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with(&format!("config:4: more than {MAX_RULES} forwarding rules")),
+        "{e:?}"
+    );
+    // Lines without a rule's fields are no rules: they keep their own errors.
+    for junk in ["x\n", "x y\n", "x y z\n"] {
+        let e = errors(&junk.repeat(MAX_RULES + 1));
+        assert!(!e[0].contains("forwarding rules"), "{junk:?}: {}", e[0]);
+    }
+    // A unix rule has fewer fields, and counts.
+    let unix = (0..=MAX_RULES)
+        .map(|i| format!("unix:/run/{i}.sock unix:/run/b.sock\n"))
+        .collect::<String>();
+    assert!(errors(&unix)[0].contains("forwarding rules"));
 }

@@ -20,6 +20,7 @@ pub(super) fn fill(to: Slot<'_>, from: Slot<'_>) {
         (Slot::Switch(a), Slot::Switch(b)) => or(a, b),
         (Slot::Host(a), Slot::Host(b)) => or(a, b),
         (Slot::Splice(a), Slot::Splice(b)) => or(a, b),
+        (Slot::Mptcp(a), Slot::Mptcp(b)) => or(a, b),
         (Slot::Proxy(a), Slot::Proxy(b)) => or(a, b),
         (Slot::IpFilter(a), Slot::IpFilter(b)) => or(a, b),
         (Slot::StatusFormat(a), Slot::StatusFormat(b)) => or(a, b),

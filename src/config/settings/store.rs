@@ -57,6 +57,7 @@ pub fn store(
             s.replace(host).is_some()
         }
         Slot::Splice(s) => s.replace(value.parse()?).is_some(),
+        Slot::Mptcp(s) => s.replace(value.parse()?).is_some(),
         Slot::Proxy(s) => {
             let v = match value {
                 "v1" => ProxyHeader::V1,
@@ -120,6 +121,10 @@ pub fn store(
                         Shown(value)
                     ));
                 }
+            } else if setting.value == Value::ServerName {
+                let pattern = crate::client_hello::NamePattern::parse(value)
+                    .map_err(|e| format!("invalid {name} '{}': {e}", Shown(value)))?;
+                return Ok(s.replace(pattern.to_string()).is_some());
             } else if value.is_empty() {
                 return Err(format!("{name} must not be empty"));
             }
@@ -258,6 +263,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Flag(b) => b.then(|| on(true)),
         Slot::Host(h) => h.as_ref().map(Host::to_string),
         Slot::Splice(s) => s.map(|s| s.to_string()),
+        Slot::Mptcp(s) => s.map(|s| s.to_string()),
         Slot::Proxy(p) => p.map(|p| match p {
             ProxyHeader::V1 => "v1".to_string(),
             ProxyHeader::V2 => "v2".to_string(),

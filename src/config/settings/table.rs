@@ -9,8 +9,8 @@
 
 use super::{Applies, Default, Place, Setting, Slot, Value};
 use crate::config::{
-    Host, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS, MAX_DNS_REFRESH_SECS,
-    MAX_UDP_TIMEOUT_SECS,
+    Host, Mptcp, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
+    MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
 use std::time::Duration;
 
@@ -70,6 +70,47 @@ pub struct RuleOptions {
     /// `[client-rate=N]` (oi): bytes per second all of one client address's
     /// connections on the rule together may move in each direction.
     pub client_rate: Option<u64>,
+    /// `[transparent]` (oi): connect to the backend from the client's own
+    /// address (IP_TRANSPARENT), so the backend sees the real client.
+    pub transparent: Option<bool>,
+    /// `[mptcp=on|off|listen|connect]` (oi): Multipath TCP on the listener,
+    /// towards the backend, or both.
+    pub mptcp: Option<Mptcp>,
+    /// `[sni=NAME]` (oi): the TLS server name (or `*.suffix`) this rule
+    /// serves on a listener several rules share; stored lowercase.
+    pub sni: Option<String>,
+}
+
+impl RuleOptions {
+    /// No option written: what [`crate::config::Options`] stands for when it stores nothing.
+    pub const NONE: RuleOptions = RuleOptions {
+        timeout: None,
+        src: None,
+        splice: None,
+        max_assoc: None,
+        keepalive: None,
+        connect_timeout: None,
+        dns_refresh: None,
+        mode: None,
+        proxy: None,
+        accept_proxy: None,
+        maxconn: None,
+        maxconn_per_client: None,
+        check_interval: None,
+        check_timeout: None,
+        check_rise: None,
+        check_fall: None,
+        check_send: None,
+        check_expect: None,
+        rate: None,
+        rate_up: None,
+        rate_down: None,
+        rule_rate: None,
+        client_rate: None,
+        transparent: None,
+        mptcp: None,
+        sni: None,
+    };
 }
 
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
@@ -158,6 +199,49 @@ pub static SETTINGS: &[Setting] = &[
               backend's, for the backend's address family). In YAML it is a \
               backend's key, and a backend's own src wins over the rule's.",
         rule: Some(|o| Slot::Host(&mut o.src)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("transparent"),
+        yaml: Some("transparent"),
+        value: Value::Switch,
+        applies: &[Applies::IpClient, Applies::IpBackend],
+        default: Default::Unset("off"),
+        doc: "Connect to the backend from the client's own address (an oi \
+              extension; haproxy's usesrc clientip): the backend sees the real \
+              client with no header. TCP connections and TCP to UDP rules use \
+              the client's address with a port the kernel picks; a UDP \
+              association uses the client's address and port. With accept-proxy \
+              the address the header carries is the source. Written alone, \
+              [transparent] means on (YAML: transparent: true). The socket gets \
+              IP_TRANSPARENT (IPV6_TRANSPARENT), which needs CAP_NET_ADMIN (or \
+              CAP_NET_RAW), and \
+              the host must route the backend's replies to oi: see the README's \
+              transparent section for the ip rule, ip route and nftables lines. \
+              A client whose socket cannot be set up so is closed and logged \
+              local-socket-failed with the reason (a warning at most once a \
+              minute); other clients go on. Backend addresses of the other \
+              family than the client's are skipped; src is ignored. Example: \
+              0.0.0.0 80 10.1.1.2 8080 [transparent].",
+        rule: Some(|o| Slot::Switch(&mut o.transparent)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("mptcp"),
+        yaml: Some("mptcp"),
+        value: Value::Word(&Mptcp::NAMES),
+        default: Default::Unset("off"),
+        doc: "Multipath TCP (an oi extension): listen for MPTCP clients \
+              (listen), connect to the backend with MPTCP (connect), or both \
+              (on; written alone, [mptcp] means on; YAML mptcp: true). The \
+              sockets are opened with IPPROTO_MPTCP; a peer that does not speak \
+              MPTCP gets plain TCP on the same socket (the kernel falls back), \
+              and where the kernel refuses MPTCP sockets (net.mptcp.enabled=0, \
+              or no MPTCP) oi opens plain TCP ones and says so once. TCP sides \
+              only: UDP and unix sockets ignore it. A reload that keeps the \
+              listener keeps its socket as it was made. Example: [mptcp] or \
+              [mptcp=listen] (YAML: mptcp: listen).",
+        rule: Some(|o| Slot::Mptcp(&mut o.mptcp)),
         ..BASE
     },
     Setting {
@@ -452,6 +536,34 @@ pub static SETTINGS: &[Setting] = &[
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
+    // ---- TLS passthrough by server name (oi) ----
+    Setting {
+        conf: Some("sni"),
+        yaml: Some("sni"),
+        value: Value::ServerName,
+        applies: &[Applies::TcpListener, Applies::TcpBackend],
+        default: Default::Unset("not routed by server name"),
+        doc: "Route TLS connections by the server name the client asks for \
+              (SNI), without decrypting (an oi extension). Several TCP rules \
+              may then share one listening address and port: each names a \
+              host (sni=www.example.com) or every name under a domain \
+              (sni=*.example.com: one or more labels in front of example.com); \
+              the rule without sni on that address is the default, for names \
+              no rule matches, clients that send no server name, and bytes \
+              that are not a TLS ClientHello. Without a default rule those \
+              connections are closed (logged as sni-unrouted). An exact name \
+              wins over a pattern, a longer pattern over a shorter one. oi \
+              reads the ClientHello with MSG_PEEK, so the backend receives \
+              every byte and splice still carries the rest; it waits at most \
+              10 s and 16 KiB for it. The listener's own settings (allow/deny, \
+              accept-proxy, maxconn, listen-backlog) are the default rule's \
+              (else the first rule's); everything about the backend (its pool, \
+              proxy, rate, connect-timeout, splice) is the routed rule's. \
+              Example: 0.0.0.0 443 10.0.0.1 443 [sni=app.example.com] and \
+              0.0.0.0 443 10.0.0.9 443 as the default; in YAML sni: app.example.com.",
+        rule: Some(|o| Slot::Text(&mut o.sni)),
+        ..BASE
+    },
     Setting {
         conf: Some("allow"),
         yaml: Some("access.allow"),

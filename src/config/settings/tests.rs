@@ -17,6 +17,7 @@ fn sample(s: &Setting) -> String {
         Value::Name => "nobody".into(),
         Value::Pattern => "10.0.0.*".into(),
         Value::Text(_) => "PING\\r\\n".into(),
+        Value::ServerName => "*.example.com".into(),
         Value::Glob | Value::Other(_) => String::new(),
     }
 }

@@ -352,3 +352,68 @@ rules:
         ]
     );
 }
+
+#[test]
+fn transparent_is_one_switch_in_both_formats_and_alone_means_on() {
+    let yaml = ok("rules:\n  - name: t\n    bind: 0.0.0.0:80\n    connect: 10.0.0.1:80\n    transparent: true\n");
+    let conf = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent]\n").expect("valid");
+    assert_eq!(yaml.rules[0].options.transparent, Some(true));
+    assert_eq!(conf.rules[0].options.transparent, Some(true));
+    assert_eq!(conf.rules[0].options.to_string(), "[transparent=on]");
+    let off = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent=off]\n").expect("valid");
+    assert_eq!(off.rules[0].options.transparent, Some(false));
+    let bad = crate::config::parse("0.0.0.0 80 10.0.0.1 80 [transparent=maybe]\n")
+        .expect_err("not a switch value");
+    assert!(bad.to_string().contains("transparent"), "{bad}");
+}
+
+#[test]
+fn mptcp_takes_a_side_or_both_in_both_formats() {
+    use crate::config::Mptcp;
+    let conf = |opts: &str| {
+        crate::config::parse(&format!("0.0.0.0 80 10.0.0.1 80 [{opts}]\n"))
+            .map(|c| c.rules[0].options.mptcp)
+    };
+    assert_eq!(conf("mptcp").expect("alone"), Some(Mptcp::On));
+    assert_eq!(conf("mptcp=listen").expect("listen"), Some(Mptcp::Listen));
+    assert_eq!(
+        conf("mptcp=connect").expect("connect"),
+        Some(Mptcp::Connect)
+    );
+    assert_eq!(conf("mptcp=off").expect("off"), Some(Mptcp::Off));
+    let bad = conf("mptcp=lisen").expect_err("misspelt");
+    assert!(bad.to_string().contains("listen"), "{bad}");
+    let yaml = |v: &str| {
+        ok(&format!(
+            "rules:\n  - name: m\n    bind: 0.0.0.0:80\n    connect: 10.0.0.1:80\n    mptcp: {v}\n"
+        ))
+        .rules[0]
+            .options
+            .mptcp
+    };
+    assert_eq!(yaml("true"), Some(Mptcp::On));
+    assert_eq!(yaml("connect"), Some(Mptcp::Connect));
+    assert_eq!(yaml("false"), Some(Mptcp::Off));
+    assert!(Mptcp::On.listens() && Mptcp::On.connects());
+    assert!(Mptcp::Listen.listens() && !Mptcp::Listen.connects());
+    assert!(!Mptcp::Connect.listens() && Mptcp::Connect.connects());
+}
+
+#[test]
+fn past_max_rules_is_one_error() {
+    use crate::config::MAX_RULES;
+    // One rule with a bind per port: MAX_RULES + 2 listeners.
+    let binds: Vec<String> = (0..MAX_RULES + 2)
+        .map(|i| format!("'10.0.{}.{}:{}'", i / 60_000, i % 250 + 1, 1 + i % 60_000))
+        .collect();
+    let text = format!(
+        "rules:\n- name: a\n  bind: [{}]\n  connect: 10.0.0.1:80\n",
+        binds.join(", ")
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains(&format!("more than {MAX_RULES} forwarding rules")),
+        "{e:?}"
+    );
+}

@@ -59,6 +59,17 @@ impl OiProcess {
         conf: &std::path::Path,
         args: &[&str],
     ) -> Self {
+        let mut command = std::process::Command::new(program);
+        command.arg("-c").arg(conf).args(args);
+        let p = Self::spawn(command, dir);
+        p.wait_ready();
+        p
+    }
+
+    /// Starts `command` (oi, or a program that runs oi, such as
+    /// `systemd-socket-activate`) with NOTIFY_SOCKET set to a socket in
+    /// `dir` and RUST_LOG=info, without waiting for anything.
+    pub fn spawn(mut command: std::process::Command, dir: &std::path::Path) -> Self {
         let sock_path = dir.join("notify.sock");
         let _ = std::fs::remove_file(&sock_path);
         let notify = std::os::unix::net::UnixDatagram::bind(&sock_path).expect("notify socket");
@@ -66,17 +77,15 @@ impl OiProcess {
         notify
             .set_read_timeout(Some(Duration::from_millis(250)))
             .expect("timeout");
-        let mut child = std::process::Command::new(program)
-            .arg("-c")
-            .arg(conf)
-            .args(args)
+        let program = command.get_program().to_string_lossy().into_owned();
+        let mut child = command
             .env("NOTIFY_SOCKET", &sock_path)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
         let (tx, events) = std::sync::mpsc::channel();
         let alive = Arc::new(());
         let weak = Arc::downgrade(&alive);
@@ -105,20 +114,23 @@ impl OiProcess {
                 let _ = tx.send(Event::StderrClosed);
             })
         });
-        let p = OiProcess {
+        OiProcess {
             child,
             events: Mutex::new((events, VecDeque::new())),
             stderr,
             stderr_thread,
             _alive: alive,
-        };
-        let first = p.next_notify();
+        }
+    }
+
+    /// Waits for oi's first notification, which must be READY=1.
+    pub fn wait_ready(&self) {
+        let first = self.next_notify();
         if !first.contains("READY=1") {
-            p.fail(&format!(
+            self.fail(&format!(
                 "oi's first notification is not READY=1: {first:?}"
             ));
         }
-        p
     }
 
     /// The next sd_notify message; fails the test, with oi's exit status and

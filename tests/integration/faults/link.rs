@@ -512,18 +512,7 @@ impl Net {
         name: &str,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let path = format!("/run/netns/{}", self.ns(name));
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&file),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        crate::common::run_in_netns(format!("/run/netns/{}", self.ns(name)), f)
     }
 
     /// A script in `dir` that runs oi (with its arguments) inside namespace

@@ -1,0 +1,43 @@
+//! Arbitrary bytes through the ClientHello reader `[sni=...]` rules peek
+//! with, and the name patterns they match.
+//!
+//! Besides "never panics", it checks what the peek loop relies on: a
+//! verdict other than `NeedMore` never changes when more bytes arrive (so
+//! oi may decide as soon as it has one), and a found name is a lowercase
+//! host name of at most 253 bytes.
+
+#![no_main]
+#![forbid(unsafe_code)]
+
+use libfuzzer_sys::fuzz_target;
+use oxidinetd::client_hello::{best_match, parse, Hello, NamePattern};
+
+fuzz_target!(|data: &[u8]| {
+    let whole = parse(data);
+    for cut in [data.len() / 2, data.len().saturating_sub(1)] {
+        let early = parse(&data[..cut]);
+        if early != Hello::NeedMore {
+            assert_eq!(early, whole, "verdict changed after byte {cut}");
+        }
+    }
+    if let Hello::Found(name) = &whole {
+        assert!(!name.is_empty() && name.len() <= 253, "{name:?}");
+        assert!(!name.bytes().any(|b| b.is_ascii_uppercase()), "{name:?}");
+        // A name always matches itself, and its parent's wildcard when it has one.
+        let exact = NamePattern::parse(name).expect("a found name is a pattern");
+        assert!(exact.matches(name));
+        if let Some((_, parent)) = name.split_once('.') {
+            if let Ok(wild) = NamePattern::parse(&format!("*.{parent}")) {
+                assert!(wild.matches(name));
+                assert_eq!(best_match([&wild, &exact], name), Some(1));
+            }
+        }
+    }
+    // The input as a pattern: parses or not, and matches without panicking.
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(p) = NamePattern::parse(text) {
+            let _ = p.matches(text);
+            assert_eq!(NamePattern::parse(&p.to_string()), Ok(p));
+        }
+    }
+});

@@ -1,0 +1,347 @@
+//! Handing every listening socket to a new oi binary (`oi upgrade`,
+//! SIGUSR2), so an upgrade refuses no connection. `docs/handover.md`
+//! describes the conversation and the message format (`wire.rs`).
+//!
+//! The old process ([`hand_over`]) listens on a fresh abstract unix
+//! `SOCK_SEQPACKET` socket with a random name, starts the new binary with
+//! that name in `OI_HANDOVER`, and accepts only that child (its pid, checked
+//! with `SO_PEERCRED`). The child ([`take_from_env`]) says hello with its
+//! hand-over version; the old one checks it before sending any descriptor,
+//! then sends every listening socket (rules', metrics', the control
+//! socket's) with `SCM_RIGHTS`. The child reads its configuration, serves
+//! with what matches its rules, and says ready (or why it cannot); only
+//! then does the old one stop accepting. Every way the child can fail
+//! (does not start, exits, refuses the configuration, speaks another
+//! version, says nothing in time) leaves the old process serving, with one
+//! message saying why.
+
+mod conns;
+pub(crate) mod park;
+mod wire;
+
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use wire::{Kind, Received};
+
+/// The variable that tells a new oi where the old one waits.
+pub(crate) const ENV: &str = "OI_HANDOVER";
+
+/// How long the new binary may take to connect, and then to say ready
+/// after it has the sockets (it reads its configuration and resolves names).
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a handed socket is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A rule's listening socket.
+    Listener,
+    /// The Prometheus endpoint's listener.
+    Metrics,
+    /// The control socket.
+    Control,
+}
+
+impl Role {
+    /// The word the message carries.
+    fn word(self) -> &'static str {
+        match self {
+            Role::Listener => "listener",
+            Role::Metrics => "metrics",
+            Role::Control => "control",
+        }
+    }
+
+    /// The role a word names.
+    fn from_word(w: &str) -> Option<Role> {
+        [Role::Listener, Role::Metrics, Role::Control]
+            .into_iter()
+            .find(|r| r.word() == w)
+    }
+}
+
+/// One socket on its way to the new process.
+pub(crate) struct Handed {
+    /// What it is for.
+    pub(crate) role: Role,
+    /// The socket.
+    pub(crate) fd: OwnedFd,
+}
+
+/// The old side: starts `binary` with `args`, hands it `sockets`, and
+/// returns the new process's pid once it serves. On error the child is
+/// gone (killed if need be and reaped) and the message says why.
+pub(crate) fn hand_over(
+    binary: &Path,
+    args: &[OsString],
+    sockets: &[Handed],
+    parking: &park::Parking,
+) -> Result<u32, String> {
+    let shown = binary.display();
+    let (listener, name) = rendezvous().map_err(|e| format!("cannot set up the hand-over: {e}"))?;
+    let mut child = Command::new(binary)
+        .args(args)
+        .env(ENV, &name)
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
+    let result = converse(&listener, &mut child, sockets, parking);
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    // Reaped off this thread: a child that failed may take a moment to exit.
+    std::thread::spawn(move || child.wait());
+    result.map_err(|e| format!("the new binary {shown} {e}"))
+}
+
+/// A listening abstract `SOCK_SEQPACKET` socket under a random name.
+fn rendezvous() -> io::Result<(OwnedFd, String)> {
+    let mut random = [0u8; 16];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("oi-handover-{}-{hex}", std::process::id());
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    rustix::net::bind(&fd, &SocketAddrUnix::new_abstract_name(name.as_bytes())?)?;
+    rustix::net::listen(&fd, 1)?;
+    Ok((fd, name))
+}
+
+/// The conversation, from the old side; errors read after "the new binary".
+fn converse(
+    listener: &OwnedFd,
+    child: &mut Child,
+    sockets: &[Handed],
+    parking: &park::Parking,
+) -> Result<u32, String> {
+    let deadline = Instant::now() + TIMEOUT;
+    let conn = accept_child(listener, child, deadline)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &conn,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(TIMEOUT),
+    )
+    .map_err(|e| format!("failed: cannot set a timeout ({e})"))?;
+    match recv(&conn, child)? {
+        (Kind::Hello, _) => {}
+        (other, _) => return Err(format!("began with {other:?} instead of a hello")),
+    }
+    for chunk in sockets.chunks(wire::FDS_PER_MESSAGE) {
+        let roles: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|h| serde_json::json!({ "role": h.role.word() }))
+            .collect();
+        let fds: Vec<_> = chunk.iter().map(|h| h.fd.as_fd()).collect();
+        let body = serde_json::json!({ "sockets": roles });
+        wire::send(&conn, Kind::Sockets, &body, &fds)
+            .map_err(|e| format!("did not take the sockets: {e}"))?;
+    }
+    wire::send(&conn, Kind::End, &serde_json::json!({}), &[])
+        .map_err(|e| format!("did not take the sockets: {e}"))?;
+    match recv(&conn, child)? {
+        (Kind::Ready, body) => {
+            let pid = body["pid"]
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(child.id());
+            // The new oi serves every listener: now the live connections.
+            let n = conns::send(&conn, parking);
+            log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
+            Ok(pid)
+        }
+        (Kind::Failed, body) => Err(format!(
+            "refused to take over: {}",
+            body["error"].as_str().unwrap_or("no reason given")
+        )),
+        (other, _) => Err(format!("sent {other:?} instead of ready")),
+    }
+}
+
+/// Waits for the child to connect; fails when it exits first or the deadline passes.
+fn accept_child(
+    listener: &OwnedFd,
+    child: &mut Child,
+    deadline: Instant,
+) -> Result<OwnedFd, String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    loop {
+        match rustix::net::accept_with(listener, SocketFlags::CLOEXEC) {
+            Ok(conn) => {
+                let peer = rustix::net::sockopt::socket_peercred(&conn)
+                    .map(|c| c.pid.as_raw_nonzero().get())
+                    .unwrap_or(0);
+                if u32::try_from(peer).ok() == Some(child.id()) {
+                    return Ok(conn);
+                }
+                return Err(format!(
+                    "was not the process that connected (pid {peer} did): hand-over abandoned"
+                ));
+            }
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("could not be reached: accept failed ({e})")),
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited ({status}) before taking over"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "did not start the hand-over within {} s",
+                TIMEOUT.as_secs()
+            ));
+        }
+        // Woken by the connection, or after 50 ms to look at the child again.
+        let mut fds = [PollFd::new(listener, PollFlags::IN)];
+        let tick = Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let _ = poll(&mut fds, Some(&tick));
+    }
+}
+
+/// The next message from the child, as an error that names what went wrong.
+fn recv(conn: &OwnedFd, child: &mut Child) -> Result<(Kind, serde_json::Value), String> {
+    match wire::recv(conn) {
+        Ok(Received::Message(Ok(m), _)) => Ok(m),
+        Ok(Received::Message(Err(e), _)) => Err(format!("cannot hand over: {e}")),
+        Ok(Received::Closed) => {
+            // It closed the conversation: most likely it is exiting; say how.
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("exited ({status}) before taking over"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err("closed the hand-over without taking over".into())
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
+            Err(format!("said nothing for {} s", TIMEOUT.as_secs()))
+        }
+        Err(e) => Err(format!("broke the hand-over: {e}")),
+    }
+}
+
+/// The new side's end of the conversation, kept until it serves.
+pub(crate) struct Taker {
+    /// The connected socket to the old process.
+    conn: OwnedFd,
+}
+
+/// The new side: when `OI_HANDOVER` names an old oi waiting, connects,
+/// says hello, and takes every socket it sends. Clears the variable (call
+/// before any thread starts). `None`: a normal start.
+pub(crate) fn take_from_env() -> Option<Result<(Taker, Vec<Handed>), String>> {
+    let name = std::env::var_os(ENV)?;
+    std::env::remove_var(ENV);
+    Some(take(name.as_encoded_bytes()).map_err(|e| format!("hand-over from the running oi: {e}")))
+}
+
+/// Connects to the old process at abstract `name` and takes its sockets.
+fn take(name: &[u8]) -> Result<(Taker, Vec<Handed>), String> {
+    let conn = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    let addr = SocketAddrUnix::new_abstract_name(name).map_err(|e| e.to_string())?;
+    rustix::net::connect(&conn, &addr).map_err(|e| format!("cannot connect: {e}"))?;
+    rustix::net::sockopt::set_socket_timeout(
+        &conn,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(TIMEOUT),
+    )
+    .map_err(|e| e.to_string())?;
+    let hello = serde_json::json!({
+        "pid": std::process::id(),
+        "oi": env!("CARGO_PKG_VERSION"),
+    });
+    wire::send(&conn, Kind::Hello, &hello, &[]).map_err(|e| e.to_string())?;
+    let mut handed = Vec::new();
+    loop {
+        let (kind, body, fds) = match wire::recv(&conn).map_err(|e| e.to_string())? {
+            Received::Message(Ok((kind, body)), fds) => (kind, body, fds),
+            Received::Message(Err(e), _) => {
+                let why = format!("the running oi's message: {e}");
+                let _ = wire::send(
+                    &conn,
+                    Kind::Failed,
+                    &serde_json::json!({ "error": why }),
+                    &[],
+                );
+                return Err(why);
+            }
+            Received::Closed => return Err("the running oi closed the hand-over".into()),
+        };
+        match kind {
+            Kind::Sockets => {
+                let roles = body["sockets"].as_array().cloned().unwrap_or_default();
+                if roles.len() != fds.len() {
+                    return Err(format!(
+                        "{} sockets described, {} descriptors received",
+                        roles.len(),
+                        fds.len()
+                    ));
+                }
+                for (role, fd) in roles.iter().zip(fds) {
+                    let role = role["role"]
+                        .as_str()
+                        .and_then(Role::from_word)
+                        .unwrap_or(Role::Listener);
+                    handed.push(Handed { role, fd });
+                }
+            }
+            Kind::End => return Ok((Taker { conn }, handed)),
+            other => return Err(format!("unexpected {other:?} message")),
+        }
+    }
+}
+
+impl Taker {
+    /// Tells the old process this one serves; it stops accepting and sends
+    /// its live connections next ([`Taker::connections`]).
+    pub(crate) fn ready(&self) {
+        let body = serde_json::json!({ "pid": std::process::id() });
+        if let Err(e) = wire::send(&self.conn, Kind::Ready, &body, &[]) {
+            log::warn!("could not tell the previous oi that this one serves: {e}");
+        }
+    }
+
+    /// Receives the connections the old process paused (blocking).
+    pub(crate) fn connections(&self) -> Result<Vec<park::Offered>, String> {
+        conns::receive(&self.conn)
+    }
+
+    /// Tells the old process which connections this one serves now; it
+    /// closes its copies of those and runs the others on.
+    /// `false`: the old process was not told, and serves them on.
+    pub(crate) fn adopted(self, ids: &[u64]) -> bool {
+        match conns::confirm(&self.conn, ids) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("could not confirm the connections taken over ({e}); the previous oi keeps them");
+                false
+            }
+        }
+    }
+
+    /// Tells the old process why this one gives up (it keeps serving).
+    pub(crate) fn failed(self, why: &str) {
+        let _ = wire::send(
+            &self.conn,
+            Kind::Failed,
+            &serde_json::json!({ "error": why }),
+            &[],
+        );
+    }
+}

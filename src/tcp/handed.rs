@@ -1,0 +1,167 @@
+//! A pump's two hooks for `oi upgrade` (`docs/handover.md`): running it so a
+//! hand-over can pause it at a safe point and give its connection away
+//! ([`run`]), and the conversions between a pump's direction and the wire's.
+
+use super::pump::{Half, PumpOutcome};
+use super::Published;
+use crate::handover::park::{self, HalfState, Parked, Ticket};
+use crate::reactor::Async;
+use crate::shared::Shared;
+use std::future::Future;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+impl From<HalfState> for Half {
+    fn from(h: HalfState) -> Half {
+        Half {
+            unsent: h.unsent,
+            done: h.done,
+            bytes: h.bytes,
+        }
+    }
+}
+
+impl From<Half> for HalfState {
+    fn from(h: Half) -> HalfState {
+        HalfState {
+            unsent: h.unsent,
+            done: h.done,
+            bytes: h.bytes,
+        }
+    }
+}
+
+/// What [`Stoppable`] ended with.
+enum Ran {
+    /// The pump finished.
+    Done(PumpOutcome),
+    /// A hand-over asked it to stop; it is at a safe point.
+    Stop,
+}
+
+/// The pump, raced against the hand-over's stop flag. The flag is looked
+/// at only after the pump returned `Pending` (the safe point): one atomic
+/// load per poll, and no lock.
+struct Stoppable<'p, 'a> {
+    /// The published pump.
+    inner: &'p mut Published<'a>,
+    /// Its membership of the parking.
+    ticket: &'p Ticket<'p>,
+}
+
+impl Future for Stoppable<'_, '_> {
+    type Output = Ran;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ran> {
+        let this = &mut *self;
+        if let Poll::Ready(o) = Pin::new(&mut *this.inner).poll(cx) {
+            return Poll::Ready(Ran::Done(o));
+        }
+        match this.ticket.slot.poll_stop(cx) {
+            Poll::Ready(()) => Poll::Ready(Ran::Stop),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Runs the pump to its end, or until the new oi adopts the connection
+/// (`None`: the new oi has it and logs its end; this one only closes its
+/// descriptors). `rule` names the route for the new oi.
+pub(super) async fn run(
+    published: &mut Published<'_>,
+    client: &Async<TcpStream>,
+    backend: &Async<TcpStream>,
+    shared: &Shared,
+    rule: &str,
+    started: u64,
+) -> Option<PumpOutcome> {
+    let ticket = shared.parking.enter();
+    loop {
+        let ran = Stoppable {
+            inner: published,
+            ticket: &ticket,
+        }
+        .await;
+        match ran {
+            Ran::Done(outcome) => return Some(outcome),
+            Ran::Stop => {
+                match offer(published, client, backend, shared, &ticket, rule, started).await {
+                    Offer::Adopted => {
+                        // The new oi holds the same open sockets: their
+                        // edges must stop waking this process's threads.
+                        client.leave_epoll();
+                        backend.leave_epoll();
+                        return None;
+                    }
+                    Offer::Resume => {}
+                    Offer::Broken(e) => return Some(published.pump.abort(e)),
+                }
+            }
+        }
+    }
+}
+
+/// How an offer ended.
+enum Offer {
+    /// The new oi confirmed it: this one only closes its descriptors.
+    Adopted,
+    /// It stays here: the pump runs on, its unsent bytes first.
+    Resume,
+    /// Its unsent bytes could not be taken out whole (a pipe read failed):
+    /// it ends, rather than go on with bytes missing.
+    Broken(std::io::Error),
+}
+
+/// Pauses the pump and offers the connection.
+async fn offer(
+    published: &mut Published<'_>,
+    client: &Async<TcpStream>,
+    backend: &Async<TcpStream>,
+    shared: &Shared,
+    ticket: &Ticket<'_>,
+    rule: &str,
+    started: u64,
+) -> Offer {
+    let (up, down) = match published.pump.pause() {
+        Ok(halves) => halves,
+        Err(e) => {
+            shared.parking.decline(ticket);
+            return Offer::Broken(e);
+        }
+    };
+    let (Ok(client), Ok(backend)) = (
+        client.as_fd().try_clone_to_owned(),
+        backend.as_fd().try_clone_to_owned(),
+    ) else {
+        log::debug!("upgrade: a connection cannot be copied (no descriptor left); it stays here");
+        shared.parking.decline(ticket);
+        return Offer::Resume;
+    };
+    let (verdict, answer) = park::verdict();
+    let parked = Parked {
+        client,
+        backend,
+        rule: rule.to_string(),
+        up: up.into(),
+        down: down.into(),
+        started,
+        verdict,
+    };
+    if !shared.parking.park(ticket, parked) {
+        return Offer::Resume;
+    }
+    // A closed channel (the hand-over gave up) means: run on here.
+    match answer.recv().await {
+        Ok(true) => Offer::Adopted,
+        _ => Offer::Resume,
+    }
+}
+
+/// Seconds since the epoch now, for a connection's start.
+pub(super) fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
