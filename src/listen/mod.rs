@@ -402,8 +402,7 @@ impl Listeners {
             }
             BoundSocket::Udp(s) => {
                 crate::notify::store_fds(stored, &[s.as_fd()]);
-                // UDP stays on async-io's reactor (crate::reactor serves the TCP path).
-                let s = Arc::new(async_io::Async::new(s)?);
+                let s = Arc::new(Async::new_datagram(s)?);
                 let looped = crate::udp::serve(
                     main.clone(),
                     s.clone(),

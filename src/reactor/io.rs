@@ -9,11 +9,12 @@
 
 use super::{current, lock, Reactor, Readiness};
 use futures_lite::{AsyncRead, AsyncWrite};
+use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 /// A descriptor's registration: its reactor, key and readiness.
 struct Registration {
@@ -29,6 +30,8 @@ struct Registration {
 pub(crate) struct Async<T: AsFd> {
     /// The descriptor; `None` only after [`Async::into_inner`].
     io: Option<T>,
+    /// A datagram socket (see [`Readiness::datagram`]).
+    datagram: bool,
     /// Set by the first poll.
     registration: OnceLock<io::Result<Registration>>,
 }
@@ -40,11 +43,20 @@ impl<T: AsFd> Async<T> {
         Self::new_nonblocking(io)
     }
 
+    /// Wraps a datagram socket `io`, making it non-blocking: errors are not
+    /// sticky and writability is watched only while a writer waits.
+    pub(crate) fn new_datagram(io: T) -> io::Result<Self> {
+        let mut s = Self::new(io)?;
+        s.datagram = true;
+        Ok(s)
+    }
+
     /// Wraps `io`, which must already be non-blocking. Never fails (the
     /// registration waits for the first poll); `Result` as async-io's.
     pub(crate) fn new_nonblocking(io: T) -> io::Result<Self> {
         Ok(Async {
             io: Some(io),
+            datagram: false,
             registration: OnceLock::new(),
         })
     }
@@ -61,7 +73,7 @@ impl<T: AsFd> Async<T> {
     fn registration(&self) -> io::Result<&Registration> {
         let r = self.registration.get_or_init(|| {
             let reactor = current();
-            let (key, readiness) = reactor.register(self.get_ref())?;
+            let (key, readiness) = reactor.register(self.get_ref(), self.datagram)?;
             Ok(Registration {
                 reactor,
                 key,
@@ -75,29 +87,70 @@ impl<T: AsFd> Async<T> {
     /// Ready once the descriptor has reported readability since the last
     /// poll that returned ready (consuming it), or ever reported that the
     /// peer stopped sending (EOF stays readable); otherwise waits for an edge.
+    /// One waiter: a second task polling replaces the first one's waker.
     pub(crate) fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let reg = self.registration()?;
-        let mut r = lock(&reg.readiness);
-        if std::mem::take(&mut r.readable) || r.read_closed {
-            return Poll::Ready(Ok(()));
-        }
-        match &mut r.reader {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        self.poll_ready(cx, false, &mut Wait::Slot)
     }
 
     /// As [`poll_readable`](Self::poll_readable), for writability.
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(cx, true, &mut Wait::Slot)
+    }
+
+    /// One poll for readiness in one direction (`write`), waiting as `wait` says.
+    fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        write: bool,
+        wait: &mut Wait,
+    ) -> Poll<io::Result<()>> {
         let reg = self.registration()?;
         let mut r = lock(&reg.readiness);
-        if std::mem::take(&mut r.writable) || r.broken {
+        let i = usize::from(write);
+        let ready = if write {
+            std::mem::take(&mut r.writable) || r.broken
+        } else {
+            std::mem::take(&mut r.readable) || r.read_closed
+        };
+        let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.ticks[i]);
+        if ready || ticked {
+            if write && r.out_armed {
+                // The wait is over: stop hearing of every send (see `datagram`).
+                r.out_armed = false;
+                let flags = super::interest(true, false);
+                let data = rustix::event::epoll::EventData::new_u64(reg.key);
+                rustix::event::epoll::modify(&reg.reactor.epoll, self.get_ref(), data, flags)?;
+            }
             return Poll::Ready(Ok(()));
         }
-        match &mut r.writer {
+        if write && r.datagram && !r.out_armed {
+            // Adding EPOLLOUT reports the current state at once if writable.
+            let flags = super::interest(true, true);
+            let data = rustix::event::epoll::EventData::new_u64(reg.key);
+            rustix::event::epoll::modify(&reg.reactor.epoll, self.get_ref(), data, flags)?;
+            r.out_armed = true;
+        }
+        let tick = r.ticks[i];
+        let slot = if write { &mut r.writer } else { &mut r.reader };
+        match slot {
             Some(w) if w.will_wake(cx.waker()) => {}
+            Some(_) if !matches!(wait, Wait::Slot) => {
+                // Another task waits here: queue beside it (once per task).
+                let others = r.others.get_or_insert_with(Box::default);
+                if !others
+                    .iter()
+                    .any(|(d, w)| *d == write && w.will_wake(cx.waker()))
+                {
+                    others.push((write, cx.waker().clone()));
+                }
+            }
             slot => *slot = Some(cx.waker().clone()),
+        }
+        if !matches!(wait, Wait::Slot) {
+            *wait = Wait::Queued {
+                tick,
+                waker: cx.waker().clone(),
+            };
         }
         Poll::Pending
     }
@@ -123,14 +176,23 @@ impl<T: AsFd> Async<T> {
         }
     }
 
-    /// Waits until the descriptor reports readability.
-    pub(crate) async fn readable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.poll_readable(cx)).await
+    /// Waits until the descriptor reports readability. Several tasks may
+    /// wait at once; an edge wakes them all.
+    pub(crate) fn readable(&self) -> Ready<'_, T> {
+        Ready {
+            io: self,
+            write: false,
+            wait: Wait::Fresh,
+        }
     }
 
-    /// Waits until the descriptor reports writability.
-    pub(crate) async fn writable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.poll_writable(cx)).await
+    /// Waits until the descriptor reports writability (as [`readable`](Self::readable)).
+    pub(crate) fn writable(&self) -> Ready<'_, T> {
+        Ready {
+            io: self,
+            write: true,
+            wait: Wait::Fresh,
+        }
     }
 
     /// Runs `op` until it does not fail with `WouldBlock`, waiting for
@@ -166,6 +228,69 @@ impl<T: AsFd> Async<T> {
             };
             std::task::ready!(ready)?;
         }
+    }
+}
+
+/// How a poll for readiness waits.
+enum Wait {
+    /// In the direction's one slot, replacing whoever waited there
+    /// (`poll_readable`/`poll_writable`).
+    Slot,
+    /// A [`Ready`] future not yet pending.
+    Fresh,
+    /// A [`Ready`] future pending since the direction's tick was `tick`,
+    /// with the waker it left (to take out of the queue if dropped).
+    Queued {
+        /// The tick when it began to wait.
+        tick: u16,
+        /// Its waker.
+        waker: Waker,
+    },
+}
+
+/// Waits for readiness in one direction; see [`Async::readable`].
+pub(crate) struct Ready<'a, T: AsFd> {
+    /// The descriptor.
+    io: &'a Async<T>,
+    /// Which direction.
+    write: bool,
+    /// Whether and since when it waits.
+    wait: Wait,
+}
+
+impl<T: AsFd> Future for Ready<'_, T> {
+    type Output = io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let polled = this.io.poll_ready(cx, this.write, &mut this.wait);
+        if polled.is_ready() {
+            this.forget();
+        }
+        polled
+    }
+}
+
+impl<T: AsFd> Ready<'_, T> {
+    /// Takes this waiter out of the queue beside the slot, if it is there.
+    fn forget(&mut self) {
+        let Wait::Queued { waker, .. } = std::mem::replace(&mut self.wait, Wait::Fresh) else {
+            return;
+        };
+        let Some(Ok(reg)) = self.io.registration.get() else {
+            return;
+        };
+        let mut r = lock(&reg.readiness);
+        if let Some(others) = &mut r.others {
+            let write = self.write;
+            others.retain(|(d, w)| *d != write || !w.will_wake(&waker));
+        }
+    }
+}
+
+impl<T: AsFd> Drop for Ready<'_, T> {
+    fn drop(&mut self) {
+        self.forget();
     }
 }
 

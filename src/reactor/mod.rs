@@ -26,9 +26,11 @@
 //! registers on a process-wide fallback reactor driven by a thread of its
 //! own, `oi-reactor`, which wakes tasks across threads, as async-io does.
 //!
-//! Only the TCP path (listeners, client and backend sockets, unix stream
-//! sockets carried as `TcpStream`) uses this reactor; UDP, signals and the
-//! control socket stay on async-io, whose own thread drives them.
+//! The data path uses this reactor: TCP listeners, client and backend
+//! sockets, unix stream sockets carried as `TcpStream`, and UDP sockets
+//! (listeners, associations, TCP->UDP streams; registered for reading only,
+//! see [`Readiness::datagram`]). Signals, the control socket, the metrics
+//! endpoint and health checks stay on async-io, whose own thread drives them.
 
 mod block_on;
 mod io;
@@ -56,10 +58,14 @@ const WAKE_KEY: u64 = u64::MAX;
 /// Events taken from the kernel per `epoll_wait`.
 const EVENTS_PER_WAIT: usize = 256;
 
-/// Readiness of one registered descriptor, and the task waiting on it.
+/// Readiness of one registered descriptor, and the tasks waiting on it.
 ///
-/// One waiter per direction, as async-io's `poll_readable`: on the TCP path
-/// each socket has one task reading it and one writing it.
+/// One waiter per direction in the slots, as async-io's `poll_readable`: on
+/// the TCP path each socket has one task reading it and one writing it. A
+/// UDP listener has several writers (every association's reply task sends
+/// from it): waiters of [`Async::readable`]/[`Async::writable`] that find
+/// the slot taken by another task queue in `others`, and every waiter an
+/// edge wakes sees it through the direction's tick.
 #[derive(Default)]
 pub(crate) struct Readiness {
     /// An edge reported readability that no poll has consumed yet.
@@ -69,14 +75,56 @@ pub(crate) struct Readiness {
     /// The peer has shut down its sending side (RDHUP or HUP): reading
     /// returns EOF from now on. Kept, never consumed: a short read may have
     /// taken the last bytes with the FIN behind them, and no edge comes after.
+    /// Never set on a datagram socket.
     read_closed: bool,
     /// The socket failed or hung up (ERR or HUP): every operation returns
-    /// at once from now on. Kept, never consumed.
+    /// at once from now on. Kept, never consumed. Never set on a datagram
+    /// socket, whose errors belong to one datagram each (an ICMP error is
+    /// read once by the next receive, and the socket goes on).
     broken: bool,
+    /// A datagram socket: errors are not sticky, and writability is
+    /// watched only while a writer waits (`out_armed`), because a UDP
+    /// socket with EPOLLOUT in its interest reports an edge after every
+    /// send, which would wake the thread once more per datagram.
+    datagram: bool,
+    /// A datagram socket's interest includes EPOLLOUT now.
+    out_armed: bool,
+    /// Edges seen per direction (0 read, 1 write), wrapping: a waiter that
+    /// saw the tick move was woken by an edge, even if another waiter
+    /// consumed the flag first.
+    ticks: [u16; 2],
     /// The task waiting to read.
     reader: Option<Waker>,
     /// The task waiting to write.
     writer: Option<Waker>,
+    /// Further waiters (`true`: to write) when the slot holds another task;
+    /// boxed so the common one-waiter case costs one pointer, not a
+    /// `Vec`'s three words, in every connection's two sockets.
+    #[allow(clippy::box_collection)]
+    others: Option<Box<Vec<(bool, Waker)>>>,
+}
+
+impl Readiness {
+    /// Records an edge in one direction and moves its waiters into `wake`.
+    fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
+        let i = usize::from(write);
+        self.ticks[i] = self.ticks[i].wrapping_add(1);
+        if write {
+            self.writable = true;
+            wake.extend(self.writer.take());
+        } else {
+            self.readable = true;
+            wake.extend(self.reader.take());
+        }
+        if let Some(others) = &mut self.others {
+            others.retain(|(w, waker)| {
+                if *w == write {
+                    wake.push(waker.clone());
+                }
+                *w != write
+            });
+        }
+    }
 }
 
 /// The reactor's registered descriptors, by slot; a key is slot and generation.
@@ -176,9 +224,17 @@ impl Reactor {
         Entered { previous }
     }
 
-    /// Registers `fd` once, edge-triggered for both directions; returns its key.
-    fn register(&self, fd: impl AsFd) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
-        let readiness = Arc::new(Mutex::new(Readiness::default()));
+    /// Registers `fd` once, edge-triggered for both directions (a datagram
+    /// socket: for reading only, see [`Readiness::datagram`]); returns its key.
+    fn register(
+        &self,
+        fd: impl AsFd,
+        datagram: bool,
+    ) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let readiness = Arc::new(Mutex::new(Readiness {
+            datagram,
+            ..Readiness::default()
+        }));
         let key = {
             let mut s = lock(&self.sources);
             let slot = match s.free.pop() {
@@ -194,8 +250,12 @@ impl Reactor {
             entry.1 = Some(readiness.clone());
             (u64::from(entry.0) << 32) | u64::from(slot)
         };
-        let flags = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET;
-        if let Err(e) = epoll::add(&self.epoll, fd, EventData::new_u64(key), flags) {
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(key),
+            interest(datagram, false),
+        ) {
             self.deregister(key);
             return Err(e.into());
         }
@@ -315,15 +375,15 @@ impl Reactor {
             let flags = ev.flags;
             let broken = flags.intersects(EventFlags::ERR | EventFlags::HUP);
             let mut r = lock(&readiness);
-            r.broken |= broken;
-            r.read_closed |= broken || flags.contains(EventFlags::RDHUP);
+            if !r.datagram {
+                r.broken |= broken;
+                r.read_closed |= broken || flags.contains(EventFlags::RDHUP);
+            }
             if broken || flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::PRI) {
-                r.readable = true;
-                wake.extend(r.reader.take());
+                r.edge(false, &mut wake);
             }
             if broken || flags.contains(EventFlags::OUT) {
-                r.writable = true;
-                wake.extend(r.writer.take());
+                r.edge(true, &mut wake);
             }
         }
         self.fire_timers(&mut wake);
@@ -353,6 +413,16 @@ impl Reactor {
             }
             into.push(entry.remove());
         }
+    }
+}
+
+/// The epoll interest of a socket: both directions for a stream socket;
+/// for a datagram socket, reading and, while a writer waits, writing.
+fn interest(datagram: bool, out: bool) -> EventFlags {
+    if datagram && !out {
+        EventFlags::IN | EventFlags::ET
+    } else {
+        EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET
     }
 }
 
@@ -434,6 +504,83 @@ mod tests {
             rx.recv().await.expect("sent");
             sender.join().expect("sender").expect("send");
         });
+    }
+
+    #[test]
+    fn one_edge_wakes_every_task_waiting_on_a_socket() {
+        // A UDP listener's reply tasks all wait on it: each must hear the
+        // edge, not only the one in the slot.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let addr = server.local_addr().expect("addr");
+        let socket = Arc::new(Async::new_datagram(server).expect("non-blocking"));
+        let ex = smol::Executor::new();
+        let (started, wait_started) = async_channel::unbounded::<()>();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (socket, started) = (socket.clone(), started.clone());
+                ex.spawn(async move {
+                    let mut ready = socket.readable();
+                    // Polled once (registered), then told it waits.
+                    let first = futures_lite::future::poll_once(&mut ready).await;
+                    assert!(first.is_none(), "readable before any datagram");
+                    started.send(()).await.expect("send");
+                    ready.await.expect("readable");
+                })
+            })
+            .collect();
+        let run = ex.run(async {
+            for _ in 0..3 {
+                wait_started.recv().await.expect("started");
+            }
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            client.send_to(b"x", addr).expect("send");
+            for w in waiters {
+                w.await;
+            }
+            true
+        });
+        let limit = async {
+            Timer::after(Duration::from_secs(10)).await;
+            false
+        };
+        let all = block_on(reactor, futures_lite::FutureExt::or(run, limit));
+        assert!(all, "a task waiting beside another never heard the edge");
+    }
+
+    #[test]
+    fn an_error_on_a_datagram_socket_is_reported_once_not_forever() {
+        // A connected UDP socket to a closed port gets an ICMP error: one
+        // receive reads it and the socket goes on. Were it sticky, every
+        // wait after it would return at once and the reply task would spin.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = closed.local_addr().expect("addr");
+        drop(closed);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.connect(port).expect("connect");
+        let s = Async::new_datagram(s).expect("non-blocking");
+        let outcome = block_on(reactor, async {
+            s.get_ref().send(b"x").expect("send");
+            s.readable().await.expect("readable");
+            let err = s.get_ref().recv(&mut [0u8; 8]).expect_err("the ICMP error");
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+            let again = s.get_ref().recv(&mut [0u8; 8]).expect_err("nothing more");
+            assert_eq!(again.kind(), std::io::ErrorKind::WouldBlock);
+            let quiet = async {
+                Timer::after(Duration::from_millis(50)).await;
+                "quiet"
+            };
+            let woke = async {
+                let _ = s.readable().await;
+                "woke"
+            };
+            futures_lite::FutureExt::or(woke, quiet).await
+        });
+        assert_eq!(
+            outcome, "quiet",
+            "the error stayed reported after it was read"
+        );
     }
 
     #[test]

@@ -49,6 +49,12 @@ impl Timer {
         self.when = Instant::now().checked_add(after);
     }
 
+    /// Moves the deadline to `at`.
+    pub(crate) fn set_at(&mut self, at: Instant) {
+        self.cancel();
+        self.when = Some(at);
+    }
+
     /// Removes the pending entry, if any.
     fn cancel(&mut self) {
         if let (Some((reactor, id)), Some(at)) = (self.registered.take(), self.when) {

@@ -14,10 +14,10 @@ use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
 use crate::proxy::Encoded;
 use crate::rate::Limit;
+use crate::reactor::Async;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, ConnectFailure, Registered};
-use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
 use std::io::{self, Read};
@@ -364,10 +364,15 @@ async fn udp_replies(
     shared: Arc<Shared>,
     _lease: Lease,
 ) {
+    // The last drain stopped at BATCH: more may wait with no edge to come
+    // (the reactor is edge-triggered).
+    let mut more = false;
     loop {
-        if let Err(e) = socket.readable().await {
-            log::debug!("backend socket for {}: {e}", reply.client);
-            return reply.activity.end();
+        if !more {
+            if let Err(e) = socket.readable().await {
+                log::debug!("backend socket for {}: {e}", reply.client);
+                return reply.activity.end();
+            }
         }
         // The buffer is held only while draining, so idle associations hold none.
         let mut buf = shared.datagrams.take();
@@ -390,7 +395,8 @@ async fn udp_replies(
             log::debug!("backend socket for {}: {e}", reply.client);
             return reply.activity.end();
         }
-        if moved == BATCH {
+        more = moved == BATCH;
+        if more {
             futures_lite::future::yield_now().await;
         }
     }
@@ -439,17 +445,27 @@ async fn tcp_upstream(
             Ok(())
         };
         let to_client = async {
+            // Wait for an edge only once a read found the stream empty: the
+            // reactor is edge-triggered, and a full read may leave bytes
+            // behind that no edge announces again.
+            let mut drained = false;
             loop {
-                stream.readable().await?;
+                if drained {
+                    stream.readable().await?;
+                }
                 let mut buf = datagrams.take();
                 let read = (&mut stream.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
+                drained = false;
                 let outcome = match read {
                     Ok(0) => Some(Ok(())),
                     Ok(n) => {
                         reply.send(&buf[..n]).await;
                         None
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        drained = true;
+                        None
+                    }
                     Err(e) => Some(Err(e)),
                 };
                 datagrams.give(buf);

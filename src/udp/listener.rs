@@ -5,11 +5,11 @@ use super::assoc::Association;
 use super::{is_transient, BATCH};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
+use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::{Shared, DATAGRAM_BUFFER};
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
-use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use smol::Executor;
 use std::collections::HashMap;
@@ -79,6 +79,9 @@ impl Listener {
         let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
         let mut next_sweep = Instant::now() + self.sweep_period();
         let mut timer = Timer::at(next_sweep);
+        // The last drain stopped at BATCH: datagrams may be waiting, and the
+        // reactor is edge-triggered, so no edge would announce them again.
+        let mut more = false;
         loop {
             // Checked on every wake, not only when the timer wins: under a
             // steady flood the socket is always readable.
@@ -87,12 +90,16 @@ impl Listener {
                 next_sweep = Instant::now() + self.sweep_period();
                 timer.set_at(next_sweep);
             }
-            let wake = async { Wake::Readable(socket.readable().await) }
-                .or(async {
-                    (&mut timer).await;
-                    Wake::Sweep
-                })
-                .await;
+            let wake = if more {
+                Wake::Readable(Ok(()))
+            } else {
+                async { Wake::Readable(socket.readable().await) }
+                    .or(async {
+                        (&mut timer).await;
+                        Wake::Sweep
+                    })
+                    .await
+            };
             match wake {
                 Wake::Sweep => {}
                 Wake::Readable(Err(e)) => {
@@ -113,7 +120,8 @@ impl Listener {
                         }
                         moved += 1;
                     }
-                    if moved == BATCH {
+                    more = moved == BATCH;
+                    if more {
                         futures_lite::future::yield_now().await;
                     }
                 }

@@ -25,7 +25,7 @@ use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
-use async_io::Async as UdpAsync;
+
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -99,7 +99,7 @@ pub(crate) async fn tcp_to_udp(
 /// if any), until the client closes.
 async fn to_backend(
     client: &Async<TcpStream>,
-    socket: &UdpAsync<UdpSocket>,
+    socket: &Async<UdpSocket>,
     header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
@@ -177,7 +177,7 @@ async fn allowance(limit: &Limit, stats: &RuleStats, most: usize) -> (usize, boo
 /// Sends one datagram, waiting while the socket buffer is full. A datagram
 /// refused because of an earlier ICMP error is dropped, as the network would.
 async fn send(
-    socket: &UdpAsync<UdpSocket>,
+    socket: &Async<UdpSocket>,
     header: Option<&Encoded>,
     payload: &[u8],
 ) -> io::Result<()> {
@@ -194,14 +194,17 @@ async fn send(
 /// Writes every datagram from the backend to the stream, until writing fails.
 async fn to_client(
     client: &Async<TcpStream>,
-    socket: &UdpAsync<UdpSocket>,
+    socket: &Async<UdpSocket>,
     a: &Activity,
     pool: &BufferPool,
     limit: Option<&Limit>,
 ) -> End {
     let mut client_w = client;
+    // The last drain stopped at BATCH: more may wait with no edge to come
+    // (the reactor is edge-triggered).
+    let mut more = false;
     loop {
-        if socket.readable().await.is_err() {
+        if !more && socket.readable().await.is_err() {
             return End::Local;
         }
         let mut buf = pool.take();
@@ -240,7 +243,8 @@ async fn to_client(
         if let Some(end) = end {
             return end;
         }
-        if moved == BATCH {
+        more = moved == BATCH;
+        if more {
             futures_lite::future::yield_now().await;
         }
     }
