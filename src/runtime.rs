@@ -23,7 +23,7 @@
 //! [`Runtime::start`]. Each thread blocks on its own epoll
 //! ([`crate::reactor`]), not on async-io's shared reactor.
 
-use crate::reactor::{self, Reactor, Timer};
+use crate::reactor::{self, Board, Reactor, Timer};
 use async_channel::{Receiver, Sender};
 use event_listener::Event;
 use futures_lite::FutureExt;
@@ -64,13 +64,14 @@ impl Runtime {
             .collect();
         // One epoll instance per thread, made here so a shortage of
         // descriptors is an error at start, not later.
+        let board = Board::new(threads.get());
         let mut reactors = (0..threads.get())
-            .map(|_| Reactor::new().map(Arc::new))
+            .map(|i| Reactor::seated(board.clone(), i).map(Arc::new))
             .collect::<io::Result<Vec<_>>>()?;
         let main_reactor = reactors.remove(0);
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let mut runtime = Runtime {
-            threads: Threads::new(executors),
+            threads: Threads::new(executors, board),
             reactor: main_reactor,
             stop,
             workers: Vec::new(),
@@ -156,16 +157,19 @@ pub(crate) struct Threads {
     open: Vec<AtomicUsize>,
     /// Notified when a thread's count drops to zero, for [`Threads::drained`].
     idle: Event,
+    /// Which threads are busy (their reactors say): no new connection goes there.
+    board: Arc<Board>,
 }
 
 impl Threads {
     /// Wraps `executors` (each run by exactly one thread; at least one).
-    fn new(executors: Vec<Arc<Executor<'static>>>) -> Arc<Self> {
+    fn new(executors: Vec<Arc<Executor<'static>>>, board: Arc<Board>) -> Arc<Self> {
         let open = executors.iter().map(|_| AtomicUsize::new(0)).collect();
         Arc::new(Threads {
             executors,
             open,
             idle: Event::new(),
+            board,
         })
     }
 
@@ -190,7 +194,9 @@ impl Threads {
     }
 
     /// Where a connection accepted on thread `own` should run: `own`, unless
-    /// it runs more than [`SLACK`] connections more than the least busy thread.
+    /// it runs more than [`SLACK`] connections more than the least loaded
+    /// thread, or its reactor says it is busy (its pumps keep it running:
+    /// see `reactor::accept`); never a busy thread while another is not.
     pub(crate) fn pick(&self, own: usize) -> usize {
         let own = own % self.open.len();
         let mine = self.open[own].load(Ordering::Relaxed);
@@ -199,9 +205,10 @@ impl Threads {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .enumerate()
+            .filter(|&(i, _)| !self.board.is_busy(i))
             .min_by_key(|&(_, n)| n)
             .unwrap_or((own, mine));
-        if mine > fewest + SLACK {
+        if self.board.is_busy(own) || mine > fewest + SLACK {
             least
         } else {
             own
@@ -266,7 +273,10 @@ mod tests {
     use super::*;
 
     fn threads(n: usize) -> Arc<Threads> {
-        Threads::new((0..n).map(|_| Arc::new(Executor::new())).collect())
+        Threads::new(
+            (0..n).map(|_| Arc::new(Executor::new())).collect(),
+            Board::new(n),
+        )
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Runs a future (an executor's `run`) on this thread, waiting on the
 //! thread's own reactor whenever the future has nothing to do.
 
+use super::accept::Load;
 use super::Reactor;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 /// How many polls in a row may find the future already woken before the
 /// thread looks for I/O events without sleeping: a busy executor (a pump
@@ -45,6 +47,8 @@ pub(crate) fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);
     let mut busy = 0u32;
+    // Only a runtime's threads share listeners (and judge their load).
+    let mut load = reactor.seat.is_some().then(Load::new);
     loop {
         reactor.woken.store(false, Ordering::SeqCst);
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
@@ -57,9 +61,21 @@ pub(crate) fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>
             }
             busy = 0;
             turn(&reactor, false);
+            if let Some(b) = load.as_mut().and_then(|l| l.note(Duration::ZERO)) {
+                reactor.set_busy(b);
+            }
         } else {
             busy = 0;
-            turn(&reactor, true);
+            match &mut load {
+                None => turn(&reactor, true),
+                Some(l) => {
+                    let from = Instant::now();
+                    turn(&reactor, true);
+                    if let Some(b) = l.note(from.elapsed()) {
+                        reactor.set_busy(b);
+                    }
+                }
+            }
         }
     }
 }

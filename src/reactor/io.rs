@@ -11,7 +11,7 @@ use super::{current, lock, Reactor, Readiness};
 use futures_lite::{AsyncRead, AsyncWrite};
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
@@ -104,55 +104,13 @@ impl<T: AsFd> Async<T> {
         write: bool,
         wait: &mut Wait,
     ) -> Poll<io::Result<()>> {
-        let reg = self.registration()?;
-        let mut r = lock(&reg.readiness);
-        let i = usize::from(write);
-        let ready = if write {
-            std::mem::take(&mut r.writable) || r.broken
-        } else {
-            std::mem::take(&mut r.readable) || r.read_closed
-        };
-        let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.ticks[i]);
-        if ready || ticked {
-            if write && r.out_armed {
-                // The wait is over: stop hearing of every send (see `datagram`).
-                r.out_armed = false;
-                let flags = super::interest(true, false);
-                let data = rustix::event::epoll::EventData::new_u64(reg.key);
-                rustix::event::epoll::modify(&reg.reactor.epoll, self.get_ref(), data, flags)?;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        if write && r.datagram && !r.out_armed {
-            // Adding EPOLLOUT reports the current state at once if writable.
-            let flags = super::interest(true, true);
-            let data = rustix::event::epoll::EventData::new_u64(reg.key);
-            rustix::event::epoll::modify(&reg.reactor.epoll, self.get_ref(), data, flags)?;
-            r.out_armed = true;
-        }
-        let tick = r.ticks[i];
-        let slot = if write { &mut r.writer } else { &mut r.reader };
-        match slot {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            Some(_) if !matches!(wait, Wait::Slot) => {
-                // Another task waits here: queue beside it (once per task).
-                let others = r.others.get_or_insert_with(Box::default);
-                if !others
-                    .iter()
-                    .any(|(d, w)| *d == write && w.will_wake(cx.waker()))
-                {
-                    others.push((write, cx.waker().clone()));
-                }
-            }
-            slot => *slot = Some(cx.waker().clone()),
-        }
-        if !matches!(wait, Wait::Slot) {
-            *wait = Wait::Queued {
-                tick,
-                waker: cx.waker().clone(),
-            };
-        }
-        Poll::Pending
+        poll_registered(
+            self.registration()?,
+            self.get_ref().as_fd(),
+            cx,
+            write,
+            wait,
+        )
     }
 
     /// Marks the descriptor readable, for a caller that stopped reading
@@ -227,6 +185,131 @@ impl<T: AsFd> Async<T> {
                 self.poll_readable(cx)
             };
             std::task::ready!(ready)?;
+        }
+    }
+}
+
+/// One poll of `reg` (the registration of `fd`) for readiness in one
+/// direction (`write`), waiting as `wait` says.
+fn poll_registered(
+    reg: &Registration,
+    fd: BorrowedFd<'_>,
+    cx: &mut Context<'_>,
+    write: bool,
+    wait: &mut Wait,
+) -> Poll<io::Result<()>> {
+    let mut r = lock(&reg.readiness);
+    let i = usize::from(write);
+    let ready = if write {
+        std::mem::take(&mut r.writable) || r.broken
+    } else {
+        std::mem::take(&mut r.readable) || r.read_closed
+    };
+    let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.ticks[i]);
+    if ready || ticked {
+        if write && r.out_armed {
+            // The wait is over: stop hearing of every send (see `datagram`).
+            r.out_armed = false;
+            let flags = super::interest(true, false);
+            let data = rustix::event::epoll::EventData::new_u64(reg.key);
+            rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
+        }
+        return Poll::Ready(Ok(()));
+    }
+    if write && r.datagram && !r.out_armed {
+        // Adding EPOLLOUT reports the current state at once if writable.
+        let flags = super::interest(true, true);
+        let data = rustix::event::epoll::EventData::new_u64(reg.key);
+        rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
+        r.out_armed = true;
+    }
+    let tick = r.ticks[i];
+    let slot = if write { &mut r.writer } else { &mut r.reader };
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        Some(_) if !matches!(wait, Wait::Slot) => {
+            // Another task waits here: queue beside it (once per task).
+            let others = r.others.get_or_insert_with(Box::default);
+            if !others
+                .iter()
+                .any(|(d, w)| *d == write && w.will_wake(cx.waker()))
+            {
+                others.push((write, cx.waker().clone()));
+            }
+        }
+        slot => *slot = Some(cx.waker().clone()),
+    }
+    if !matches!(wait, Wait::Slot) {
+        *wait = Wait::Queued {
+            tick,
+            waker: cx.waker().clone(),
+        };
+    }
+    Poll::Pending
+}
+
+/// A listening socket shared by every executor thread's accept loop: each
+/// loop's own `SharedListener` registers it, on first poll, with its
+/// thread's epoll, `EPOLLEXCLUSIVE`, and a busy thread takes it out of its
+/// set for a while (see [`super::accept`]).
+pub(crate) struct SharedListener<L: AsFd + Send + Sync + 'static> {
+    /// The socket, shared with the other threads' loops and the listener table.
+    socket: Arc<L>,
+    /// Set by the first poll.
+    registration: OnceLock<io::Result<Registration>>,
+}
+
+impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
+    /// One thread's handle on `socket`, made non-blocking.
+    pub(crate) fn new(socket: Arc<L>) -> io::Result<Self> {
+        rustix::io::ioctl_fionbio(&*socket, true)?;
+        Ok(SharedListener {
+            socket,
+            registration: OnceLock::new(),
+        })
+    }
+
+    /// The registration, made now if this is the first poll.
+    fn registration(&self) -> io::Result<&Registration> {
+        let r = self.registration.get_or_init(|| {
+            let reactor = current();
+            let shared: Arc<dyn AsFd + Send + Sync> = self.socket.clone();
+            let (key, readiness) = reactor.register_exclusive(shared)?;
+            Ok(Registration {
+                reactor,
+                key,
+                readiness,
+            })
+        });
+        r.as_ref()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))
+    }
+
+    /// Runs `op` until it does not fail with `WouldBlock`, waiting for
+    /// readability in between.
+    pub(crate) async fn read_with<R>(
+        &self,
+        mut op: impl FnMut(&L) -> io::Result<R>,
+    ) -> io::Result<R> {
+        loop {
+            match op(&self.socket) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::future::poll_fn(|cx| {
+                        let reg = self.registration()?;
+                        poll_registered(reg, self.socket.as_fd(), cx, false, &mut Wait::Slot)
+                    })
+                    .await?
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl<L: AsFd + Send + Sync + 'static> Drop for SharedListener<L> {
+    fn drop(&mut self) {
+        if let Some(Ok(reg)) = self.registration.get() {
+            reg.reactor.deregister_exclusive(reg.key);
         }
     }
 }

@@ -32,12 +32,14 @@
 //! see [`Readiness::datagram`]). Signals, the control socket, the metrics
 //! endpoint and health checks stay on async-io, whose own thread drives them.
 
+mod accept;
 mod block_on;
 mod io;
 mod timer;
 
+pub(crate) use accept::Board;
 pub(crate) use block_on::block_on;
-pub(crate) use io::Async;
+pub(crate) use io::{Async, SharedListener};
 pub(crate) use timer::Timer;
 
 use rustix::event::epoll::{self, EventData, EventFlags};
@@ -156,6 +158,11 @@ pub(crate) struct Reactor {
     sleeping: AtomicBool,
     /// Set when a waker or a new timer needs the driving thread to go round again.
     woken: AtomicBool,
+    /// The runtime's board of busy threads and this thread's index on it;
+    /// `None` for a reactor outside a runtime (tests, the fallback).
+    seat: Option<(Arc<Board>, usize)>,
+    /// Listening sockets shared with the other threads (see [`accept`]).
+    accepting: Mutex<accept::Accepting>,
 }
 
 thread_local! {
@@ -215,7 +222,16 @@ impl Reactor {
             next_timer: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
             woken: AtomicBool::new(false),
+            seat: None,
+            accepting: Mutex::default(),
         })
+    }
+
+    /// A reactor for thread `index` of a runtime whose threads share `board`.
+    pub(crate) fn seated(board: Arc<Board>, index: usize) -> stdio::Result<Self> {
+        let mut r = Self::new()?;
+        r.seat = Some((board, index));
+        Ok(r)
     }
 
     /// Makes this thread drive `reactor` (for [`current`]) until the guard drops.
@@ -231,6 +247,21 @@ impl Reactor {
         fd: impl AsFd,
         datagram: bool,
     ) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let (key, readiness) = self.new_source(datagram)?;
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(key),
+            interest(datagram, false),
+        ) {
+            self.deregister(key);
+            return Err(e.into());
+        }
+        Ok((key, readiness))
+    }
+
+    /// A new slot with fresh readiness; returns its key.
+    fn new_source(&self, datagram: bool) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
         let readiness = Arc::new(Mutex::new(Readiness {
             datagram,
             ..Readiness::default()
@@ -250,15 +281,6 @@ impl Reactor {
             entry.1 = Some(readiness.clone());
             (u64::from(entry.0) << 32) | u64::from(slot)
         };
-        if let Err(e) = epoll::add(
-            &self.epoll,
-            fd,
-            EventData::new_u64(key),
-            interest(datagram, false),
-        ) {
-            self.deregister(key);
-            return Err(e.into());
-        }
         Ok((key, readiness))
     }
 
