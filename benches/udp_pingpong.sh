@@ -12,6 +12,8 @@
 # made per round trip (all rounds, warm-up included) are printed at the end,
 # by name; the CPU figures are then strace's, not oi's.
 #
+# With perf, each line also gives the forwarder's system calls per round trip.
+#
 # Used to find that a reactor which leaves UDP on async-io's own thread
 # doubles UDP's CPU per round trip (branch `perf`, docs in the closing note
 # of issue 23): 97/94/83 us on main against 195/230/150 us, same run.
@@ -78,7 +80,21 @@ uptime
 for round in $(seq "$ROUNDS"); do
     for k in "${!names[@]}"; do
         printf 'round %s  %-40s ' "$round" "${names[$k]}"
-        python3 "$dir/pingpong.py" "${ports[$k]}" "$N" "${fpids[$k]}" || echo "(no answer)"
+        # System calls the forwarder makes per round trip (perf's
+        # raw_syscalls:sys_enter for its PID; the warm-up's 100 included).
+        perf_pid=""
+        if command -v perf >/dev/null; then
+            perf stat -x, -e raw_syscalls:sys_enter -p "${fpids[$k]}" -o "$dir/perf.txt" 2>/dev/null &
+            perf_pid=$!
+        fi
+        out=$(python3 "$dir/pingpong.py" "${ports[$k]}" "$N" "${fpids[$k]}" || echo "(no answer)")
+        calls=-
+        if [ -n "$perf_pid" ]; then
+            kill -INT "$perf_pid" 2>/dev/null || true
+            wait "$perf_pid" 2>/dev/null || true
+            calls=$(awk -F, -v n="$N" '/raw_syscalls/ { printf "%.2f", $1 / (n + 100) }' "$dir/perf.txt")
+        fi
+        printf '%s  %s syscalls/rt\n' "$out" "$calls"
     done
 done
 uptime

@@ -6,7 +6,7 @@
 # waits (connect plus one echo, in a loop), with CONNS idle connections open
 # through oi. The same window is measured first without an upgrade, so each
 # figure comes with the baseline of the same run. Open connections are
-# handed over to the new oi (hand-over version 2), the in-flight stream
+# handed over to the new oi (hand-over version 3), the in-flight stream
 # among them, so its longest round trip includes its pause, and the
 # hand-over time includes moving every connection; afterwards every idle
 # connection must still echo. Needs python3.
@@ -14,7 +14,10 @@
 #        CONNS="10 10000" benches/upgrade.sh
 set -euo pipefail
 oi=$(readlink -f "${1:-target/release/oi}")
-# 10,000 connections take 20,000 descriptors in oi: as many as the hard limit allows.
+# Each open connection costs oi 2 descriptors, and 2 more in the old oi
+# while it hands the connection over (the copies it sends): 10,000
+# connections need 40,000 at the hand-over, 20,000 in steady state. Asks
+# for the hard limit; CONNS above (limit - 64) / 4 cannot all move.
 ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d)
 pids=()
@@ -128,8 +131,14 @@ for upgrade in (False, True):
 for c in idle: c.close()
 stream.close()
 EOF
-    # The old oi exits once it has handed its connections over; the new one is stopped.
+    # The old oi exits once it has handed its connections over (or once
+    # those it kept end); the new one is stopped.
     wait "$old" || true
+    # How many moved (the stream and the idle ones), and how many stayed.
+    moved=$(grep -o 'handed [0-9]* live' "$work/oi.err" | grep -o '[0-9]*' || echo 0)
+    kept=$(grep -o '[0-9]* connection(s) could not be paused' "$work/oi.err" | grep -o '^[0-9]*' || echo 0)
+    echo "$conns: $moved open connections moved to the new oi (the idle ones, the stream, any new one in flight); $kept stayed with the old one (no descriptor to copy)"
+    : > "$work/oi.err"
     new=$(cat "$work/new.pid")
     kill "$new" 2>/dev/null || true
     # Gone, or a zombie nobody reaps (its parent, the old oi, has exited).

@@ -55,7 +55,9 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
     (
         "ENVIRONMENT",
         "RUST_LOG sets the diagnostic level (error, warn, info, debug, trace); debug \
-         logs one line per connection.",
+         logs one line per connection. OI_UDP_BATCH=off makes UDP receive and send one \
+         datagram per system call (no recvmmsg, sendmmsg, GRO or GSO), for comparison \
+         or to rule batching out when diagnosing.",
     ),
     (
         "FILES",
@@ -79,6 +81,16 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    // Any other option (`--help` included) gets the usage, not a directory of
+    // that name: one was once generated and committed at the repository root.
+    if args.len() > 1
+        || args
+            .first()
+            .is_some_and(|a| a.to_string_lossy().starts_with('-'))
+    {
+        eprintln!("usage: gen-docs [OUT_DIR] | gen-docs --reference FILE");
+        return ExitCode::FAILURE;
     }
     let out = args
         .first()

@@ -77,6 +77,12 @@ impl Gauge {
     pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
+
+    /// Takes a slot whatever the count.
+    fn take(self: &Arc<Self>) -> Slot {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Slot(self.clone())
+    }
 }
 
 /// One connection's place in a [`Gauge`]; given back on drop.
@@ -153,6 +159,18 @@ impl GlobalLimit {
             _rule: own,
             _client: None,
         })
+    }
+
+    /// Counts a connection a previous oi handed over (`oi upgrade`): it is
+    /// open already, so it is counted whatever the limits (a count past a
+    /// limit refuses new connections until it drops below again), in the
+    /// global count, the rule's and, with `client`, the per-client one.
+    pub(crate) fn hold(&self, rule: &Arc<RuleLimits>, client: Option<IpAddr>) -> Held {
+        Held {
+            _global: self.gauge.take(),
+            _rule: rule.gauge.take(),
+            _client: client.and_then(|c| rule.take_client(c, usize::MAX)),
+        }
     }
 
     /// Takes a per-client slot for `client` on `rule` when the rule limits
@@ -281,6 +299,30 @@ mod tests {
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 0, 0, last])
+    }
+
+    #[test]
+    fn handed_over_connections_count_against_every_limit_without_being_refused() {
+        let global = GlobalLimit::default();
+        let rule = Arc::new(RuleLimits::default());
+        global.set(Some(2));
+        let held: Vec<Held> = (0..3).map(|_| global.hold(&rule, Some(ip(1)))).collect();
+        assert_eq!(
+            (global.open(), rule.open()),
+            (3, 3),
+            "counted past the limit"
+        );
+        assert!(global.admit(&rule, None).is_err(), "a new one is refused");
+        let mut one = global.admit(&rule, None);
+        assert!(one.is_err());
+        drop(held);
+        assert_eq!(
+            (global.open(), rule.open(), rule.clients_tracked()),
+            (0, 0, 0)
+        );
+        one = global.admit(&rule, None);
+        let mut one = one.expect("room again");
+        assert!(global.admit_client(&rule, &mut one, ip(1), Some(1)).is_ok());
     }
 
     #[test]

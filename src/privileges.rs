@@ -78,6 +78,15 @@ pub(crate) fn resolve_in(
     })
 }
 
+impl Target {
+    /// Whether this process runs as the target already: a new oi started
+    /// by `oi upgrade` from one that dropped to it (same `--user`).
+    pub(crate) fn is_current(&self) -> bool {
+        rustix::process::geteuid().as_raw() == self.uid
+            && rustix::process::getegid().as_raw() == self.gid
+    }
+}
+
 /// Resolves `user` (and `group`) from `/etc/passwd` and `/etc/group`.
 pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Target, String> {
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));

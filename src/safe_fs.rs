@@ -260,6 +260,32 @@ impl SocketFile {
     pub(crate) fn path(&self) -> &Path {
         &self.0.path
     }
+
+    /// Device and inode the bind made: what a new oi checks the path
+    /// against when it takes the socket over (`oi upgrade`).
+    pub(crate) fn id(&self) -> (u64, u64) {
+        self.0.id
+    }
+
+    /// The socket file at `path` that a previous oi made (device and inode
+    /// `want`) and handed over with its socket (`oi upgrade`): this process
+    /// removes it when done and applies a new `mode=` to it, as if it had
+    /// bound it. Refused when the path names anything else now.
+    pub(crate) fn adopt(path: &Path, want: (u64, u64)) -> io::Result<SocketFile> {
+        let at = Entry::of(path)?;
+        match at.stat(&at.name)? {
+            (FileType::Socket, id) if id == want => Ok(SocketFile(Arc::new(SocketInner {
+                at,
+                path: path.to_path_buf(),
+                id,
+                kept: std::sync::atomic::AtomicBool::new(false),
+            }))),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path no longer names the socket the previous oi bound (left alone)",
+            )),
+        }
+    }
 }
 
 /// A new non-blocking, close-on-exec unix stream socket.

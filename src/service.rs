@@ -146,7 +146,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg, &sockets) {
+    if let Err(e) = drop_privileges(&opts, &cfg, &sockets, taker.is_some()) {
         diagnostics::report(&format!("cannot start: {e}"));
         return ExitCode::FAILURE;
     }
@@ -217,6 +217,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
         .then(|| start_watcher(&conf, &changed, Some(loaded)))
         .flatten();
     let (commands, received) = async_channel::bounded(1);
+    // Started by `oi upgrade`: UDP listeners wait for the associations on
+    // their way (released when the hand-over of live connections ends).
+    let release = taker.as_ref().map(|_| shared.parking.hold());
     let server = match listen::serve(&runtime, shared.clone(), routes(&cfg, sockets), received) {
         Ok(server) => server,
         Err(e) => {
@@ -253,8 +256,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
             taker.ready();
             notify::main_pid();
             log::info!("took over from the previous oi");
-            take_connections(taker, &service.commands).await;
+            take_connections(taker, &service.commands, &service.shared).await;
         }
+        drop(release);
         notify::ready(&status);
         service.until_stopped(server, signals).await
     })
@@ -350,6 +354,7 @@ fn drop_privileges(
     opts: &RunOptions,
     cfg: &ResolvedConfig,
     sockets: &[BoundSocket],
+    handed_over: bool,
 ) -> Result<(), String> {
     let g = &cfg.config.globals;
     let (user, group) = match &opts.user {
@@ -360,6 +365,12 @@ fn drop_privileges(
         },
     };
     let target = crate::privileges::resolve(user, group)?;
+    // Started by `oi upgrade` from an oi that dropped to this user: it
+    // runs as that user already (and could not change again), and the
+    // sockets it was handed are that user's.
+    if handed_over && target.is_current() {
+        return Ok(());
+    }
     let listeners: Vec<_> = sockets
         .iter()
         .filter_map(|s| match s {
@@ -480,7 +491,7 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
         match h.role {
             handover::Role::Listener => {
                 let n = i32::try_from(i).unwrap_or(i32::MAX);
-                inherited.add(h.fd, n, "handed over".into());
+                inherited.add_handed(h.fd, n, h.file);
             }
             handover::Role::Metrics => given.metrics = Some(h.fd.into()),
             handover::Role::Control => given.control = Some(h.fd.into()),
@@ -492,14 +503,22 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
 /// Takes up the live connections the previous oi pauses after `ready`:
 /// the listeners start those whose rule they serve, which begin to pump
 /// only once the previous oi has been told (so never both pump one).
-async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
+async fn take_connections(taker: handover::Taker, commands: &Sender<Command>, shared: &Shared) {
     let (taker, offered) = smol::unblock(move || {
         let offered = taker.connections();
         (taker, offered)
     })
     .await;
     let offered = match offered {
-        Ok(o) => o,
+        Ok(handed) => {
+            if let Some(c) = &handed.counters {
+                let rules = shared.stats.carry_on(c);
+                log::info!(
+                    "upgrade: the counters of {rules} rule(s) carry on from the previous oi"
+                );
+            }
+            handed.offered
+        }
         Err(e) => {
             return log::warn!("no live connections taken over: {e}");
         }
@@ -529,9 +548,15 @@ async fn take_connections(taker: handover::Taker, commands: &Sender<Command>) {
         .map(|(_, n)| n)
         .sum();
     let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
-    if let Some(n) = confirmed {
-        started.store(true, std::sync::atomic::Ordering::Release);
-        log::info!("took over {n} of {count} live connection(s), with {carried} byte(s) in flight");
+    match confirmed {
+        Some(n) => {
+            started.store(true, std::sync::atomic::Ordering::Release);
+            log::info!(
+                "took over {n} of {count} live connection(s), with {carried} byte(s) in flight"
+            );
+        }
+        // The previous oi keeps them: so it does the UDP associations.
+        None => shared.parking.unstash_all(),
     }
     // Closing the gate starts them (or, unconfirmed, closes them).
     drop(go);
@@ -672,6 +697,21 @@ impl Service {
             self.drain
         };
         self.runtime.drained(drain).or(again).await;
+        if handed_over {
+            // UDP associations the new oi did not take, served until they
+            // end (their idle timeout at most; a second signal exits).
+            let shared = self.shared.clone();
+            let kept = smol::unblock(move || shared.parking.wait_leftovers());
+            kept.or(async {
+                let mut signals = signals;
+                while let Some(sig) = signals.next().await {
+                    if matches!(sig, Ok(Signal::Int | Signal::Term)) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS
@@ -708,25 +748,32 @@ impl Service {
             .await
             .map_err(|_| stopped())?;
         let fds = copies.recv().await.map_err(|_| stopped())?;
-        let listener = |fd| handover::Handed {
+        let listener = |(fd, file)| handover::Handed {
             role: handover::Role::Listener,
             fd,
+            file,
         };
         let mut handed: Vec<handover::Handed> = fds.into_iter().map(listener).collect();
         let observed = self.observer.copies();
         if let Some(l) = observed.metrics {
             let role = handover::Role::Metrics;
-            handed.push(handover::Handed { role, fd: l.into() });
+            let (fd, file) = (l.into(), None);
+            handed.push(handover::Handed { role, fd, file });
         }
         if let Some(l) = observed.control {
             let role = handover::Role::Control;
-            handed.push(handover::Handed { role, fd: l.into() });
+            let (fd, file) = (l.into(), None);
+            handed.push(handover::Handed { role, fd, file });
         }
         let binary = binary.unwrap_or_else(|| self.binary.clone());
         let args = self.args.clone();
         log::info!("upgrade: starting {}", binary.display());
         let shared = self.shared.clone();
-        smol::unblock(move || handover::hand_over(&binary, &args, &handed, &shared.parking)).await
+        smol::unblock(move || {
+            let counters = || shared.stats.carried();
+            handover::hand_over(&binary, &args, &handed, &shared.parking, &counters)
+        })
+        .await
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS

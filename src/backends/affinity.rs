@@ -106,6 +106,28 @@ impl Affinity {
         );
     }
 
+    /// Every live entry: client, member, time left (`oi upgrade`).
+    pub(super) fn entries(&self) -> Vec<(IpAddr, Arc<Member>, Duration)> {
+        let now = Instant::now();
+        self.by_client
+            .iter()
+            .filter_map(|(c, e)| {
+                let left = e.expires.checked_duration_since(now)?;
+                Some((*c, e.member.upgrade()?, left))
+            })
+            .collect()
+    }
+
+    /// Restores an entry a previous oi had, with `left` of its time (at
+    /// most this table's `ttl`).
+    pub(super) fn restore(&mut self, client: IpAddr, member: &Arc<Member>, left: Duration) {
+        let now = Instant::now();
+        self.insert(client, Arc::downgrade(member), now);
+        if let Some(e) = self.by_client.get_mut(&client) {
+            e.expires = now.checked_add(left.min(self.ttl)).unwrap_or(now);
+        }
+    }
+
     /// Forgets `client`.
     fn remove(&mut self, client: IpAddr) {
         if let Some(e) = self.by_client.remove(&client) {

@@ -19,6 +19,7 @@
 //! no lock and no allocation: the pool is only consulted to count health.
 
 mod affinity;
+mod carry;
 mod choose;
 mod dns;
 mod health;
@@ -343,6 +344,15 @@ impl BackendPool {
             }
         }
         self.publish();
+    }
+
+    /// A place on the member that has `addr` among its addresses, for a
+    /// connection a previous oi handed over (`oi upgrade`): it counts on
+    /// that member's load as if it had been chosen here.
+    pub(crate) fn lease_of(&self, addr: SocketAddr) -> Option<Lease> {
+        let members = self.members.load();
+        let m = members.iter().find(|m| m.addrs.load().contains(&addr))?;
+        Some(Lease::new(m.clone()))
     }
 
     /// Every member's addresses, in order: the backends the statistics list.

@@ -398,3 +398,47 @@ fn pools_of_literal_addresses_start_no_thread() {
     refresher.watch(&p, Box::new(|_: &[SocketAddr]| {}));
     assert!(!refresher.started());
 }
+
+#[test]
+fn an_upgrade_carries_health_affinity_and_load_to_the_new_pool() {
+    let text = yaml(
+        &[
+            "'127.0.0.1:1/tcp'",
+            "'127.0.0.1:2/tcp'",
+            "'127.0.0.1:3/tcp'",
+        ],
+        "affinity_ttl: 300\nhealth_threshold: 1\nalgorithm: leastconn",
+    );
+    let old = pool(&text);
+    old.failed(&old.members()[0]);
+    let a = IpAddr::from([10, 0, 0, 1]);
+    let used = old.attempts(a).next().expect("m").member().addrs()[0];
+    let carried = old.carried();
+    // Through JSON text, as it travels.
+    let carried: serde_json::Value = serde_json::from_str(&carried.to_string()).expect("JSON");
+
+    let new = pool(&text);
+    new.carry_on(&carried);
+    assert!(!new.members()[0].eligible(now_ms()), "still down");
+    assert!(new.members()[1].eligible(now_ms()));
+    for _ in 0..5 {
+        let again = new.attempts(a).next().expect("m").member().addrs()[0];
+        assert_eq!(again, used, "the client stays on its backend");
+    }
+    // A handed-over connection counts on its member's load.
+    let other = IpAddr::from([10, 0, 0, 2]);
+    let _held = new.lease_of(addr_of(&new, 2)).expect("a member has it");
+    let _held2 = new.lease_of(addr_of(&new, 2)).expect("a member has it");
+    let picked = new.attempts(other).next().expect("m").member().addrs()[0];
+    assert_eq!(picked.port(), 3, "least connections sees the load");
+    assert!(new.lease_of("127.0.0.1:9".parse().expect("addr")).is_none());
+}
+
+/// The address of `p`'s member on `port`.
+fn addr_of(p: &BackendPool, port: u16) -> SocketAddr {
+    p.members()
+        .iter()
+        .map(|m| m.addrs()[0])
+        .find(|a| a.port() == port)
+        .expect("member")
+}

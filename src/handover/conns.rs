@@ -8,10 +8,12 @@
 //! order (each one's client→backend bytes, then its backend→client ones),
 //! then each connection's client and backend sockets.
 
-use super::park::{HalfState, Offered, Parked, Parking, PARK_WITHIN};
+use super::park::{Flow, HalfState, Offered, Origin, Parked, Parking, PARK_WITHIN};
 use super::wire::{self, Kind, Received};
 use serde_json::{json, Value};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 /// Connections per message: two descriptors each, after the memfd.
 pub(crate) const PER_MESSAGE: usize = (wire::FDS_PER_MESSAGE - 1) / 2;
@@ -23,9 +25,11 @@ const MOST_UNSENT: u64 = 64 * 1024 * 1024;
 /// The old side: pauses every pump, sends what parked, and hands out the
 /// verdicts (adopted, else resume). Never fails the upgrade: a connection
 /// that is not confirmed runs on here. Returns how many were adopted.
-pub(crate) fn send(conn: &OwnedFd, parking: &Parking) -> usize {
+pub(crate) fn send(conn: &OwnedFd, parking: &Parking, counters: &dyn Fn() -> Value) -> usize {
     let parked = parking.collect(PARK_WITHIN);
-    let adopted = match offer(conn, &parked) {
+    // Read once every flow has paused: their bytes so far travel with them.
+    let counted = counters();
+    let adopted = match offer(conn, &parked, Some(&counted)) {
         Ok(ids) => ids,
         Err(e) => {
             log::warn!("upgrade: connections not handed over ({e}); they stay here");
@@ -46,29 +50,45 @@ pub(crate) fn send(conn: &OwnedFd, parking: &Parking) -> usize {
 }
 
 /// Sends the parked connections and returns the ids the new oi confirmed.
-fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
+fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<Vec<u64>, String> {
     for (c, chunk) in parked.chunks(PER_MESSAGE).enumerate() {
         let mut bytes = Vec::new();
         let mut entries = Vec::new();
         for (i, p) in chunk.iter().enumerate() {
             bytes.extend_from_slice(&p.up.unsent);
             bytes.extend_from_slice(&p.down.unsent);
-            entries.push(json!({
+            let mut entry = json!({
                 "id": (c * PER_MESSAGE + i) as u64,
                 "rule": p.rule,
                 "started": p.started,
                 "up": half(&p.up),
                 "down": half(&p.down),
-            }));
+            });
+            describe(&p.flow, &mut entry);
+            entries.push(entry);
         }
         let data = memfd(&bytes).map_err(|e| format!("cannot store the unsent bytes: {e}"))?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![data.as_fd()];
         for p in chunk {
-            fds.push(p.client.as_fd());
-            fds.push(p.backend.as_fd());
+            match &p.flow {
+                Flow::Stream { client, backend }
+                | Flow::TcpToUdp {
+                    client, backend, ..
+                } => {
+                    fds.push(client.as_fd());
+                    fds.push(backend.as_fd());
+                }
+                Flow::Datagram { backend, .. } => fds.push(backend.as_fd()),
+            }
         }
         let body = json!({ "connections": entries });
         wire::send(conn, Kind::Connections, &body, &fds).map_err(|e| e.to_string())?;
+    }
+    if let Some(c) = counters {
+        let text = c.to_string();
+        let data = memfd(text.as_bytes()).map_err(|e| format!("cannot store the counters: {e}"))?;
+        let body = json!({ "bytes": text.len() });
+        wire::send(conn, Kind::Counters, &body, &[data.as_fd()]).map_err(|e| e.to_string())?;
     }
     wire::send(conn, Kind::ConnectionsEnd, &json!({}), &[]).map_err(|e| e.to_string())?;
     match wire::recv(conn).map_err(|e| format!("no answer: {e}"))? {
@@ -80,6 +100,78 @@ fn offer(conn: &OwnedFd, parked: &[Parked]) -> Result<Vec<u64>, String> {
         Received::Message(Err(e), _) => Err(e.to_string()),
         Received::Closed => Err("the new oi closed the hand-over".into()),
     }
+}
+
+/// Adds what kind of flow it is to a connection's JSON (`kind`, and for
+/// the UDP kinds the client, who it is and how long it has been idle).
+fn describe(flow: &Flow, entry: &mut Value) {
+    let (kind, client, origin, idle) = match flow {
+        Flow::Stream { .. } => ("stream", None, None, None),
+        Flow::TcpToUdp { origin, idle, .. } => ("tcp-udp", None, Some(origin), Some(idle)),
+        Flow::Datagram {
+            client,
+            origin,
+            idle,
+            ..
+        } => ("udp", Some(client), Some(origin), Some(idle)),
+    };
+    entry["kind"] = json!(kind);
+    if let Some(c) = client {
+        entry["client"] = json!(c.to_string());
+    }
+    if let Some(o) = origin {
+        entry["origin"] = json!(o.client.to_string());
+        if let Some(l) = o.local {
+            entry["local"] = json!(l.to_string());
+        }
+    }
+    if let Some(i) = idle {
+        entry["idle_ms"] = json!(u64::try_from(i.as_millis()).unwrap_or(u64::MAX));
+    }
+}
+
+/// Descriptors an entry of `kind` brings: two, one for a UDP association.
+fn fds_of(entry: &Value) -> usize {
+    if entry["kind"] == "udp" {
+        1
+    } else {
+        2
+    }
+}
+
+/// The flow an entry describes, with its descriptors taken from `fds`.
+fn flow(e: &Value, fds: &mut impl Iterator<Item = OwnedFd>) -> Result<Flow, String> {
+    let mut next = || fds.next().ok_or("descriptors missing");
+    let addr = |key: &str| -> Result<SocketAddr, String> {
+        let text = e[key].as_str().ok_or(format!("no {key}"))?;
+        text.parse().map_err(|_| format!("bad {key} {text:?}"))
+    };
+    let origin = || -> Result<Origin, String> {
+        Ok(Origin {
+            client: addr("origin")?,
+            local: e["local"].as_str().and_then(|l| l.parse().ok()),
+        })
+    };
+    let idle = Duration::from_millis(e["idle_ms"].as_u64().unwrap_or(0));
+    Ok(match e["kind"].as_str().unwrap_or("stream") {
+        "stream" => Flow::Stream {
+            client: next()?,
+            backend: next()?,
+        },
+        "tcp-udp" => Flow::TcpToUdp {
+            client: next()?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        "udp" => Flow::Datagram {
+            client: addr("client")?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        other => return Err(format!("a connection of unknown kind {other:?}")),
+    })
 }
 
 /// A direction's JSON: its unsent byte count (the bytes are in the memfd).
@@ -98,13 +190,36 @@ fn memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The new side: receives every offered connection (until `ConnectionsEnd`).
-pub(crate) fn receive(conn: &OwnedFd) -> Result<Vec<Offered>, String> {
+/// Most bytes of counters the new side reads: 32,768 rules (`MAX_RULES`)
+/// of about 1.5 KiB each fit.
+const MOST_COUNTERS: u64 = 64 * 1024 * 1024;
+
+/// What the old oi handed over after ready.
+pub(crate) struct Handed {
+    /// The paused connections and flows.
+    pub(crate) offered: Vec<Offered>,
+    /// Its counters (`Stats::carried`'s JSON), if it sent them.
+    pub(crate) counters: Option<Value>,
+}
+
+/// The new side: receives every offered connection and the counters
+/// (until `ConnectionsEnd`).
+pub(crate) fn receive(conn: &OwnedFd) -> Result<Handed, String> {
     let mut all = Vec::new();
+    let mut counters = None;
     loop {
         let (body, fds) = match wire::recv(conn).map_err(|e| e.to_string())? {
             Received::Message(Ok((Kind::Connections, body)), fds) => (body, fds),
-            Received::Message(Ok((Kind::ConnectionsEnd, _)), _) => return Ok(all),
+            Received::Message(Ok((Kind::Counters, body)), fds) => {
+                counters = Some(read_counters(&body, fds)?);
+                continue;
+            }
+            Received::Message(Ok((Kind::ConnectionsEnd, _)), _) => {
+                return Ok(Handed {
+                    offered: all,
+                    counters,
+                })
+            }
             Received::Message(Ok((other, _)), _) => return Err(format!("unexpected {other:?}")),
             Received::Message(Err(e), _) => return Err(e.to_string()),
             Received::Closed => return Err("the previous oi closed the hand-over".into()),
@@ -113,10 +228,22 @@ pub(crate) fn receive(conn: &OwnedFd) -> Result<Vec<Offered>, String> {
     }
 }
 
+/// The counters a `counters` message's memfd holds.
+fn read_counters(body: &Value, fds: Vec<OwnedFd>) -> Result<Value, String> {
+    let [data] = <[OwnedFd; 1]>::try_from(fds).map_err(|_| "counters without one memfd")?;
+    let n = body["bytes"].as_u64().unwrap_or(0);
+    if n > MOST_COUNTERS {
+        return Err(format!("{n} bytes of counters"));
+    }
+    let mut at = 0;
+    let half = read_half(&json!({ "unsent": n }), &data, &mut at)?;
+    serde_json::from_slice(&half.unsent).map_err(|e| format!("the counters: {e}"))
+}
+
 /// One `connections` message's connections.
 fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String> {
     let entries = body["connections"].as_array().cloned().unwrap_or_default();
-    if fds.len() != 1 + 2 * entries.len() {
+    if fds.len() != 1 + entries.iter().map(fds_of).sum::<usize>() {
         return Err(format!(
             "{} connections described, {} descriptors received",
             entries.len(),
@@ -128,16 +255,13 @@ fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String>
     let mut at = 0u64;
     let mut out = Vec::new();
     for e in entries {
-        let (Some(client), Some(backend)) = (fds.next(), fds.next()) else {
-            return Err("descriptors missing".into());
-        };
+        let flow = flow(&e, &mut fds)?;
         let up = read_half(&e["up"], &data, &mut at)?;
         let down = read_half(&e["down"], &data, &mut at)?;
         out.push(Offered {
             id: e["id"].as_u64().ok_or("a connection without an id")?,
             rule: e["rule"].as_str().unwrap_or_default().to_string(),
-            client,
-            backend,
+            flow,
             up,
             down,
             started: e["started"].as_u64().unwrap_or(0),
@@ -191,7 +315,8 @@ mod tests {
     }
 
     #[test]
-    fn connections_travel_with_their_unsent_bytes_in_order_and_the_answer_comes_back() {
+    fn connections_and_udp_flows_travel_with_their_unsent_bytes_in_order_and_the_answer_comes_back()
+    {
         let (old, new) = socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -205,10 +330,30 @@ mod tests {
                 .into()
         };
         let (verdict, _answer) = crate::handover::park::verdict();
+        let origin = Origin {
+            client: "192.0.2.1:5000".parse().expect("addr"),
+            local: Some("192.0.2.2:53".parse().expect("addr")),
+        };
         let parked: Vec<Parked> = (0..3u8)
             .map(|i| Parked {
-                client: sock(),
-                backend: sock(),
+                flow: match i {
+                    0 => Flow::Stream {
+                        client: sock(),
+                        backend: sock(),
+                    },
+                    1 => Flow::TcpToUdp {
+                        client: sock(),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(1500),
+                    },
+                    _ => Flow::Datagram {
+                        client: "127.0.0.1:4000".parse().expect("addr"),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(250),
+                    },
+                },
                 rule: format!("127.0.0.1:{i}"),
                 up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
                 down: half(b"down", i == 2, 7),
@@ -221,8 +366,11 @@ mod tests {
             confirm(&new, &[1]).expect("confirm");
             got
         });
-        assert_eq!(offer(&old, &parked), Ok(vec![1]));
-        let got = taker.join().expect("taker");
+        let counters = json!({ "rules": [{ "name": "r" }] });
+        assert_eq!(offer(&old, &parked, Some(&counters)), Ok(vec![1]));
+        let handed = taker.join().expect("taker");
+        assert_eq!(handed.counters, Some(json!({ "rules": [{ "name": "r" }] })));
+        let got = handed.offered;
         assert_eq!(got.len(), 3);
         for (i, g) in got.iter().enumerate() {
             let i8 = u8::try_from(i).expect("small");
@@ -231,6 +379,27 @@ mod tests {
             assert_eq!(g.up, half(&vec![i8; i * 1000], false, i as u64));
             assert_eq!(g.down, half(b"down", i == 2, 7));
             assert_eq!(g.started, 1_700_000_000);
+        }
+        assert!(matches!(got[0].flow, Flow::Stream { .. }));
+        match &got[1].flow {
+            Flow::TcpToUdp {
+                origin: o, idle, ..
+            } => {
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(1500)));
+            }
+            _ => panic!("entry 1 is TCP->UDP"),
+        }
+        match &got[2].flow {
+            Flow::Datagram {
+                client,
+                origin: o,
+                idle,
+                ..
+            } => {
+                assert_eq!(client.to_string(), "127.0.0.1:4000");
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(250)));
+            }
+            _ => panic!("entry 2 is a UDP association"),
         }
     }
 

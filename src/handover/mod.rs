@@ -15,7 +15,7 @@
 //! version, says nothing in time) leaves the old process serving, with one
 //! message saying why.
 
-mod conns;
+pub(crate) mod conns;
 pub(crate) mod park;
 mod wire;
 
@@ -70,6 +70,10 @@ pub(crate) struct Handed {
     pub(crate) role: Role,
     /// The socket.
     pub(crate) fd: OwnedFd,
+    /// A unix listener's socket file the old oi made: its device and
+    /// inode, so the new one removes it when done (if the path still
+    /// names it) and applies `mode=` to it.
+    pub(crate) file: Option<(u64, u64)>,
 }
 
 /// The old side: starts `binary` with `args`, hands it `sockets`, and
@@ -80,6 +84,7 @@ pub(crate) fn hand_over(
     args: &[OsString],
     sockets: &[Handed],
     parking: &park::Parking,
+    counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let shown = binary.display();
     let (listener, name) = rendezvous().map_err(|e| format!("cannot set up the hand-over: {e}"))?;
@@ -89,7 +94,7 @@ pub(crate) fn hand_over(
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
-    let result = converse(&listener, &mut child, sockets, parking);
+    let result = converse(&listener, &mut child, sockets, parking, counters);
     if result.is_err() {
         let _ = child.kill();
     }
@@ -121,6 +126,7 @@ fn converse(
     child: &mut Child,
     sockets: &[Handed],
     parking: &park::Parking,
+    counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let deadline = Instant::now() + TIMEOUT;
     let conn = accept_child(listener, child, deadline)?;
@@ -137,7 +143,12 @@ fn converse(
     for chunk in sockets.chunks(wire::FDS_PER_MESSAGE) {
         let roles: Vec<serde_json::Value> = chunk
             .iter()
-            .map(|h| serde_json::json!({ "role": h.role.word() }))
+            .map(|h| match h.file {
+                Some((dev, ino)) => {
+                    serde_json::json!({ "role": h.role.word(), "file": [dev, ino] })
+                }
+                None => serde_json::json!({ "role": h.role.word() }),
+            })
             .collect();
         let fds: Vec<_> = chunk.iter().map(|h| h.fd.as_fd()).collect();
         let body = serde_json::json!({ "sockets": roles });
@@ -153,7 +164,7 @@ fn converse(
                 .and_then(|p| u32::try_from(p).ok())
                 .unwrap_or(child.id());
             // The new oi serves every listener: now the live connections.
-            let n = conns::send(&conn, parking);
+            let n = conns::send(&conn, parking, counters);
             log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
             Ok(pid)
         }
@@ -293,12 +304,16 @@ fn take(name: &[u8]) -> Result<(Taker, Vec<Handed>), String> {
                         fds.len()
                     ));
                 }
-                for (role, fd) in roles.iter().zip(fds) {
-                    let role = role["role"]
+                for (entry, fd) in roles.iter().zip(fds) {
+                    let role = entry["role"]
                         .as_str()
                         .and_then(Role::from_word)
                         .unwrap_or(Role::Listener);
-                    handed.push(Handed { role, fd });
+                    let file = match (entry["file"][0].as_u64(), entry["file"][1].as_u64()) {
+                        (Some(dev), Some(ino)) => Some((dev, ino)),
+                        _ => None,
+                    };
+                    handed.push(Handed { role, fd, file });
                 }
             }
             Kind::End => return Ok((Taker { conn }, handed)),
@@ -317,8 +332,9 @@ impl Taker {
         }
     }
 
-    /// Receives the connections the old process paused (blocking).
-    pub(crate) fn connections(&self) -> Result<Vec<park::Offered>, String> {
+    /// Receives the connections the old process paused and its counters
+    /// (blocking).
+    pub(crate) fn connections(&self) -> Result<conns::Handed, String> {
         conns::receive(&self.conn)
     }
 

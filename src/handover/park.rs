@@ -10,9 +10,11 @@
 //! adopted (the new oi confirmed it; this one closes its copies and forgets
 //! the connection) or resume (anything else: it pumps on here, nothing lost).
 
+pub(crate) use crate::edge::Origin;
 use async_channel::{Receiver, Sender};
 use atomic_waker::AtomicWaker;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -34,12 +36,47 @@ pub(crate) struct HalfState {
     pub(crate) bytes: u64,
 }
 
+/// What kind of flow a parked connection is, with its descriptors (copies:
+/// the old oi keeps its own until the verdict).
+pub(crate) enum Flow {
+    /// A TCP or unix client and its TCP or unix backend: both sockets.
+    Stream {
+        /// The client's socket.
+        client: OwnedFd,
+        /// The backend's socket.
+        backend: OwnedFd,
+    },
+    /// A TCP client forwarded to a UDP backend: the client's socket and the
+    /// connected UDP socket.
+    TcpToUdp {
+        /// The client's socket.
+        client: OwnedFd,
+        /// The UDP socket connected to the backend.
+        backend: OwnedFd,
+        /// Who the client is (differs from the peer under `accept-proxy`).
+        origin: Origin,
+        /// How long it has had no traffic either way: its idle deadline
+        /// carries on from there.
+        idle: Duration,
+    },
+    /// A UDP association: the client's address (replies go there, from the
+    /// listening socket the new oi already has) and the connected socket.
+    Datagram {
+        /// The client's address, the association's key.
+        client: SocketAddr,
+        /// The UDP socket connected to the backend.
+        backend: OwnedFd,
+        /// Who the client is (differs from `client` under `accept-proxy`).
+        origin: Origin,
+        /// How long it has had no traffic either way.
+        idle: Duration,
+    },
+}
+
 /// A paused connection, on its way to the new oi.
 pub(crate) struct Parked {
-    /// The client's socket (a copy: the pump keeps its own until the verdict).
-    pub(crate) client: OwnedFd,
-    /// The backend's socket (a copy).
-    pub(crate) backend: OwnedFd,
+    /// What it is, with copies of its sockets.
+    pub(crate) flow: Flow,
     /// The rule's listening address (`BindAddr`'s text): the new oi finds
     /// its route by it.
     pub(crate) rule: String,
@@ -59,10 +96,8 @@ pub struct Offered {
     pub(crate) id: u64,
     /// The rule's listening address, as [`Parked::rule`].
     pub(crate) rule: String,
-    /// The client's socket.
-    pub(crate) client: OwnedFd,
-    /// The backend's socket.
-    pub(crate) backend: OwnedFd,
+    /// What it is, with its sockets.
+    pub(crate) flow: Flow,
     /// Client → backend, where the previous oi stopped.
     pub(crate) up: HalfState,
     /// Backend → client.
@@ -109,6 +144,20 @@ struct Inner {
     parked: Vec<Parked>,
     /// Pumps that have answered the stop (parked, or ended meanwhile).
     answered: usize,
+    /// Pumps that answered without parking (no descriptor to copy their
+    /// sockets): they stay here, and the hand-over says how many.
+    declined: usize,
+    /// New side: UDP associations handed over, by rule, waiting for their
+    /// listener to take them when the hand-over ends ([`Parking::released`]).
+    stashed: HashMap<String, Vec<Offered>>,
+    /// New side: closed when the hand-over of live connections has ended;
+    /// UDP listeners read nothing before (see [`Parking::hold`]).
+    gate: Option<Receiver<()>>,
+    /// Old side: a new oi serves now, so a closing UDP listener hands the
+    /// associations it kept to a task of their own ([`Parking::kept`]).
+    handed: bool,
+    /// Old side: tasks serving UDP associations the new oi did not take.
+    leftovers: usize,
 }
 
 /// Every pumping connection of this process (one per `Shared`).
@@ -176,6 +225,71 @@ impl Parking {
         true
     }
 
+    /// A UDP listener offers its associations, answering its stop once for
+    /// all; as [`Parking::park`].
+    pub(crate) fn park_many(&self, ticket: &Ticket<'_>, parked: Vec<Parked>) -> bool {
+        let mut inner = self.lock();
+        ticket.slot.stop.store(false, Ordering::Release);
+        if !inner.collecting {
+            return false;
+        }
+        inner.answered += 1;
+        inner.parked.extend(parked);
+        self.changed.notify_all();
+        true
+    }
+
+    /// New side: until the returned sender drops, [`Parking::released`]
+    /// waits. Called before the listeners start, so a UDP listener reads no
+    /// datagram before the associations handed over are in its map (else a
+    /// client's next datagram would open a second association, from
+    /// another port, beside the one on its way).
+    pub(crate) fn hold(&self) -> Sender<()> {
+        let (open, gate) = async_channel::bounded(1);
+        self.lock().gate = Some(gate);
+        open
+    }
+
+    /// Waits until the hand-over (if any) has ended.
+    pub(crate) async fn released(&self) {
+        let gate = self.lock().gate.clone();
+        if let Some(gate) = gate {
+            let _ = gate.recv().await;
+        }
+    }
+
+    /// New side: keeps a handed-over UDP association for its listener.
+    pub(crate) fn stash(&self, offered: Offered) {
+        let mut inner = self.lock();
+        inner
+            .stashed
+            .entry(offered.rule.clone())
+            .or_default()
+            .push(offered);
+    }
+
+    /// New side: the associations stashed for the listener of `rule`.
+    pub(crate) fn unstash(&self, rule: &str) -> Vec<Offered> {
+        self.lock().stashed.remove(rule).unwrap_or_default()
+    }
+
+    /// New side: forgets every stashed association (the previous oi was
+    /// not told this one took them: it keeps them).
+    pub(crate) fn unstash_all(&self) {
+        self.lock().stashed.clear();
+    }
+
+    /// A pump or listener whose stop was asked with nothing to offer (a UDP
+    /// listener without associations, a pump that ends): it answers.
+    pub(crate) fn pass(&self, ticket: &Ticket<'_>) {
+        let mut inner = self.lock();
+        ticket.slot.stop.store(false, Ordering::Release);
+        if inner.collecting {
+            inner.answered += 1;
+            self.changed.notify_all();
+        }
+    }
+
     /// A pump whose stop was asked but which cannot park (its sockets could
     /// not be copied): it answers, and runs on.
     pub(crate) fn decline(&self, ticket: &Ticket<'_>) {
@@ -183,6 +297,7 @@ impl Parking {
         ticket.slot.stop.store(false, Ordering::Release);
         if inner.collecting {
             inner.answered += 1;
+            inner.declined += 1;
             self.changed.notify_all();
         }
     }
@@ -195,6 +310,7 @@ impl Parking {
         let mut inner = self.lock();
         inner.collecting = true;
         inner.answered = 0;
+        inner.declined = 0;
         let asked = inner.slots.len();
         for slot in inner.slots.values() {
             slot.stop.store(true, Ordering::Release);
@@ -217,10 +333,62 @@ impl Parking {
                 .0;
         }
         inner.collecting = false;
+        if inner.declined > 0 {
+            log::warn!(
+                "upgrade: {} connection(s) could not be paused for the new oi (no descriptor \
+                 left to copy their sockets); they stay here",
+                inner.declined
+            );
+        }
         for slot in inner.slots.values() {
             slot.stop.store(false, Ordering::Release);
         }
         std::mem::take(&mut inner.parked)
+    }
+}
+
+/// Seconds since the epoch now, for when a flow started.
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Parking {
+    /// Old side: a new oi serves the listeners now (they are closing).
+    pub(crate) fn set_handed(&self) {
+        self.lock().handed = true;
+    }
+
+    /// Old side: when a new oi serves now, counts a task that keeps
+    /// serving UDP associations the new oi did not take, until
+    /// [`Parking::kept_ended`] (`false`: no hand-over; the associations
+    /// end with their listener as before).
+    pub(crate) fn keep_serving(&self) -> bool {
+        let mut inner = self.lock();
+        if inner.handed {
+            inner.leftovers += 1;
+        }
+        inner.handed
+    }
+
+    /// Old side: a task counted by [`Parking::keep_serving`] has ended.
+    pub(crate) fn kept_ended(&self) {
+        let mut inner = self.lock();
+        inner.leftovers = inner.leftovers.saturating_sub(1);
+        self.changed.notify_all();
+    }
+
+    /// Old side: waits (blocking) until every task counted by
+    /// [`Parking::keep_serving`] has ended.
+    pub(crate) fn wait_leftovers(&self) {
+        let mut inner = self.lock();
+        while inner.leftovers > 0 {
+            inner = self
+                .changed
+                .wait(inner)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub(crate) const MAGIC: &[u8; 4] = b"OIHO";
 
 /// The hand-over version this oi speaks. Raised whenever a message's
 /// meaning changes; two oi with different versions do not hand over.
-pub(crate) const VERSION: u16 = 2;
+pub(crate) const VERSION: u16 = 3;
 
 /// Magic, version and kind.
 const HEADER: usize = 7;
@@ -43,13 +43,17 @@ pub(crate) enum Kind {
     Ready = 4,
     /// New → old: the new process gives up (`error` says why) and exits.
     Failed = 5,
-    /// Old → new, after ready: paused TCP connections (version 2).
+    /// Old → new, after ready: paused connections and UDP flows (version 2;
+    /// version 3 adds TCP→UDP streams and UDP associations).
     Connections = 6,
     /// Old → new: every paused connection has been sent.
     ConnectionsEnd = 7,
     /// New → old: the connections it serves now (`ids`); the old one
     /// drops those and resumes the rest.
     Adopted = 8,
+    /// Old → new, between `connections` and `connections-end`: a memfd
+    /// holding its counters as JSON (`bytes` long; version 3).
+    Counters = 9,
 }
 
 impl Kind {
@@ -64,6 +68,7 @@ impl Kind {
             6 => Kind::Connections,
             7 => Kind::ConnectionsEnd,
             8 => Kind::Adopted,
+            9 => Kind::Counters,
             _ => return None,
         })
     }

@@ -39,6 +39,9 @@ pub(crate) struct Passed {
     pub(crate) key: ListenerKey,
     /// The socket itself.
     pub(crate) socket: OwnedFd,
+    /// Handed over by a previous oi (`oi upgrade`) with the device and
+    /// inode of the socket file it made: this process owns the file now.
+    pub(crate) file: Option<(u64, u64)>,
 }
 
 /// The passed descriptors no rule has taken yet.
@@ -92,11 +95,21 @@ impl Inherited {
                 name,
                 key,
                 socket: fd,
+                file: None,
             }),
             Err(e) => self.rejected.push(format!(
                 "passed descriptor {number} ({}): {e}; closed",
                 shown(&name)
             )),
+        }
+    }
+
+    /// A listening socket a previous oi handed over (`oi upgrade`), with
+    /// its socket file's device and inode if it made one.
+    pub(crate) fn add_handed(&mut self, fd: OwnedFd, number: i32, file: Option<(u64, u64)>) {
+        self.add(fd, number, "handed over".into());
+        if let Some(p) = self.passed.last_mut().filter(|p| p.number == number) {
+            p.file = file;
         }
     }
 
@@ -115,14 +128,27 @@ impl Inherited {
             numbers.join(", "),
             shown(&first.name)
         );
+        let file = match (&key.0, first.file) {
+            (BindAddr::Unix(crate::config::UnixAddr::Path(path)), Some(id)) => {
+                match crate::unix::SocketFile::adopt(path, id) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        log::warn!("{}: {e}; it stays when oi exits", path.display());
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut sockets = mine.into_iter().map(|p| p.socket);
         let first = sockets.next()?;
         Some(match (&key.0, key.1) {
             (BindAddr::Unix(addr), _) => BoundSocket::Unix(UnixSocket {
                 bound: crate::unix::UnixBound {
                     listener: UnixListener::from(first),
-                    // systemd made the file and removes it; oi leaves it alone.
-                    file: None,
+                    // systemd made the file and removes it, oi leaves it
+                    // alone; one a previous oi made is this one's now.
+                    file,
                 },
                 addr: addr.clone(),
             }),

@@ -73,8 +73,9 @@ pub enum Command {
     /// A copy of every listening socket (each socket of a TCP listener's
     /// group), for handing to a new oi.
     Sockets {
-        /// Receives the copies.
-        reply: Sender<Vec<OwnedFd>>,
+        /// Receives the copies, each with its socket file's device and
+        /// inode for a unix listener whose file oi made.
+        reply: Sender<Vec<SocketCopy>>,
     },
     /// A new oi serves the sockets now: when the listeners close, their
     /// unix socket files stay.
@@ -94,6 +95,10 @@ pub enum Command {
         go: Arc<AtomicBool>,
     },
 }
+
+/// A copy of a listening socket for a new oi, with the device and inode of
+/// its socket file when it is a unix listener whose file oi made.
+pub(crate) type SocketCopy = (OwnedFd, Option<(u64, u64)>);
 
 /// Starts serving already-bound sockets, each with its route, on `runtime`'s
 /// threads, and returns the future that keeps them serving.
@@ -138,6 +143,7 @@ pub fn serve(
                     let _ = reply.send(listeners.adopt(conns, &gate, &go)).await;
                 }
                 Command::KeepFiles => {
+                    listeners.shared.parking.set_handed();
                     for file in listeners.serving.values().filter_map(|r| r.file.as_ref()) {
                         file.keep();
                     }
@@ -212,51 +218,83 @@ impl Listeners {
     /// A copy of every listening socket, for a hand-over; one that cannot
     /// be copied (no descriptor left) is left out, and the new oi binds
     /// that rule itself (failing, since this one still holds it).
-    fn copies(&self) -> Vec<OwnedFd> {
-        let all = self.serving.values().flat_map(|r| r.sockets.iter());
-        all.filter_map(|s| s.as_fd().try_clone_to_owned().ok())
+    fn copies(&self) -> Vec<SocketCopy> {
+        let all = self.serving.values().flat_map(|r| {
+            let file = r.file.as_ref().map(crate::unix::SocketFile::id);
+            r.sockets.iter().map(move |s| (s, file))
+        });
+        all.filter_map(|(s, file)| Some((s.as_fd().try_clone_to_owned().ok()?, file)))
             .collect()
     }
 
-    /// Places each handed-over connection whose rule a TCP listener here
-    /// serves (same listening address) on a thread, where it waits for
-    /// `gate` before pumping; returns their ids. The others are closed here
-    /// and logged: the previous oi keeps serving them.
+    /// Places each handed-over flow whose rule a listener here serves (same
+    /// listening address and protocols): a stream or TCP→UDP connection
+    /// on a thread, where it waits for `gate` before pumping; a UDP
+    /// association in the stash its listener takes it from once the
+    /// hand-over ends. Returns their ids. The others are closed here and
+    /// logged: the previous oi keeps serving them.
     fn adopt(
         &self,
         conns: Vec<crate::handover::park::Offered>,
         gate: &Receiver<()>,
         go: &Arc<AtomicBool>,
     ) -> Vec<u64> {
+        use crate::handover::park::Flow;
         let mut ids = Vec::new();
         for c in conns {
-            let found = self.serving.iter().find(|((bind, proto), running)| {
-                *proto == Proto::Tcp
+            let (proto, backend_proto, what) = match c.flow {
+                Flow::Stream { .. } => (Proto::Tcp, Proto::Tcp, "TCP"),
+                Flow::TcpToUdp { .. } => (Proto::Tcp, Proto::Udp, "TCP->UDP"),
+                Flow::Datagram { .. } => (Proto::Udp, Proto::Udp, "UDP"),
+            };
+            let found = self.serving.iter().find(|((bind, p), running)| {
+                *p == proto
                     && bind.to_string() == c.rule
-                    && running.route.load().backend_proto == Proto::Tcp
+                    && running.route.load().backend_proto == backend_proto
             });
             let Some((_, running)) = found else {
                 log::info!(
-                    "upgrade: no TCP rule listens on {:?} here; the previous oi keeps its connection",
+                    "upgrade: no {what} rule listens on {:?} here; the previous oi keeps its connection",
                     c.rule
                 );
                 continue;
             };
             ids.push(c.id);
+            if proto == Proto::Udp {
+                self.shared.parking.stash(c);
+                continue;
+            }
             let route = running.route.load_full();
             let stats = running.stats.clone();
             let shared = self.shared.clone();
             let at = self.threads.pick(0);
-            // Counted like an accepted connection (drain, thread balance).
+            // Counted like an accepted connection (drain, thread balance,
+            // the connection limits: open already, so never refused).
             let placed = self.threads.place(at);
+            let client = match &c.flow {
+                Flow::Stream { client, .. } => {
+                    let peer = socket2::SockRef::from(client).peer_addr().ok();
+                    peer.and_then(|p| p.as_socket())
+                        .map(crate::route::client_ip)
+                }
+                Flow::TcpToUdp { origin, .. } => Some(crate::route::client_ip(origin.client)),
+                Flow::Datagram { .. } => None,
+            };
+            let per_client = client.filter(|_| route.maxconn_per_client.is_some());
+            let held = self.shared.limits.hold(&running.limits, per_client);
             let (gate, go) = (gate.clone(), go.clone());
             self.threads
                 .executor(at)
                 .spawn(async move {
                     let _placed = placed;
+                    let _held = held;
                     let _ = gate.recv().await;
-                    if go.load(Ordering::Acquire) {
-                        crate::tcp::adopted(c, route, shared, stats).await;
+                    if !go.load(Ordering::Acquire) {
+                        return;
+                    }
+                    match backend_proto {
+                        Proto::Tcp => crate::tcp::adopted(c, route, shared, stats).await,
+                        Proto::Udp => crate::udp::tcp_to_udp_adopted(c, route, shared, stats).await,
                     }
                 })
                 .detach();
@@ -333,6 +371,13 @@ impl Listeners {
                 BoundSocket::Unix(u) => u.bound.file.clone(),
                 _ => None,
             };
+            // A socket file a previous oi made (`oi upgrade`) gets this
+            // configuration's `mode=` (a fresh bind has it already).
+            if let (Some(file), Some(mode)) = (&file, route.load().socket_mode()) {
+                if let Err(e) = file.set_mode(mode) {
+                    log::warn!("cannot set the mode of {}: {e}", file.path().display());
+                }
+            }
             let stored = crate::notify::fd_name(&addr.with_proto(proto));
             let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
             let (tasks, sockets) = match spawned {

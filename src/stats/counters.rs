@@ -163,6 +163,15 @@ macro_rules! counter_list {
         }
 
         impl CounterCells {
+            /// The cell whose JSON key is `key` (`oi upgrade` carries
+            /// counters by their keys).
+            pub(super) fn by_json(&self, key: &str) -> Option<&AtomicU64> {
+                match key {
+                    $( $json => Some(&self.$field), )*
+                    _ => None,
+                }
+            }
+
             /// Every counter as it is now (relaxed loads: each counter is
             /// independent, and a snapshot is a sample).
             pub(super) fn load(&self) -> CounterValues {
@@ -351,6 +360,18 @@ counter_list! {
         metric: labelled(SNI, "outcome", "closed"),
         text: text(TextSection::Refused, "sni-unrouted"),
     }
+    /// Backend replies dropped because the listening socket's send buffer
+    /// was full when a batch of them went out (src/udp/batch.rs): the
+    /// association then reads no more from its backend until it drains.
+    udp_replies_dropped {
+        json: "udp_replies_dropped",
+        metric: in_family(Family {
+            name: "oi_udp_replies_dropped",
+            help: "Backend replies a /udp listener dropped because its send buffer was full, by rule.",
+            kind: MetricKind::Counter,
+        }),
+        text: text(TextSection::Udp, "replies-dropped"),
+    }
 }
 
 impl CounterValues {
@@ -480,6 +501,11 @@ impl Counters {
         bump(active);
     }
 
+    /// Counts a handed-over connection of `kind` as active (not opened).
+    pub(super) fn resumed(&self, kind: ConnKind) {
+        bump(self.of(kind).1);
+    }
+
     /// The (opened, active) pair `kind` counts in: a connection counts
     /// under its client side (TCP, UDP or unix), as rinetd-uv's status does.
     fn of(&self, kind: ConnKind) -> (&AtomicU64, &AtomicU64) {
@@ -488,6 +514,18 @@ impl Counters {
             ConnKind::Udp => (&c.opened_udp, &c.active_udp),
             ConnKind::Unix => (&c.opened_unix, &c.active_unix),
             ConnKind::Tcp | ConnKind::TcpToUdp => (&c.opened_tcp, &c.active_tcp),
+        }
+    }
+
+    /// Adds bytes of connections that ended in a previous oi (`oi upgrade`).
+    pub(super) fn carry_ended(&self, from_client: u64, to_client: u64) {
+        for (cell, n) in [
+            (&self.ended_from_client, from_client),
+            (&self.ended_to_client, to_client),
+        ] {
+            let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
         }
     }
 

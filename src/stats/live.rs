@@ -268,6 +268,17 @@ impl Registered {
         self.set_state(ConnState::Open);
     }
 
+    /// Records the backend of a connection a previous oi handed over: as
+    /// [`Registered::connected`], but the backend's `opened` counted it there.
+    pub(crate) fn reconnected(&self, backend: SocketAddr) {
+        let _ = self.conn.backend.set(backend);
+        if let Some(b) = self.conn.rule.backend(backend) {
+            b.active.fetch_add(1, Ordering::Relaxed);
+            let _ = self.conn.backend_stats.set(b);
+        }
+        self.set_state(ConnState::Open);
+    }
+
     /// Records the TLS server name the connection was routed by.
     pub(crate) fn routed_by(&self, name: Arc<str>) {
         let _ = self.conn.server_name.set(name);

@@ -33,6 +33,7 @@
 //! every byte counter a snapshot reports is therefore the highest value any
 //! snapshot has reported (`fetch_max` on a field only snapshots write).
 
+mod carry;
 mod counters;
 mod live;
 mod rules;

@@ -171,6 +171,19 @@ impl RuleStats {
         self.live.register(self.clone(), kind, client.into())
     }
 
+    /// Registers a connection (or association) a previous oi handed over:
+    /// listed and counted as active, not as opened again (the counters the
+    /// previous oi handed over counted its opening).
+    pub(crate) fn register_resumed(
+        self: &Arc<Self>,
+        kind: ConnKind,
+        client: impl Into<crate::peer::Peer>,
+    ) -> Registered {
+        self.counters.resumed(kind);
+        self.process.resumed(kind);
+        self.live.register(self.clone(), kind, client.into())
+    }
+
     /// The counters of backend `addr`, if the rule lists it.
     pub(super) fn backend(&self, addr: SocketAddr) -> Option<Arc<BackendStats>> {
         self.backends

@@ -19,18 +19,18 @@ pub struct Stats {
     /// When the configuration was last reloaded (start-up counts), for `stats_since_reload`.
     last_reload: Mutex<SystemTime>,
     /// Reloads applied.
-    reloads_ok: AtomicU64,
+    pub(super) reloads_ok: AtomicU64,
     /// Reloads refused (the file did not parse or resolve).
-    reloads_failed: AtomicU64,
+    pub(super) reloads_failed: AtomicU64,
     /// accept(2) failures other than a client giving up (EMFILE and the like).
-    accept_errors: AtomicU64,
+    pub(super) accept_errors: AtomicU64,
     /// The sum of every rule's counters.
-    process: Arc<Counters>,
+    pub(super) process: Arc<Counters>,
     /// The serving rules, in the order they started. Locked only when
     /// listeners start or stop and by snapshots, never by a connection.
-    rules: Mutex<Vec<Arc<RuleStats>>>,
+    pub(super) rules: Mutex<Vec<Arc<RuleStats>>>,
     /// Live TCP connections and UDP associations.
-    live: Arc<Live>,
+    pub(super) live: Arc<Live>,
 }
 
 impl Default for Stats {

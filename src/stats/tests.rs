@@ -125,3 +125,49 @@ fn connect_errors_are_classified() {
         ConnectFailure::Other
     );
 }
+
+#[test]
+fn counters_carried_by_an_upgrade_continue_where_they_were() {
+    let old = Fixture::new();
+    let b = addr("127.0.0.1:2");
+    let rule = old.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
+    let gone = old.stats.add_rule("gone:1/tcp".into(), Proto::Tcp, &[b]);
+    let ended = rule.register(ConnKind::Tcp, addr("127.0.0.1:9"));
+    ended.connected(b);
+    ended.publish(100, 200, ConnState::Open);
+    drop(ended);
+    rule.refused(Event::Denied);
+    gone.refused(Event::Denied);
+    // One connection open at the hand-over: the new oi takes it up.
+    let live = rule.register(ConnKind::Tcp, addr("127.0.0.1:10"));
+    live.connected(b);
+    live.publish(7, 8, ConnState::Open);
+    let before = old.snapshot();
+    let carried = old.stats.carried();
+
+    let new = Fixture::new();
+    let mine = new.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
+    assert_eq!(
+        new.stats.carry_on(&carried),
+        1,
+        "one rule of the two is served"
+    );
+    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:10"));
+    adopted.reconnected(b);
+    adopted.publish(7, 8, ConnState::Open);
+    let after = new.snapshot();
+    let (was, is) = (&before.rules[0], &after.rules[0]);
+    assert_eq!(is.counters, was.counters, "every rule counter carries on");
+    assert_eq!(is.backends[0], was.backends[0], "so do the backend's");
+    assert_eq!(
+        after.totals, before.totals,
+        "and the process's, the gone rule's included"
+    );
+    drop(live);
+    drop(adopted);
+    let later = new.snapshot();
+    assert_eq!(later.rules[0].counters.active_tcp, 0);
+    assert_eq!(later.rules[0].counters.opened_tcp, 2);
+    assert_eq!(later.rules[0].counters.from_client, 107);
+    assert_eq!(later.rules[0].backends[0].to_client, 208);
+}

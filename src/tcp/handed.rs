@@ -127,7 +127,7 @@ async fn offer(
     let (up, down) = match published.pump.pause() {
         Ok(halves) => halves,
         Err(e) => {
-            shared.parking.decline(ticket);
+            shared.parking.pass(ticket);
             return Offer::Broken(e);
         }
     };
@@ -141,8 +141,7 @@ async fn offer(
     };
     let (verdict, answer) = park::verdict();
     let parked = Parked {
-        client,
-        backend,
+        flow: park::Flow::Stream { client, backend },
         rule: rule.to_string(),
         up: up.into(),
         down: down.into(),

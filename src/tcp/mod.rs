@@ -192,16 +192,19 @@ pub(crate) async fn forward(
 /// Forwards a connection the previous oi handed over (`oi upgrade`): its
 /// unsent bytes go out first, then it is pumped as [`forward`] pumps, from
 /// the byte counts it had; its end is logged here, as rinetd logs one.
-/// Not counted on a backend's least-connections load (no lease).
+/// Counted on its backend's load as if chosen here.
 pub(crate) async fn adopted(
     a: crate::handover::park::Offered,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
+    let crate::handover::park::Flow::Stream { client, backend } = a.flow else {
+        return log::warn!("upgrade: a connection on {} is not a stream", route.bind);
+    };
     let (client, backend) = match (
-        Async::new(TcpStream::from(a.client)),
-        Async::new(TcpStream::from(a.backend)),
+        Async::new(TcpStream::from(client)),
+        Async::new(TcpStream::from(backend)),
     ) {
         (Ok(c), Ok(b)) => (c, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -218,11 +221,18 @@ pub(crate) async fn adopted(
         (Peer::Ip(_), None) => ConnKind::Tcp,
         _ => ConnKind::Unix,
     };
-    let live = stats.register(kind, peer);
-    match backend.get_ref().peer_addr() {
-        Ok(addr) => live.connected(addr),
-        Err(_) => live.set_state(ConnState::Open),
-    }
+    let live = stats.register_resumed(kind, peer);
+    // Counted on its backend's load (least connections) while it lasts.
+    let _lease = match backend.get_ref().peer_addr() {
+        Ok(addr) => {
+            live.reconnected(addr);
+            route.pool.lease_of(addr)
+        }
+        Err(_) => {
+            live.set_state(ConnState::Open);
+            None
+        }
+    };
     log::debug!(
         "{peer}: taken over on {} (open since {} s after the epoch; {} + {} unsent bytes)",
         route.bind,

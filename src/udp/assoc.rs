@@ -3,8 +3,7 @@
 //! carries the backend's replies back to that client.
 
 use super::{
-    connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
-    MAX_PAYLOAD,
+    batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH, MAX_PAYLOAD,
 };
 use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
@@ -22,6 +21,7 @@ use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +69,19 @@ impl Activity {
         };
         a.touch();
         a
+    }
+
+    /// Counters for a flow a previous oi handed over (`oi upgrade`) with no
+    /// traffic for `idle`: its idle deadline carries on from there. Its
+    /// clock starts that long ago, so compare activities by [`Activity::last`].
+    pub(crate) fn resumed(conn: Registered, idle: Duration) -> Self {
+        let now = Instant::now();
+        Activity {
+            epoch: now.checked_sub(idle).unwrap_or(now),
+            last_ms: AtomicU64::new(0),
+            conn,
+            ended: AtomicBool::new(false),
+        }
     }
 
     /// Records traffic now.
@@ -205,8 +218,9 @@ impl Association {
                 let (backend, bind, lease) =
                     pick_backend(&route.pool, client_ip(origin.client), from)?;
                 let socket = Arc::new(connected_socket(backend, bind)?);
+                batch::enable_gro(socket.get_ref());
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, shared.clone(), lease));
+                let task = ex.spawn(udp_replies(socket.clone(), reply, Some(lease)));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -231,29 +245,101 @@ impl Association {
         })
     }
 
-    /// Passes one client datagram on. Never waits: a datagram the upstream cannot
-    /// take right now is dropped, as a congested UDP path would drop it, so one
-    /// slow backend cannot stall the other clients of the listener.
-    pub(crate) fn forward(&self, payload: &[u8]) {
-        self.activity.touch();
-        if !within(self.up.as_ref(), payload, &self.activity) {
-            return;
-        }
-        let sent = match &self.upstream {
-            Upstream::Udp(socket) => match send_datagram(socket, self.proxy.as_ref(), payload) {
-                Ok(_) => true,
-                Err(e) => {
-                    if !is_transient(&e) && e.kind() != io::ErrorKind::WouldBlock {
-                        log::debug!("{}: send to backend: {e}", self.client_ip);
-                    }
-                    false
-                }
-            },
-            Upstream::Tcp(queue, budget) => self.enqueue(queue, budget, payload),
+    /// `oi upgrade`: a copy of the connected socket of a UDP→UDP
+    /// association, to hand to the new oi with the association's
+    /// counters, who its client is and how long it has been idle. `None`
+    /// for UDP→TCP (its stream and queue stay here) or without a descriptor.
+    pub(crate) fn take_state(&self) -> Option<(OwnedFd, Origin, Duration)> {
+        let Upstream::Udp(socket) = &self.upstream else {
+            return None;
         };
-        if sent {
-            let n = payload.len() as u64;
-            self.activity.conn.add_from_client(n);
+        let fd = socket.get_ref().as_fd().try_clone_to_owned().ok()?;
+        Some((fd, self.origin, self.activity.idle(Instant::now())))
+    }
+
+    /// An association a previous oi handed over (`oi upgrade`): `backend`
+    /// is its connected socket, `idle` how long it had no traffic; replies
+    /// go to `client` from `listener` as before. Counted on its backend's
+    /// load as if chosen here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resumed(
+        ex: &Executor<'static>,
+        route: Arc<Route>,
+        shared: &Arc<Shared>,
+        listener: &Arc<Async<UdpSocket>>,
+        client: SocketAddr,
+        origin: Origin,
+        backend: OwnedFd,
+        idle: Duration,
+        conn: Registered,
+    ) -> io::Result<Self> {
+        let socket = Arc::new(Async::new_datagram(UdpSocket::from(backend))?);
+        batch::enable_gro(socket.get_ref());
+        let lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
+            conn.reconnected(addr);
+            route.pool.lease_of(addr)
+        });
+        let (up, down) = route
+            .rates
+            .limits(&conn.rule().rates, Some(client_ip(origin.client)));
+        let activity = Arc::new(Activity::resumed(conn, idle));
+        let reply = Reply {
+            listener: listener.clone(),
+            client,
+            activity: activity.clone(),
+            down,
+        };
+        let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
+        let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
+        Ok(Association {
+            upstream: Upstream::Udp(socket),
+            activity,
+            client_ip: client_ip(origin.client),
+            origin,
+            proxy,
+            route,
+            shared: shared.clone(),
+            up,
+            _task: task,
+        })
+    }
+
+    /// Passes one client datagram on; see [`Association::forward_run`].
+    pub(crate) fn forward(&self, payload: &[u8]) {
+        self.forward_run(&[payload]);
+    }
+
+    /// Passes a run of client datagrams on, in order (to a UDP backend in one
+    /// batched send). Never waits: a datagram the upstream cannot take right
+    /// now is dropped, as a congested UDP path would drop it, so one slow
+    /// backend cannot stall the other clients of the listener.
+    pub(crate) fn forward_run(&self, run: &[&[u8]]) {
+        self.activity.touch();
+        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
+        let mut n = 0;
+        for payload in run.iter().take(batch::RUN_MAX) {
+            if within(self.up.as_ref(), payload, &self.activity) {
+                kept[n] = payload;
+                n += 1;
+            }
+        }
+        let kept = &kept[..n];
+        match &self.upstream {
+            Upstream::Udp(socket) => {
+                let header = self.proxy.as_ref().map(|h| h.as_bytes());
+                let sent = batch::send_run(socket.get_ref(), None, header, kept);
+                if let Some(e) = sent.error.filter(|e| !is_transient(e)) {
+                    log::debug!("{}: send to backend: {e}", self.client_ip);
+                }
+                self.activity.conn.add_from_client(sent.bytes);
+            }
+            Upstream::Tcp(queue, budget) => {
+                for payload in kept {
+                    if self.enqueue(queue, budget, payload) {
+                        self.activity.conn.add_from_client(payload.len() as u64);
+                    }
+                }
+            }
         }
     }
 
@@ -328,6 +414,27 @@ fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
 }
 
 impl Reply {
+    /// Sends a run of replies from the backend to the client without waiting
+    /// (one batched send); returns how many did not fit in the listening
+    /// socket's buffer and were dropped.
+    fn send_run(&self, run: &[&[u8]]) -> usize {
+        self.activity.touch();
+        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
+        let mut n = 0;
+        for payload in run.iter().take(batch::RUN_MAX) {
+            if within(self.down.as_ref(), payload, &self.activity) {
+                kept[n] = payload;
+                n += 1;
+            }
+        }
+        let sent = batch::send_run(self.listener.get_ref(), Some(self.client), None, &kept[..n]);
+        if let Some(e) = sent.error {
+            log::debug!("reply to {}: {e}", self.client);
+        }
+        self.activity.conn.add_to_client(sent.bytes);
+        sent.blocked
+    }
+
     /// Sends one reply datagram, waiting only if the listening socket's buffer is full.
     async fn send(&self, payload: &[u8]) {
         self.activity.touch();
@@ -357,15 +464,12 @@ impl Reply {
 
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.
 ///
-/// `_lease` counts the association on its backend until the task ends.
-async fn udp_replies(
-    socket: Arc<Async<UdpSocket>>,
-    reply: Reply,
-    shared: Arc<Shared>,
-    _lease: Lease,
-) {
-    // The last drain stopped at BATCH: more may wait with no edge to come
-    // (the reactor is edge-triggered).
+/// `_lease` counts the association on its backend until the task ends
+/// (none when a handed-over one's backend is no member here).
+async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option<Lease>) {
+    // The last drain stopped before the socket was empty (at BATCH, or
+    // for a full listening socket): more may wait with no edge to come (the
+    // reactor is edge-triggered).
     let mut more = false;
     loop {
         if !more {
@@ -374,29 +478,44 @@ async fn udp_replies(
                 return reply.activity.end();
             }
         }
-        // The buffer is held only while draining, so idle associations hold none.
-        let mut buf = shared.datagrams.take();
+        // Received into the thread's batch buffer and sent on before any
+        // wait, so idle associations hold no buffer.
         let mut moved = 0;
+        let mut dropped = 0;
         let mut failed = None;
-        while moved < BATCH {
-            match socket.get_ref().recv(&mut buf) {
-                Ok(n) => reply.send(&buf[..n]).await,
+        while moved < BATCH && dropped == 0 {
+            let each = |_, run: &[&[u8]]| dropped += reply.send_run(run);
+            match batch::recv_runs(socket.get_ref(), each) {
+                Ok(got) => {
+                    moved += got.datagrams.max(1);
+                    if got.drained {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if is_transient(&e) => {}
+                Err(e) if is_transient(&e) => moved += 1,
                 Err(e) => {
                     failed = Some(e);
                     break;
                 }
             }
-            moved += 1;
         }
-        shared.datagrams.give(buf);
         if let Some(e) = failed {
             log::debug!("backend socket for {}: {e}", reply.client);
             return reply.activity.end();
         }
-        more = moved == BATCH;
-        if more {
+        if dropped > 0 {
+            // The listening socket's buffer is full: read no more from the
+            // backend until it drains (the backend socket's own buffer
+            // holds, then drops, what comes meanwhile).
+            let rule = reply.activity.conn.rule();
+            rule.count_by(|c| &c.udp_replies_dropped, dropped as u64);
+            if reply.listener.writable().await.is_err() {
+                return reply.activity.end();
+            }
+        }
+        more = dropped > 0 || moved >= BATCH;
+        if dropped == 0 && more {
             futures_lite::future::yield_now().await;
         }
     }

@@ -2,12 +2,13 @@
 //! associations, expires idle ones and enforces the per-rule cap.
 
 use super::assoc::Association;
-use super::{is_transient, BATCH};
+use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
+use crate::handover::park::{self, Flow, HalfState, Parked, Ticket};
 use crate::logfile::Event;
 use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
-use crate::shared::{Shared, DATAGRAM_BUFFER};
+use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use futures_lite::FutureExt;
@@ -38,6 +39,7 @@ pub(crate) async fn serve(
         stats,
         assocs: HashMap::new(),
         epoch: Instant::now(),
+        kept: false,
     };
     listener.run().await
 }
@@ -48,6 +50,8 @@ enum Wake {
     Readable(io::Result<()>),
     /// Time to look for idle associations.
     Sweep,
+    /// `oi upgrade` asks to offer the associations to the new oi.
+    Stop,
 }
 
 /// A listener's state, owned by its one task.
@@ -69,14 +73,24 @@ struct Listener {
     assocs: HashMap<SocketAddr, Association>,
     /// Clock origin for the associations' activity timestamps.
     epoch: Instant,
+    /// Set when `oi upgrade` offered associations and the new oi took none
+    /// (it failed half-way, or lacks the rule): when this listener closes,
+    /// they are served on ([`serve_kept`]) rather than ended. Never set
+    /// when the new oi serves the rule, which reads the same socket.
+    kept: bool,
 }
 
 impl Listener {
     /// Reads datagrams and sweeps, forever.
     async fn run(&mut self) {
         let socket = self.socket.clone();
-        // Allocated once: every datagram is read into this buffer.
-        let mut buf = vec![0u8; DATAGRAM_BUFFER].into_boxed_slice();
+        batch::enable_gro(socket.get_ref());
+        // Started by `oi upgrade`: nothing is read before the associations
+        // the previous oi handed over are in the map.
+        self.shared.parking.released().await;
+        self.resume_handed();
+        let shared = self.shared.clone();
+        let ticket = shared.parking.enter();
         let mut next_sweep = Instant::now() + self.sweep_period();
         let mut timer = Timer::at(next_sweep);
         // The last drain stopped at BATCH: datagrams may be waiting, and the
@@ -98,10 +112,23 @@ impl Listener {
                         (&mut timer).await;
                         Wake::Sweep
                     })
+                    .or(async {
+                        std::future::poll_fn(|cx| ticket.slot.poll_stop(cx)).await;
+                        Wake::Stop
+                    })
                     .await
             };
             match wake {
                 Wake::Sweep => {}
+                Wake::Stop => {
+                    if self.offer(&ticket).await {
+                        // The new oi serves this rule and reads its socket
+                        // now: reading here too would give a client's
+                        // datagrams to a second association. The task ends
+                        // when the listener closes, with what stays here.
+                        return futures_lite::future::pending().await;
+                    }
+                }
                 Wake::Readable(Err(e)) => {
                     log::error!("UDP listener: {e}");
                     Timer::after(Duration::from_millis(100)).await;
@@ -109,18 +136,23 @@ impl Listener {
                 Wake::Readable(Ok(())) => {
                     let mut moved = 0;
                     while moved < BATCH {
-                        match socket.get_ref().recv_from(&mut buf) {
-                            Ok((n, peer)) => self.datagram(&buf[..n], peer),
+                        let each = |peer, run: &[&[u8]]| self.datagrams(run, peer);
+                        match batch::recv_runs(socket.get_ref(), each) {
+                            Ok(got) => {
+                                moved += got.datagrams.max(1);
+                                if got.drained {
+                                    break;
+                                }
+                            }
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                            Err(e) if is_transient(&e) => {}
+                            Err(e) if is_transient(&e) => moved += 1,
                             Err(e) => {
                                 log::debug!("UDP receive: {e}");
                                 break;
                             }
                         }
-                        moved += 1;
                     }
-                    more = moved == BATCH;
+                    more = moved >= BATCH;
                     if more {
                         futures_lite::future::yield_now().await;
                     }
@@ -132,6 +164,28 @@ impl Listener {
     /// How often to sweep: a quarter of the current timeout, at most [`MAX_SWEEP`].
     fn sweep_period(&self) -> Duration {
         (self.route.load().udp_timeout() / 4).clamp(Duration::from_millis(10), MAX_SWEEP)
+    }
+
+    /// Passes a run of datagrams from one client to its association at once
+    /// (one batched send), or one by one when each needs a look of its own
+    /// (no association yet, or a PROXY header on every datagram).
+    fn datagrams(&mut self, run: &[&[u8]], mut peer: SocketAddr) {
+        if let SocketAddr::V6(v6) = &mut peer {
+            v6.set_flowinfo(0);
+        }
+        let mut rest = run;
+        // Bounded by the run: every turn takes at least one datagram.
+        while let Some((first, tail)) = rest.split_first() {
+            if let Some(a) = self.assocs.get(&peer) {
+                if !a.activity.ended() && !a.route.accept_proxy {
+                    return a.forward_run(rest);
+                }
+            }
+            // Opens the association if needed (the rest of the run then
+            // goes in one send), or strips this datagram's PROXY header.
+            self.datagram(first, peer);
+            rest = tail;
+        }
     }
 
     /// Passes one client datagram to its association, opening one if needed.
@@ -256,12 +310,109 @@ impl Listener {
         let oldest = self
             .assocs
             .iter()
-            .min_by_key(|(_, a)| a.activity.last_ms())
+            .min_by_key(|(_, a)| a.activity.last())
             .map(|(k, _)| *k);
         if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
             log::debug!("evicting the oldest-idle association of {}", a.route.bind);
             self.stats.udp_evicted();
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+        }
+    }
+
+    /// `oi upgrade`: offers every UDP→UDP association to the new oi and
+    /// waits (reading nothing: datagrams wait in the socket) for the
+    /// verdicts. Those taken leave the map without a log line (the new oi
+    /// logs their end); the others stay. `true`: the new oi took some, so
+    /// it serves this rule.
+    async fn offer(&mut self, ticket: &Ticket<'_>) -> bool {
+        let rule = self.route.load().bind.to_string();
+        let started = park::now_secs();
+        let mut parked = Vec::new();
+        let mut answers = Vec::new();
+        for (peer, a) in &self.assocs {
+            if a.activity.ended() {
+                continue;
+            }
+            let Some((backend, origin, idle)) = a.take_state() else {
+                continue;
+            };
+            let (from_client, to_client) = a.activity.conn.bytes();
+            let (verdict, answer) = park::verdict();
+            parked.push(Parked {
+                flow: Flow::Datagram {
+                    client: *peer,
+                    backend,
+                    origin,
+                    idle,
+                },
+                rule: rule.clone(),
+                up: HalfState {
+                    bytes: from_client,
+                    ..HalfState::default()
+                },
+                down: HalfState {
+                    bytes: to_client,
+                    ..HalfState::default()
+                },
+                started,
+                verdict,
+            });
+            answers.push((*peer, answer));
+        }
+        if parked.is_empty() {
+            self.shared.parking.pass(ticket);
+            return false;
+        }
+        if !self.shared.parking.park_many(ticket, parked) {
+            return false;
+        }
+        let mut taken = false;
+        for (peer, answer) in answers {
+            // A closed channel (the hand-over gave up) means: it stays.
+            if matches!(answer.recv().await, Ok(true)) {
+                self.assocs.remove(&peer);
+                taken = true;
+            }
+        }
+        self.kept = !taken;
+        taken
+    }
+
+    /// Started by `oi upgrade`: the associations the previous oi handed over
+    /// for this rule join the map, each where it was (its counters, its
+    /// idle time, its backend socket and port).
+    fn resume_handed(&mut self) {
+        let route = self.route.load_full();
+        for o in self.shared.parking.unstash(&route.bind.to_string()) {
+            let Flow::Datagram {
+                client,
+                backend,
+                origin,
+                idle,
+            } = o.flow
+            else {
+                continue;
+            };
+            let conn = self.stats.register_resumed(ConnKind::Udp, origin.client);
+            conn.add_from_client(o.up.bytes);
+            conn.add_to_client(o.down.bytes);
+            let resumed = Association::resumed(
+                &self.ex,
+                route.clone(),
+                &self.shared,
+                &self.socket,
+                client,
+                origin,
+                backend,
+                idle,
+                conn,
+            );
+            match resumed {
+                Ok(a) => {
+                    self.assocs.insert(client, a);
+                }
+                Err(e) => log::warn!("upgrade: cannot take up the association of {client}: {e}"),
+            }
         }
     }
 
@@ -281,10 +432,92 @@ impl Listener {
 
 impl Drop for Listener {
     /// The listener is gone (removed by a reload, or the server stops): its
-    /// associations cannot receive from their clients any more, so they end too.
+    /// associations cannot receive from their clients any more, so they end
+    /// too. After `oi upgrade`, those the new oi did not take (it failed
+    /// half-way, or lacks the rule) are served on by a task of their own.
     fn drop(&mut self) {
-        for (_, a) in self.assocs.drain() {
+        let live: HashMap<_, _> = self
+            .assocs
+            .drain()
+            .filter(|(_, a)| !a.activity.ended())
+            .collect();
+        if self.kept && !live.is_empty() && self.shared.parking.keep_serving() {
+            let counted = Counted(self.shared.clone());
+            log::info!(
+                "upgrade: {} UDP association(s) of {} the new oi did not take are served here until they end",
+                live.len(),
+                self.route.load().bind
+            );
+            self.ex
+                .spawn(serve_kept(self.socket.clone(), live, counted))
+                .detach();
+            return;
+        }
+        for (_, a) in live {
             self.shared.log.log(a.log_event(Event::DoneLocalClosed));
         }
+    }
+}
+
+/// Counts a [`serve_kept`] task in the parking until dropped.
+struct Counted(Arc<Shared>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.parking.kept_ended();
+    }
+}
+
+/// After `oi upgrade`: serves the associations the new oi did not take,
+/// and only them (a datagram from any other client is dropped: this oi has
+/// stopped accepting), until each has ended or been idle for its timeout;
+/// the old oi exits after.
+async fn serve_kept(
+    socket: Arc<Async<UdpSocket>>,
+    mut assocs: HashMap<SocketAddr, Association>,
+    counted: Counted,
+) {
+    let shared = &counted.0;
+    while !assocs.is_empty() {
+        let _ = async { socket.readable().await.is_ok() }
+            .or(async {
+                Timer::after(MAX_SWEEP).await;
+                true
+            })
+            .await;
+        let mut moved = 0;
+        while moved < BATCH {
+            // Under accept-proxy each datagram carries its header: such a
+            // one is dropped (who it speaks for is not checked here).
+            let each = |mut peer: SocketAddr, run: &[&[u8]]| {
+                if let SocketAddr::V6(v6) = &mut peer {
+                    v6.set_flowinfo(0);
+                }
+                if let Some(a) = assocs.get(&peer).filter(|a| !a.route.accept_proxy) {
+                    a.forward_run(run);
+                }
+            };
+            // The listener's socket has UDP_GRO on: read through the batch
+            // module, which splits coalesced groups at their segment size.
+            match batch::recv_runs(socket.get_ref(), each) {
+                Ok(got) => {
+                    moved += got.datagrams.max(1);
+                    if got.drained {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_transient(&e) => moved += 1,
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        assocs.retain(|_, a| {
+            let keep = !a.activity.ended() && a.activity.idle(now) < a.route.udp_timeout();
+            if !keep {
+                shared.log.log(a.log_event(Event::DoneLocalClosed));
+            }
+            keep
+        });
     }
 }

@@ -22,12 +22,13 @@
 //! datagrams pin 64 KiB each.
 
 mod assoc;
+mod batch;
 mod listener;
 mod tcp_to_udp;
 
 pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
-pub(crate) use tcp_to_udp::tcp_to_udp;
+pub(crate) use tcp_to_udp::{tcp_to_udp, tcp_to_udp_adopted};
 
 use crate::backends::{BackendPool, Lease};
 use crate::edge::Origin;

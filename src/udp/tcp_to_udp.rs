@@ -18,6 +18,7 @@ use super::{
 };
 use crate::buffers::BufferPool;
 use crate::edge::Origin;
+use crate::handover::park::{self, HalfState, Offered, Parked, Ticket};
 use crate::logfile::Event;
 use crate::proxy::Encoded;
 use crate::rate::Limit;
@@ -29,7 +30,10 @@ use crate::stats::{ConnKind, ConnectFailure, RuleStats};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 /// How a TCP→UDP connection ended; decides the log event.
@@ -38,6 +42,18 @@ enum End {
     Client,
     /// Idle timeout or a backend socket error: `done-local-closed`.
     Local,
+    /// `oi upgrade` asks it to stop, at a safe point.
+    Stop,
+}
+
+impl End {
+    /// The event its end logs.
+    fn event(&self) -> Event {
+        match self {
+            End::Client => Event::DoneRemoteClosed,
+            End::Local | End::Stop => Event::DoneLocalClosed,
+        }
+    }
 }
 
 /// Forwards one TCP client to a `/udp` backend (ACL already checked).
@@ -78,21 +94,197 @@ pub(crate) async fn tcp_to_udp(
         }
     };
     // TCP_NODELAY and SO_KEEPALIVE come with the client socket from its listener.
-    let pool = &shared.datagrams;
     // Bandwidth limits: the stream waits for its bucket (as a TCP→TCP
     // direction does), datagrams from the backend over theirs are dropped
     // (as a UDP association's are).
     let (up, down) = route.rates.limits(&stats.rates, Some(ip));
-    let up = up.as_ref().map(|l| (l, &*stats));
-    let end = to_backend(&client, &socket, header.as_ref(), &activity, pool, up)
-        .or(to_client(&client, &socket, &activity, pool, down.as_ref()))
-        .or(idle(&activity, route.udp_timeout()))
-        .await;
-    let ev = match end {
-        End::Client => Event::DoneRemoteClosed,
-        End::Local => Event::DoneLocalClosed,
+    let flow = Flow {
+        client: &client,
+        socket: &socket,
+        header: header.as_ref(),
+        activity: &activity,
+        origin,
+        started: park::now_secs(),
     };
-    shared.log.log(event(ev));
+    let limits = (up.as_ref(), down.as_ref());
+    if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
+        shared.log.log(event(end.event()));
+    }
+}
+
+/// A TCP→UDP connection a previous oi handed over (`oi upgrade`): it
+/// carries on with its counters and idle time, and its end is logged here.
+/// Counted on its backend's load as if chosen here.
+pub(crate) async fn tcp_to_udp_adopted(
+    a: Offered,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
+) {
+    let park::Flow::TcpToUdp {
+        client,
+        backend,
+        origin,
+        idle: was_idle,
+    } = a.flow
+    else {
+        return log::warn!("upgrade: a connection on {} is not TCP->UDP", route.bind);
+    };
+    let (client, socket) = match (
+        Async::new(TcpStream::from(client)),
+        Async::new_datagram(UdpSocket::from(backend)),
+    ) {
+        (Ok(c), Ok(s)) => (c, s),
+        (Err(e), _) | (_, Err(e)) => {
+            return log::warn!(
+                "upgrade: cannot take up a connection on {}: {e}",
+                route.bind
+            )
+        }
+    };
+    let ip = client_ip(origin.client);
+    let conn = stats.register_resumed(ConnKind::TcpToUdp, origin.client);
+    conn.add_from_client(a.up.bytes);
+    conn.add_to_client(a.down.bytes);
+    // Counted on its backend's load while it lasts.
+    let _lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
+        conn.reconnected(addr);
+        route.pool.lease_of(addr)
+    });
+    let activity = Activity::resumed(conn, was_idle);
+    let header = match datagram_header(&route, origin, || client.get_ref().local_addr()) {
+        Ok(h) => h,
+        Err(e) => {
+            return log::warn!(
+                "upgrade: cannot take up a connection on {}: {e}",
+                route.bind
+            )
+        }
+    };
+    let (up, down) = route.rates.limits(&stats.rates, Some(ip));
+    let flow = Flow {
+        client: &client,
+        socket: &socket,
+        header: header.as_ref(),
+        activity: &activity,
+        origin,
+        started: a.started,
+    };
+    let limits = (up.as_ref(), down.as_ref());
+    if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
+        shared
+            .log
+            .log(route.event(ip, end.event(), activity.bytes()));
+    }
+}
+
+/// One TCP→UDP connection's parts, as [`carry`] runs them.
+struct Flow<'a> {
+    /// The TCP client.
+    client: &'a Async<TcpStream>,
+    /// The UDP socket connected to the backend.
+    socket: &'a Async<UdpSocket>,
+    /// The PROXY header each datagram starts with (`proxy=`).
+    header: Option<&'a Encoded>,
+    /// Its counters and last traffic.
+    activity: &'a Activity,
+    /// Who the client is, for a hand-over.
+    origin: Origin,
+    /// When it started (seconds since the epoch), for a hand-over.
+    started: u64,
+}
+
+/// Whether a direction holds bytes it has read and not yet passed on: an
+/// `oi upgrade` pauses the connection only when neither does.
+#[derive(Default)]
+struct Busy {
+    /// Client → backend: a read waits to be sent as a datagram.
+    up: AtomicBool,
+    /// Backend → client: a datagram is being written to the stream.
+    down: AtomicBool,
+}
+
+/// Runs both directions and the idle timer until the connection ends
+/// (`Some`), or until `oi upgrade` hands it to the new oi (`None`: the new
+/// oi logs its end). `limits`: the bandwidth limits (up, down).
+async fn carry(
+    f: &Flow<'_>,
+    route: &Route,
+    shared: &Shared,
+    stats: &RuleStats,
+    limits: (Option<&Limit>, Option<&Limit>),
+) -> Option<End> {
+    let pool = &shared.datagrams;
+    let ticket = shared.parking.enter();
+    let busy = Busy::default();
+    loop {
+        let up = limits.0.map(|l| (l, stats));
+        let end = to_backend(f.client, f.socket, f.header, f.activity, pool, up, &busy.up)
+            .or(to_client(
+                f.client, f.socket, f.activity, pool, limits.1, &busy.down,
+            ))
+            .or(idle(f.activity, route.udp_timeout()))
+            .or(stop(&ticket, &busy))
+            .await;
+        if !matches!(end, End::Stop) {
+            return Some(end);
+        }
+        if offer(f, route, shared, &ticket).await {
+            return None;
+        }
+    }
+}
+
+/// Completes when a hand-over asks this connection to stop and neither
+/// direction holds bytes (polled last: after the directions have moved).
+async fn stop(ticket: &Ticket<'_>, busy: &Busy) -> End {
+    std::future::poll_fn(|cx| match ticket.slot.poll_stop(cx) {
+        Poll::Ready(())
+            if !busy.up.load(Ordering::Relaxed) && !busy.down.load(Ordering::Relaxed) =>
+        {
+            Poll::Ready(End::Stop)
+        }
+        // Busy: a direction is writing; its wake-up polls this again.
+        _ => Poll::Pending,
+    })
+    .await
+}
+
+/// Offers the paused connection to the new oi; `true` once it has it.
+async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>) -> bool {
+    let (Ok(client), Ok(backend)) = (
+        f.client.get_ref().as_fd().try_clone_to_owned(),
+        f.socket.get_ref().as_fd().try_clone_to_owned(),
+    ) else {
+        shared.parking.decline(ticket);
+        return false;
+    };
+    let (from_client, to_client) = f.activity.conn.bytes();
+    let (verdict, answer) = park::verdict();
+    let parked = Parked {
+        flow: park::Flow::TcpToUdp {
+            client,
+            backend,
+            origin: f.origin,
+            idle: f.activity.idle(Instant::now()),
+        },
+        rule: route.bind.to_string(),
+        up: HalfState {
+            bytes: from_client,
+            ..HalfState::default()
+        },
+        down: HalfState {
+            bytes: to_client,
+            ..HalfState::default()
+        },
+        started: f.started,
+        verdict,
+    };
+    if !shared.parking.park(ticket, parked) {
+        return false;
+    }
+    // A closed channel (the hand-over gave up) means: it goes on here.
+    matches!(answer.recv().await, Ok(true))
 }
 
 /// Reads the stream and sends each read as one datagram (after `header`,
@@ -104,6 +296,7 @@ async fn to_backend(
     a: &Activity,
     pool: &BufferPool,
     limit: Option<(&Limit, &RuleStats)>,
+    busy: &AtomicBool,
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
     let most = MAX_PAYLOAD.saturating_sub(header.map_or(0, |h| h.as_bytes().len()));
@@ -134,7 +327,10 @@ async fn to_backend(
                 }
                 a.touch();
                 a.conn.add_from_client(n as u64);
-                send(socket, header, &buf[..n]).await.err().map(|e| {
+                busy.store(true, Ordering::Relaxed);
+                let sent = send(socket, header, &buf[..n]).await;
+                busy.store(false, Ordering::Relaxed);
+                sent.err().map(|e| {
                     log::debug!("send to backend: {e}");
                     End::Local
                 })
@@ -198,11 +394,14 @@ async fn to_client(
     a: &Activity,
     pool: &BufferPool,
     limit: Option<&Limit>,
+    busy: &AtomicBool,
 ) -> End {
     let mut client_w = client;
     // The last drain stopped at BATCH: more may wait with no edge to come
-    // (the reactor is edge-triggered).
-    let mut more = false;
+    // (the reactor is edge-triggered). True at first: this future is made
+    // again when a paused hand-over resumes, possibly after its edge was
+    // consumed with datagrams left behind.
+    let mut more = true;
     loop {
         if !more && socket.readable().await.is_err() {
             return End::Local;
@@ -221,7 +420,10 @@ async fn to_client(
                             continue;
                         }
                     }
-                    if client_w.write_all(&buf[..n]).await.is_err() {
+                    busy.store(true, Ordering::Relaxed);
+                    let written = client_w.write_all(&buf[..n]).await;
+                    busy.store(false, Ordering::Relaxed);
+                    if written.is_err() {
                         end = Some(End::Client);
                         break;
                     }

@@ -18,10 +18,11 @@ const TOTAL: usize = 64 * 1024 * 1024;
 /// Where each reader stops until the upgrade is done.
 const PAUSE_AT: usize = 1024 * 1024;
 
-/// The deterministic bytes a transfer seeded `seed` carries (xorshift64).
-fn stream(seed: u64) -> impl Iterator<Item = Vec<u8>> {
+/// The deterministic `total` bytes (a multiple of 64 KiB) a transfer
+/// seeded `seed` carries (xorshift64).
+pub(super) fn stream(seed: u64, total: usize) -> impl Iterator<Item = Vec<u8>> {
     let mut x = seed | 1;
-    (0..TOTAL / 65536).map(move |_| {
+    (0..total / 65536).map(move |_| {
         let mut chunk = Vec::with_capacity(65536);
         for _ in 0..65536 / 8 {
             x ^= x << 13;
@@ -33,10 +34,10 @@ fn stream(seed: u64) -> impl Iterator<Item = Vec<u8>> {
     })
 }
 
-/// The sha256 of [`stream`]`(seed)`.
-fn expected(seed: u64) -> Vec<u8> {
+/// The sha256 of [`stream`]`(seed, total)`.
+pub(super) fn expected(seed: u64, total: usize) -> Vec<u8> {
     let mut h = Sha256::new();
-    stream(seed).for_each(|c| h.update(&c));
+    stream(seed, total).for_each(|c| h.update(&c));
     h.finalize().to_vec()
 }
 
@@ -46,32 +47,43 @@ fn expected(seed: u64) -> Vec<u8> {
 /// direction is blocked writing, with bytes it read and has not written.
 /// A writer whose every byte fitted in the kernel's buffers counts when it
 /// is done instead (its direction is then handed over half-closed).
-fn send(
+pub(super) fn send(
     s: TcpStream,
     seed: u64,
+    total: usize,
     paused: &AtomicUsize,
     stalled: &AtomicUsize,
 ) -> std::io::Result<()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     use rustix::net::SendFlags;
     let mut counted = false;
-    for chunk in stream(seed) {
+    for chunk in stream(seed, total) {
         let mut at = 0;
         while at < chunk.len() {
             match rustix::net::send(&s, &chunk[at..], SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
                 Ok(n) => at += n,
                 Err(rustix::io::Errno::AGAIN) => {
-                    if !counted && paused.load(Ordering::SeqCst) == 4 {
-                        counted = true;
-                        stalled.fetch_add(1, Ordering::SeqCst);
-                    }
-                    let limit = Timespec {
-                        tv_sec: PATIENCE.as_secs() as i64,
-                        tv_nsec: 0,
+                    // In ticks of 100 ms, so a writer blocked before the
+                    // last reader paused still counts itself once it has.
+                    let tick = Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 100_000_000,
                     };
-                    let mut fds = [PollFd::new(&s, PollFlags::OUT)];
-                    if poll(&mut fds, Some(&limit))? == 0 {
-                        return Err(std::io::Error::other("not writable for PATIENCE"));
+                    let ticks = PATIENCE.as_millis() / 100;
+                    let mut waited = 0;
+                    loop {
+                        if !counted && paused.load(Ordering::SeqCst) == 4 {
+                            counted = true;
+                            stalled.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let mut fds = [PollFd::new(&s, PollFlags::OUT)];
+                        if poll(&mut fds, Some(&tick))? > 0 {
+                            break;
+                        }
+                        waited += 1;
+                        if waited >= ticks {
+                            return Err(std::io::Error::other("not writable for PATIENCE"));
+                        }
                     }
                 }
                 Err(rustix::io::Errno::INTR) => {}
@@ -85,15 +97,20 @@ fn send(
     s.shutdown(Shutdown::Write)
 }
 
-/// Reads to EOF and hashes; after [`PAUSE_AT`] bytes it counts itself in
+/// Reads to EOF and hashes; after `pause_at` bytes it counts itself in
 /// `paused` and waits until `go` is set (bounded by [`PATIENCE`]).
-fn receive(mut s: TcpStream, paused: &AtomicUsize, go: &AtomicBool) -> (usize, Vec<u8>) {
+pub(super) fn receive(
+    mut s: TcpStream,
+    pause_at: usize,
+    paused: &AtomicUsize,
+    go: &AtomicBool,
+) -> (usize, Vec<u8>) {
     let mut h = Sha256::new();
     let mut n = 0;
     let mut buf = vec![0u8; 65536];
     let mut waited = false;
     loop {
-        if n >= PAUSE_AT && !waited {
+        if n >= pause_at && !waited {
             waited = true;
             paused.fetch_add(1, Ordering::SeqCst);
             wait_until("the upgrade is done", || go.load(Ordering::SeqCst));
@@ -101,7 +118,7 @@ fn receive(mut s: TcpStream, paused: &AtomicUsize, go: &AtomicBool) -> (usize, V
         let want = if waited {
             buf.len()
         } else {
-            (PAUSE_AT - n).min(buf.len())
+            (pause_at - n).min(buf.len())
         };
         match s.read(&mut buf[..want]) {
             Ok(0) => break,
@@ -116,9 +133,12 @@ fn receive(mut s: TcpStream, paused: &AtomicUsize, go: &AtomicBool) -> (usize, V
 }
 
 /// A backend: a connection starting with `E` is echoed; one starting with
-/// `B` gets the stream seeded 2 while what it sends is hashed (seed 1
-/// expected) and its (bytes, hash) sent on `got`.
-fn backend(
+/// `B` and a size (8 bytes, little-endian) gets the stream seeded 2 of that
+/// size while what it sends is hashed (seed 1 expected; the reader pauses
+/// half-way, or at [`PAUSE_AT`] for [`TOTAL`]) and its (bytes, hash) sent on
+/// `got`. At most `conns` connections.
+pub(super) fn backend(
+    conns: usize,
     paused: Arc<AtomicUsize>,
     stalled: Arc<AtomicUsize>,
     go: Arc<AtomicBool>,
@@ -129,7 +149,7 @@ fn backend(
     small_window(&l);
     let port = l.local_addr().expect("addr").port();
     std::thread::spawn(move || {
-        for s in l.incoming().take(64) {
+        for s in l.incoming().take(conns) {
             let Ok(mut s) = s else { continue };
             let mut role = [0u8; 1];
             if s.read_exact(&mut role).is_err() {
@@ -147,10 +167,15 @@ fn backend(
                     }
                     return;
                 }
+                let mut size = [0u8; 8];
+                if s.read_exact(&mut size).is_err() {
+                    return;
+                }
+                let total = usize::try_from(u64::from_le_bytes(size)).expect("a size");
                 let out = s.try_clone().expect("clone");
                 let p = paused.clone();
-                let writer = std::thread::spawn(move || send(out, 2, &p, &stalled));
-                let _ = got.send(receive(s, &paused, &go));
+                let writer = std::thread::spawn(move || send(out, 2, total, &p, &stalled));
+                let _ = got.send(receive(s, pause_at(total), &paused, &go));
                 writer
                     .join()
                     .expect("backend writer")
@@ -161,17 +186,26 @@ fn backend(
     port
 }
 
+/// Where a reader of `total` bytes pauses.
+pub(super) fn pause_at(total: usize) -> usize {
+    if total == TOTAL {
+        PAUSE_AT
+    } else {
+        total / 2
+    }
+}
+
 /// A fixed 256 KiB receive buffer (no autotuning, which here grows to 32
 /// MiB): a paused reader then stops oi's pump within a few MiB, with bytes
 /// read and not yet written in its buffer or pipe.
-fn small_window(s: &impl std::os::fd::AsFd) {
+pub(super) fn small_window(s: &impl std::os::fd::AsFd) {
     socket2::SockRef::from(s)
         .set_recv_buffer_size(256 * 1024)
         .expect("SO_RCVBUF");
 }
 
 /// A client of `port` with [`small_window`].
-fn bulk_client(port: u16) -> TcpStream {
+pub(super) fn bulk_client(port: u16) -> TcpStream {
     let s =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
     small_window(&s);
@@ -180,7 +214,10 @@ fn bulk_client(port: u16) -> TcpStream {
 }
 
 /// One echo round trip on a unix client.
-fn unix_echo(s: &mut std::os::unix::net::UnixStream, what: &[u8]) -> std::io::Result<()> {
+pub(super) fn unix_echo(
+    s: &mut std::os::unix::net::UnixStream,
+    what: &[u8],
+) -> std::io::Result<()> {
     s.write_all(what)?;
     let mut b = vec![0u8; what.len()];
     s.read_exact(&mut b)?;
@@ -189,7 +226,7 @@ fn unix_echo(s: &mut std::os::unix::net::UnixStream, what: &[u8]) -> std::io::Re
 }
 
 /// One echo round trip on `s`.
-fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
+pub(super) fn echo(s: &mut TcpStream, what: &[u8]) -> std::io::Result<()> {
     s.write_all(what)?;
     let mut b = vec![0u8; what.len()];
     s.read_exact(&mut b)?;
@@ -203,13 +240,13 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
 }
 
 /// A new "oi" that takes the listeners, says ready, receives the live
-/// connections and dies without answering: hand-over version 2 in python3.
-const DIES_HALF_WAY: &str = "#!/usr/bin/env python3
+/// connections and dies without answering: hand-over version 3 in python3.
+pub(super) const DIES_HALF_WAY: &str = "#!/usr/bin/env python3
 import array, json, os, socket, struct
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect('\\0' + os.environ['OI_HANDOVER'])
 def say(kind):
-    s.send(b'OIHO' + struct.pack('>HB', 2, kind) + json.dumps({'pid': os.getpid()}).encode())
+    s.send(b'OIHO' + struct.pack('>HB', 3, kind) + json.dumps({'pid': os.getpid()}).encode())
 def until(kind):
     s.settimeout(60)
     while True:
@@ -245,7 +282,7 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
     let stalled = Arc::new(AtomicUsize::new(0));
     let go = Arc::new(AtomicBool::new(false));
     let (got, backend_got) = std::sync::mpsc::channel();
-    let b = backend(paused.clone(), stalled.clone(), go.clone(), got);
+    let b = backend(64, paused.clone(), stalled.clone(), go.clone(), got);
     let dir = tempfile::Builder::new()
         .prefix("oi-upgl")
         .tempdir_in("/tmp")
@@ -280,11 +317,12 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
         let mut s = bulk_client(port);
         s.set_read_timeout(Some(PATIENCE)).expect("timeout");
         s.write_all(b"B").expect("role");
+        s.write_all(&(TOTAL as u64).to_le_bytes()).expect("size");
         let out = s.try_clone().expect("clone");
         let (p, st) = (paused.clone(), stalled.clone());
-        let writer = std::thread::spawn(move || send(out, 1, &p, &st));
+        let writer = std::thread::spawn(move || send(out, 1, TOTAL, &p, &st));
         let (paused, go) = (paused.clone(), go.clone());
-        let reader = std::thread::spawn(move || receive(s, &paused, &go));
+        let reader = std::thread::spawn(move || receive(s, PAUSE_AT, &paused, &go));
         clients.push((port, writer, reader));
     }
     wait_until("both ends of both transfers are paused mid-way", || {
@@ -321,14 +359,18 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
             .unwrap_or_else(|e| panic!("sending through {port}: {e}"));
         let (n, hash) = reader.join().expect("client reader");
         assert_eq!(n, TOTAL, "bytes to the client through {port}");
-        assert_eq!(hash, expected(2), "the client's bytes through {port}");
+        assert_eq!(
+            hash,
+            expected(2, TOTAL),
+            "the client's bytes through {port}"
+        );
     }
     for _ in 0..2 {
         let (n, hash) = backend_got
             .recv_timeout(PATIENCE)
             .expect("the backend finishes both transfers");
         assert_eq!(n, TOTAL, "bytes to the backend");
-        assert_eq!(hash, expected(1), "the backend's bytes");
+        assert_eq!(hash, expected(1, TOTAL), "the backend's bytes");
     }
     for (i, s) in idle.iter_mut().enumerate() {
         echo(s, format!("after {i}").as_bytes())
