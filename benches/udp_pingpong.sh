@@ -6,6 +6,11 @@
 #
 #   benches/udp_pingpong.sh                                  # target/release/oi
 #   ROUNDS=3 N=20000 benches/udp_pingpong.sh old/oi new/oi   # two builds
+#   STRACE=1 ROUNDS=1 N=5000 benches/udp_pingpong.sh old/oi new/oi
+#
+# With STRACE=1 each oi runs under `strace -f -c` and the system calls it
+# made per round trip (all rounds, warm-up included) are printed at the end,
+# by name; the CPU figures are then strace's, not oi's.
 #
 # With perf, each line also gives the forwarder's system calls per round trip.
 #
@@ -63,7 +68,11 @@ i=0
 for oi in "$@"; do
     p=$(port_of)
     printf '127.0.0.1 %s/udp 127.0.0.1 %s/udp\n' "$p" "$backend" >"$dir/oi$i.conf"
-    RUST_LOG=warn "$oi" -c "$dir/oi$i.conf" 2>"$dir/oi$i.err" &
+    if [ -n "${STRACE:-}" ]; then
+        RUST_LOG=warn strace -f -c -o "$dir/oi$i.strace" "$oi" -c "$dir/oi$i.conf" 2>"$dir/oi$i.err" &
+    else
+        RUST_LOG=warn "$oi" -c "$dir/oi$i.conf" 2>"$dir/oi$i.err" &
+    fi
     pids+=($!) fpids+=($!) names+=("oi:$oi") ports+=("$p")
     i=$((i + 1))
 done
@@ -89,3 +98,18 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 uptime
+if [ -n "${STRACE:-}" ]; then
+    # strace writes its table when oi exits: stop each oi (strace's child;
+    # a background strace ignores SIGINT), then divide.
+    for p in "${fpids[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; done
+    for p in "${fpids[@]}"; do wait "$p" 2>/dev/null || true; done
+    trips=$(( ROUNDS * (N + 100) ))
+    for k in "${!names[@]}"; do
+        printf '%s: system calls per round trip (%s round trips)\n' "${names[$k]}" "$trips"
+        awk -v n="$trips" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
+                calls[$NF] = $4; errs[$NF] = ($5 ~ /^[0-9]+$/ ? $5 : 0) }
+            $NF == "total" { total = $4 }
+            END { for (c in calls) if (calls[c] / n >= 0.01) printf "  %-16s %6.2f (%.2f failed)\n", c, calls[c] / n, errs[c] / n
+                  printf "  %-16s %6.2f\n", "total", total / n }' "$dir/oi$k.strace"
+    done
+fi

@@ -1,7 +1,7 @@
 //! Outgoing TCP connections to a rule's backend.
 
 use crate::backends::{BackendPool, Lease};
-use async_io::{Async, Timer};
+use crate::reactor::{Async, Timer};
 use futures_lite::FutureExt;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;

@@ -10,8 +10,8 @@
 
 use crate::logfile::Event;
 use crate::proxy::{self, Header, Parsed, ProxyVersion, Transport, HEADER_MAX};
+use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
-use async_io::{Async, Timer};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -118,6 +118,9 @@ async fn read_header(client: &Async<TcpStream>) -> Result<Header, String> {
             .map_err(|e| format!("reading the PROXY header: {e}"))?;
         have += take;
         if let Some(header) = header {
+            // Bytes after the header may be in the socket already, and the
+            // edge that announced them was consumed here: the pump must look.
+            client.assume_readable();
             return Ok(header);
         }
     }

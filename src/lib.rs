@@ -38,6 +38,7 @@ mod privileges;
 mod probe;
 pub mod proxy;
 pub mod rate;
+mod reactor;
 mod route;
 mod runtime;
 mod safe_fs;

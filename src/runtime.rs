@@ -20,10 +20,11 @@
 //! keeps the local fast path.
 //!
 //! The binary, the tests and the benches all start their threads here, with
-//! [`Runtime::start`].
+//! [`Runtime::start`]. Each thread blocks on its own epoll
+//! ([`crate::reactor`]), not on async-io's shared reactor.
 
+use crate::reactor::{self, Board, Reactor, Timer};
 use async_channel::{Receiver, Sender};
-use async_io::Timer;
 use event_listener::Event;
 use futures_lite::FutureExt;
 use smol::{Executor, Task};
@@ -46,6 +47,8 @@ pub const SLACK: usize = 1;
 pub struct Runtime {
     /// The executors and their connection counts, shared with every listener.
     threads: Arc<Threads>,
+    /// Executor 0's reactor, driven by whichever thread calls [`Runtime::block_on`].
+    reactor: Arc<Reactor>,
     /// Closed when the runtime drops: the worker threads stop running their executors.
     stop: Sender<()>,
     /// Worker threads 1.., joined on drop.
@@ -59,21 +62,32 @@ impl Runtime {
         let executors: Vec<Arc<Executor<'static>>> = (0..threads.get())
             .map(|_| Arc::new(Executor::new()))
             .collect();
+        // One epoll instance per thread, made here so a shortage of
+        // descriptors is an error at start, not later.
+        let board = Board::new(threads.get());
+        let mut reactors = (0..threads.get())
+            .map(|i| Reactor::seated(board.clone(), i).map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+        let main_reactor = reactors.remove(0);
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let mut runtime = Runtime {
-            threads: Threads::new(executors),
+            threads: Threads::new(executors, board),
+            reactor: main_reactor,
             stop,
             workers: Vec::new(),
         };
-        for i in 1..threads.get() {
+        for (i, reactor) in (1..threads.get()).zip(reactors) {
             let ex = runtime.threads.executors[i].clone();
             let stopped: Receiver<()> = stopped.clone();
             let worker = std::thread::Builder::new()
                 .name(format!("oi-worker-{i}"))
                 .spawn(move || {
-                    smol::block_on(ex.run(async move {
-                        let _ = stopped.recv().await;
-                    }))
+                    reactor::block_on(
+                        reactor,
+                        ex.run(async move {
+                            let _ = stopped.recv().await;
+                        }),
+                    )
                 })?;
             runtime.workers.push(worker);
         }
@@ -93,7 +107,7 @@ impl Runtime {
     ) -> T {
         let ex = self.threads.executor(0).clone();
         let task = ex.spawn(future);
-        smol::block_on(ex.run(task))
+        reactor::block_on(self.reactor.clone(), ex.run(task))
     }
 
     /// Spawns a task on executor 0 (the one [`block_on`](Self::block_on) drives).
@@ -143,16 +157,19 @@ pub(crate) struct Threads {
     open: Vec<AtomicUsize>,
     /// Notified when a thread's count drops to zero, for [`Threads::drained`].
     idle: Event,
+    /// Which threads are busy (their reactors say): no new connection goes there.
+    board: Arc<Board>,
 }
 
 impl Threads {
     /// Wraps `executors` (each run by exactly one thread; at least one).
-    fn new(executors: Vec<Arc<Executor<'static>>>) -> Arc<Self> {
+    fn new(executors: Vec<Arc<Executor<'static>>>, board: Arc<Board>) -> Arc<Self> {
         let open = executors.iter().map(|_| AtomicUsize::new(0)).collect();
         Arc::new(Threads {
             executors,
             open,
             idle: Event::new(),
+            board,
         })
     }
 
@@ -177,7 +194,9 @@ impl Threads {
     }
 
     /// Where a connection accepted on thread `own` should run: `own`, unless
-    /// it runs more than [`SLACK`] connections more than the least busy thread.
+    /// it runs more than [`SLACK`] connections more than the least loaded
+    /// thread, or its reactor says it is busy (its pumps keep it running:
+    /// see `reactor::accept`); never a busy thread while another is not.
     pub(crate) fn pick(&self, own: usize) -> usize {
         let own = own % self.open.len();
         let mine = self.open[own].load(Ordering::Relaxed);
@@ -186,9 +205,10 @@ impl Threads {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .enumerate()
+            .filter(|&(i, _)| !self.board.is_busy(i))
             .min_by_key(|&(_, n)| n)
             .unwrap_or((own, mine));
-        if mine > fewest + SLACK {
+        if self.board.is_busy(own) || mine > fewest + SLACK {
             least
         } else {
             own
@@ -253,7 +273,10 @@ mod tests {
     use super::*;
 
     fn threads(n: usize) -> Arc<Threads> {
-        Threads::new((0..n).map(|_| Arc::new(Executor::new())).collect())
+        Threads::new(
+            (0..n).map(|_| Arc::new(Executor::new())).collect(),
+            Board::new(n),
+        )
     }
 
     #[test]

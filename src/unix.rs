@@ -26,7 +26,7 @@
 //! - `take_error`: `SO_ERROR` exists on every socket.
 
 use crate::config::UnixAddr;
-use async_io::{Async, Timer};
+use crate::reactor::{Async, Timer};
 use rustix::io::Errno;
 use rustix::net::{SocketAddrUnix, SocketFlags};
 use std::io;

@@ -8,18 +8,27 @@ use crate::config::Proto;
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::peer::Client;
+use crate::reactor::{Async, SharedListener};
 use crate::route::{client_ip, Bytes};
-use async_io::Async;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
-/// A TCP listener (one descriptor of its `SO_REUSEPORT` group) as the
-/// accept driver sees it.
+/// A TCP listener as the accept driver sees it.
 pub(super) struct TcpAcceptor {
-    /// This loop's descriptor of the listening socket (shared with its
-    /// `Running`, which copies it for `oi upgrade`).
-    pub(super) listener: std::sync::Arc<Async<TcpListener>>,
+    /// This loop's listening socket.
+    pub(super) listener: TcpSocket,
+}
+
+/// How an accept loop holds its listening socket.
+pub(super) enum TcpSocket {
+    /// A socket of its own: the only loop of its listener, or one member of
+    /// an `SO_REUSEPORT` group passed in (shared with its `Running`, which
+    /// copies it for `oi upgrade`).
+    Own(std::sync::Arc<Async<TcpListener>>),
+    /// The one socket of its listener, which every thread's loop accepts
+    /// from and a busy thread leaves for a while (`reactor::accept`).
+    Shared(SharedListener<TcpListener>),
 }
 
 impl Acceptor for TcpAcceptor {
@@ -28,8 +37,11 @@ impl Acceptor for TcpAcceptor {
     /// As rinetd names the client of a failed accept.
     const NOBODY: Client = Client::Ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
 
-    fn accept(&self) -> impl Future<Output = io::Result<(Async<TcpStream>, SocketAddr)>> + Send {
-        self.listener.read_with(accept_nonblocking)
+    async fn accept(&self) -> io::Result<(Async<TcpStream>, SocketAddr)> {
+        match &self.listener {
+            TcpSocket::Own(l) => l.read_with(accept_nonblocking).await,
+            TcpSocket::Shared(l) => l.read_with(accept_nonblocking).await,
+        }
     }
 
     fn serve(client: Admitted<SocketAddr>) -> impl Future<Output = ()> + Send + 'static {

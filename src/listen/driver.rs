@@ -9,12 +9,12 @@
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::peer::{Client, Peer};
+use crate::reactor::{Async, Timer};
 use crate::route::{Bytes, Route};
 use crate::runtime::{Placed, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
-use async_io::{Async, Timer};
 use std::future::Future;
 use std::io;
 use std::net::TcpStream;

@@ -7,11 +7,14 @@
 //! until its command channel closes. Reloads arrive on that channel.
 //!
 //! Threading model: each executor is run by exactly one thread. Every
-//! executor runs its own accept loop on each TCP listener (on a socket of its
-//! own in the listener's `SO_REUSEPORT` group, so the kernel gives each new
-//! connection to one thread; see [`bind`]) and runs the connections it accepts, handing one to a less busy thread only when its
-//! own runs too many more (see [`crate::runtime`]). The first executor also
-//! runs the UDP listeners.
+//! executor runs its own accept loop on each TCP listener's one socket,
+//! which every thread's epoll watches with `EPOLLEXCLUSIVE` (the kernel
+//! wakes one idle thread per connection; a busy thread leaves the socket
+//! until it catches up: `crate::reactor`'s `accept`), and runs the
+//! connections it accepts, handing one to another thread when its own is
+//! busy or runs too many more (see [`crate::runtime`]). An `SO_REUSEPORT`
+//! group passed in keeps one loop per member. The first executor also runs
+//! the UDP listeners.
 //!
 //! Duplicated descriptors are budgeted (see [`duplicate_budget`]): a
 //! configuration with thousands of rules must not run out of descriptors.
@@ -30,13 +33,13 @@ pub(crate) use inherit::Inherited;
 
 use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
+use crate::reactor::Async;
 use crate::route::Route;
 use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
-use async_io::Async;
 use driver::AcceptLoop;
 use smol::Task;
 use std::collections::HashMap;
@@ -447,7 +450,7 @@ impl Listeners {
             }
             BoundSocket::Udp(s) => {
                 crate::notify::store_fds(stored, &[s.as_fd()]);
-                let s = Arc::new(Async::new(s)?);
+                let s = Arc::new(Async::new_datagram(s)?);
                 let looped = crate::udp::serve(
                     main.clone(),
                     s.clone(),
@@ -482,6 +485,9 @@ impl Listeners {
         } else {
             1
         };
+        if wanted > 1 && passed.is_empty() {
+            return self.spawn_shared(l, stored, route, stats, limits);
+        }
         let mut fds = passed;
         // Duplicates first, so a failure (EMFILE) leaves nothing running.
         let made = wanted.saturating_sub(fds.len() + 1);
@@ -515,7 +521,9 @@ impl Listeners {
             let listener = Arc::new(Async::new(fd)?);
             sockets.push(listener.clone());
             let accept = AcceptLoop {
-                acceptor: accept::TcpAcceptor { listener },
+                acceptor: accept::TcpAcceptor {
+                    listener: accept::TcpSocket::Own(listener),
+                },
                 threads: self.threads.clone(),
                 own,
                 route: route.clone(),
@@ -527,6 +535,49 @@ impl Listeners {
             tasks.push(self.threads.executor(own).spawn(accept.run()));
         }
         Ok((tasks, sockets))
+    }
+
+    /// Spawns one accept loop per executor thread on the one socket `l`,
+    /// which each thread's epoll watches with `EPOLLEXCLUSIVE`: a new
+    /// connection wakes one idle thread, and a busy thread leaves the
+    /// socket until it catches up (`reactor::accept`). Each thread's
+    /// registration holds the socket open (no extra descriptor), so the
+    /// duplicate budget counts the loops as it counted group members.
+    fn spawn_shared(
+        &self,
+        l: std::net::TcpListener,
+        stored: &str,
+        route: Arc<ArcSwap<Route>>,
+        stats: &Arc<RuleStats>,
+        limits: Arc<RuleLimits>,
+    ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
+        crate::notify::store_fds(stored, &[l.as_fd()]);
+        let socket = Arc::new(l);
+        let n = self.threads.len();
+        let mut loops = Vec::with_capacity(n);
+        // Every handle first, so a failure leaves nothing running.
+        for own in 0..n {
+            let listener = crate::reactor::SharedListener::new(socket.clone())?;
+            loops.push(AcceptLoop {
+                acceptor: accept::TcpAcceptor {
+                    listener: accept::TcpSocket::Shared(listener),
+                },
+                threads: self.threads.clone(),
+                own,
+                route: route.clone(),
+                shared: self.shared.clone(),
+                failing: self.accept_failing.clone(),
+                stats: stats.clone(),
+                limits: limits.clone(),
+            });
+        }
+        let tasks = loops
+            .into_iter()
+            .enumerate()
+            .map(|(own, accept)| self.threads.executor(own).spawn(accept.run()))
+            .collect();
+        let listening: Listening = socket;
+        Ok((tasks, vec![listening]))
     }
 
     /// See [`Command::Reload`]. Removed listeners are closed before this

@@ -7,8 +7,8 @@
 use super::driver::{Acceptor, Admitted};
 use crate::config::Proto;
 use crate::peer::{Client, Peer};
+use crate::reactor::Async;
 use crate::unix::SocketFile;
-use async_io::Async;
 use std::future::Future;
 use std::io;
 use std::net::TcpStream;

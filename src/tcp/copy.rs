@@ -3,7 +3,7 @@
 use super::mover::{Fault, Meter, Step};
 use crate::buffers::BufferPool;
 use crate::pipes::Pipe;
-use async_io::Async;
+use crate::reactor::Async;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::task::{ready, Context, Poll};

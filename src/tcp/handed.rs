@@ -6,8 +6,8 @@ use super::pump::{Half, PumpOutcome};
 use super::Published;
 use crate::config::BindAddr;
 use crate::handover::park::{self, HalfState, Parked, Ticket};
+use crate::reactor::Async;
 use crate::shared::Shared;
-use async_io::Async;
 use std::future::Future;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -101,7 +101,13 @@ pub(super) fn run<'p, 'a>(
                     ))
                     .await
                     {
-                        Offer::Adopted => return None,
+                        Offer::Adopted => {
+                            // The new oi holds the same open sockets: their
+                            // edges must stop waking this process's threads.
+                            client.leave_epoll();
+                            backend.leave_epoll();
+                            return None;
+                        }
                         Offer::Resume => {}
                         Offer::Broken(e) => return Some(published.pump.abort(e)),
                     }

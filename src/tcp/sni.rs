@@ -15,9 +15,9 @@
 //! one segment — what clients send — costs one peek and no timer.
 
 use crate::client_hello::{self, Hello};
+use crate::reactor::{Async, Timer};
 use crate::route::{Route, ServerNames};
 use crate::stats::{Registered, RuleStats};
-use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -103,7 +103,12 @@ async fn server_name(client: &Async<TcpStream>) -> Result<String, Unnamed> {
         Timer::after(HELLO_TIMEOUT).await;
         Err(Unnamed::TimedOut)
     };
-    peek_hello(client).or(timeout).await
+    let named = peek_hello(client).or(timeout).await;
+    // The reactor is edge-triggered and a peek that waited consumed the edge
+    // announcing the bytes still in the socket: the pump (a splice mover
+    // waits for an edge before its first splice) must look without one.
+    client.assume_readable();
+    named
 }
 
 /// Peeks until the bytes decide (see the module docs for the waits).

@@ -38,7 +38,7 @@
 use super::mover::{Fault, Meter, Step};
 use crate::config::SpliceMode;
 use crate::pipes::{Pipe, PipePool};
-use async_io::Async;
+use crate::reactor::Async;
 use rustix::io::Errno;
 use rustix::pipe::{splice, SpliceFlags};
 use std::io;
@@ -163,13 +163,11 @@ impl SpliceMover {
                     return Poll::Ready(Ok(Step::Eof));
                 }
                 Ok(n) => {
-                    // Less than asked for: the socket is empty. Wait for
-                    // readability next instead of splicing again to hear
-                    // EAGAIN (re-arming the interest reports data that came
-                    // meanwhile at once). One failed splice fewer per message.
-                    if n < want {
-                        self.readable = false;
-                    }
+                    // Less than asked for does not prove the socket empty: a
+                    // splice also stops when the pipe runs out of slots (one
+                    // per segment: 64 small segments fill a 256 KiB pipe).
+                    // The reactor is edge-triggered, so a socket left with
+                    // bytes would never be reported again: splice until EAGAIN.
                     self.in_pipe = n;
                     meter.budget = meter.budget.saturating_sub(n);
                 }

@@ -13,10 +13,10 @@ use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
 use crate::proxy::Encoded;
 use crate::rate::Limit;
+use crate::reactor::Async;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, ConnectFailure, Registered};
-use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use smol::{Executor, Task};
 use std::io::{self, Read};
@@ -273,7 +273,7 @@ impl Association {
         idle: Duration,
         conn: Registered,
     ) -> io::Result<Self> {
-        let socket = Arc::new(Async::new(UdpSocket::from(backend))?);
+        let socket = Arc::new(Async::new_datagram(UdpSocket::from(backend))?);
         batch::enable_gro(socket.get_ref());
         let lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
             conn.reconnected(addr);
@@ -467,10 +467,16 @@ impl Reply {
 /// `_lease` counts the association on its backend until the task ends
 /// (none when a handed-over one's backend is no member here).
 async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option<Lease>) {
+    // The last drain stopped before the socket was empty (at BATCH, or
+    // for a full listening socket): more may wait with no edge to come (the
+    // reactor is edge-triggered).
+    let mut more = false;
     loop {
-        if let Err(e) = socket.readable().await {
-            log::debug!("backend socket for {}: {e}", reply.client);
-            return reply.activity.end();
+        if !more {
+            if let Err(e) = socket.readable().await {
+                log::debug!("backend socket for {}: {e}", reply.client);
+                return reply.activity.end();
+            }
         }
         // Received into the thread's batch buffer and sent on before any
         // wait, so idle associations hold no buffer.
@@ -507,7 +513,9 @@ async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option
             if reply.listener.writable().await.is_err() {
                 return reply.activity.end();
             }
-        } else if moved >= BATCH {
+        }
+        more = dropped > 0 || moved >= BATCH;
+        if dropped == 0 && more {
             futures_lite::future::yield_now().await;
         }
     }
@@ -556,17 +564,27 @@ async fn tcp_upstream(
             Ok(())
         };
         let to_client = async {
+            // Wait for an edge only once a read found the stream empty: the
+            // reactor is edge-triggered, and a full read may leave bytes
+            // behind that no edge announces again.
+            let mut drained = false;
             loop {
-                stream.readable().await?;
+                if drained {
+                    stream.readable().await?;
+                }
                 let mut buf = datagrams.take();
                 let read = (&mut stream.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
+                drained = false;
                 let outcome = match read {
                     Ok(0) => Some(Ok(())),
                     Ok(n) => {
                         reply.send(&buf[..n]).await;
                         None
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        drained = true;
+                        None
+                    }
                     Err(e) => Some(Err(e)),
                 };
                 datagrams.give(buf);

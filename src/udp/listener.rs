@@ -6,11 +6,11 @@ use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
 use crate::handover::park::{self, Flow, HalfState, Parked, Ticket};
 use crate::logfile::Event;
+use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
-use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use smol::Executor;
 use std::collections::HashMap;
@@ -93,6 +93,9 @@ impl Listener {
         let ticket = shared.parking.enter();
         let mut next_sweep = Instant::now() + self.sweep_period();
         let mut timer = Timer::at(next_sweep);
+        // The last drain stopped at BATCH: datagrams may be waiting, and the
+        // reactor is edge-triggered, so no edge would announce them again.
+        let mut more = false;
         loop {
             // Checked on every wake, not only when the timer wins: under a
             // steady flood the socket is always readable.
@@ -101,16 +104,20 @@ impl Listener {
                 next_sweep = Instant::now() + self.sweep_period();
                 timer.set_at(next_sweep);
             }
-            let wake = async { Wake::Readable(socket.readable().await) }
-                .or(async {
-                    (&mut timer).await;
-                    Wake::Sweep
-                })
-                .or(async {
-                    std::future::poll_fn(|cx| ticket.slot.poll_stop(cx)).await;
-                    Wake::Stop
-                })
-                .await;
+            let wake = if more {
+                Wake::Readable(Ok(()))
+            } else {
+                async { Wake::Readable(socket.readable().await) }
+                    .or(async {
+                        (&mut timer).await;
+                        Wake::Sweep
+                    })
+                    .or(async {
+                        std::future::poll_fn(|cx| ticket.slot.poll_stop(cx)).await;
+                        Wake::Stop
+                    })
+                    .await
+            };
             match wake {
                 Wake::Sweep => {}
                 Wake::Stop => {
@@ -145,7 +152,8 @@ impl Listener {
                             }
                         }
                     }
-                    if moved >= BATCH {
+                    more = moved >= BATCH;
+                    if more {
                         futures_lite::future::yield_now().await;
                     }
                 }

@@ -33,8 +33,8 @@ pub(crate) use tcp_to_udp::{tcp_to_udp, tcp_to_udp_adopted};
 use crate::backends::{BackendPool, Lease};
 use crate::edge::Origin;
 use crate::proxy::{self, Encoded, ProxyVersion, Transport};
+use crate::reactor::Async;
 use crate::route::Route;
-use async_io::Async;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -109,7 +109,7 @@ fn connected_socket(backend: SocketAddr, bind: Option<Bind>) -> io::Result<Async
         }
     }
     socket.connect(&SockAddr::from(backend))?;
-    Async::new(UdpSocket::from(socket))
+    Async::new_datagram(UdpSocket::from(socket))
 }
 
 /// The PROXY header for what `origin` sends through a rule with `proxy=`,

@@ -22,10 +22,11 @@ use crate::handover::park::{self, HalfState, Offered, Parked, Ticket};
 use crate::logfile::Event;
 use crate::proxy::Encoded;
 use crate::rate::Limit;
+use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
-use async_io::{Async, Timer};
+
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -131,7 +132,7 @@ pub(crate) async fn tcp_to_udp_adopted(
     };
     let (client, socket) = match (
         Async::new(TcpStream::from(client)),
-        Async::new(UdpSocket::from(backend)),
+        Async::new_datagram(UdpSocket::from(backend)),
     ) {
         (Ok(c), Ok(s)) => (c, s),
         (Err(e), _) | (_, Err(e)) => {
@@ -299,8 +300,11 @@ async fn to_backend(
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
     let most = MAX_PAYLOAD.saturating_sub(header.map_or(0, |h| h.as_bytes().len()));
+    // The client's socket is edge-triggered: wait for a new edge only once
+    // a read has emptied it (a full read may leave bytes that no edge reports).
+    let mut drained = false;
     loop {
-        if client.readable().await.is_err() {
+        if drained && client.readable().await.is_err() {
             return End::Client;
         }
         let (want, waited) = match limit {
@@ -312,6 +316,8 @@ async fn to_backend(
         let end = match read {
             Ok(0) => Some(End::Client),
             Ok(n) => {
+                // Maybe more behind it: read again before waiting for an edge.
+                drained = false;
                 if let Some((limit, stats)) = limit {
                     let n = n as u64;
                     limit.charge(n, Instant::now());
@@ -329,7 +335,10 @@ async fn to_backend(
                     End::Local
                 })
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                drained = true;
+                None
+            }
             Err(_) => Some(End::Client),
         };
         pool.give(buf);
@@ -388,8 +397,13 @@ async fn to_client(
     busy: &AtomicBool,
 ) -> End {
     let mut client_w = client;
+    // The last drain stopped at BATCH: more may wait with no edge to come
+    // (the reactor is edge-triggered). True at first: this future is made
+    // again when a paused hand-over resumes, possibly after its edge was
+    // consumed with datagrams left behind.
+    let mut more = true;
     loop {
-        if socket.readable().await.is_err() {
+        if !more && socket.readable().await.is_err() {
             return End::Local;
         }
         let mut buf = pool.take();
@@ -431,7 +445,8 @@ async fn to_client(
         if let Some(end) = end {
             return end;
         }
-        if moved == BATCH {
+        more = moved == BATCH;
+        if more {
             futures_lite::future::yield_now().await;
         }
     }

@@ -3,6 +3,7 @@
 //! A test that changes or counts what the whole process has (limits,
 //! descriptors) runs in a process of its own: `common::run_in_own_process`.
 
+mod accept_busy;
 mod acl;
 mod activation;
 mod check_cli;

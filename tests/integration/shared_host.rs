@@ -602,11 +602,11 @@ fn listening_sockets(port: u16) -> usize {
 
 /// `--user`: started as root, oi binds, then runs as the user with only
 /// CAP_NET_BIND_SERVICE (CapEff 0x400), and a reload still binds a port
-/// below 1024. Each of the 2 threads keeps a socket of its own in every TCP
-/// listener's SO_REUSEPORT group, start-up's (bound as root, handed to the
-/// user) and the reload's: 2 listening sockets per port (1 before the
-/// hand-over: the group refused the user's sockets). Needs root (skipped
-/// otherwise, saying so) and a `nobody` user.
+/// below 1024. Both threads accept from one listening socket per port
+/// (each thread's epoll watches it, `reactor::accept`), start-up's (bound
+/// as root, handed to the user) and the reload's: no per-thread socket for
+/// the kernel to refuse to the user, so exactly 1 listening socket per
+/// port. Needs root (skipped otherwise, saying so) and a `nobody` user.
 #[test]
 fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     if !rustix::process::geteuid().is_root() {
@@ -642,7 +642,7 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     let cap_eff = field("CapEff:");
     let cap_prm = field("CapPrm:");
     ping(port).expect("forwards as nobody");
-    let per_thread = listening_sockets(port);
+    let sockets = listening_sockets(port);
     // A free port below 1024 (bounded search).
     let low = (900..1024)
         .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
@@ -656,10 +656,16 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     oi.reload();
     let low_serves = ping(low).is_ok();
-    let low_per_thread = listening_sockets(low);
+    let low_sockets = listening_sockets(low);
     let (_, stderr) = oi.stop();
-    assert_eq!(per_thread, 2, "a socket per thread on {port}\n{stderr}");
-    assert_eq!(low_per_thread, 2, "a socket per thread on {low}\n{stderr}");
+    assert_eq!(
+        sockets, 1,
+        "one socket for both threads on {port}\n{stderr}"
+    );
+    assert_eq!(
+        low_sockets, 1,
+        "one socket for both threads on {low}\n{stderr}"
+    );
     assert_eq!(uid, "65534 65534 65534 65534", "{stderr}");
     assert_eq!(
         cap_eff, "0000000000000400",

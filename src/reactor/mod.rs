@@ -1,0 +1,616 @@
+//! A per-thread reactor under smol's executors: one epoll per executor
+//! thread, sockets registered once, edge-triggered, and timers kept in the
+//! thread's own ordered map (issue 23).
+//!
+//! # Why not async-io's reactor
+//!
+//! async-io has one reactor for the process. Its epoll interest is oneshot,
+//! so every readiness event costs an `epoll_ctl` to re-arm, and every wait
+//! costs a `timerfd_settime`, an `epoll_ctl` for the timerfd, an eventfd read
+//! and an `epoll_ctl` for the eventfd (the `polling` crate's wait path).
+//! `strace -f` of a 64-byte ping-pong through oi counted 16.1 system calls
+//! per round trip, of which 4 are the reads and writes that move the bytes
+//! (docs/performance.md, "Wait path").
+//!
+//! Here each executor thread blocks in [`block_on`] on its own epoll:
+//!
+//! - a socket is added once (`EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET`)
+//!   the first time it is polled, and removed by the kernel when it closes:
+//!   no `epoll_ctl` per event, none per close;
+//! - timers live in the thread's own ordered map and become the
+//!   `epoll_wait` timeout: no timerfd;
+//! - a waker running on the thread that runs the task only sets a flag; the
+//!   eventfd is written only when another thread wakes a sleeping one.
+//!
+//! A thread with no reactor of its own (tests, the health-check thread)
+//! registers on a process-wide fallback reactor driven by a thread of its
+//! own, `oi-reactor`, which wakes tasks across threads, as async-io does.
+//!
+//! The data path uses this reactor: TCP listeners, client and backend
+//! sockets, unix stream sockets carried as `TcpStream`, and UDP sockets
+//! (listeners, associations, TCP->UDP streams; registered for reading only,
+//! see [`Readiness::datagram`]). Signals, the control socket, the metrics
+//! endpoint and health checks stay on async-io, whose own thread drives them.
+
+mod accept;
+mod block_on;
+mod io;
+mod timer;
+
+pub(crate) use accept::Board;
+pub(crate) use block_on::block_on;
+pub(crate) use io::{Async, SharedListener};
+pub(crate) use timer::Timer;
+
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::time::Timespec;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io as stdio;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// The epoll key of the reactor's own eventfd (sources use slab keys below it).
+const WAKE_KEY: u64 = u64::MAX;
+
+/// Events taken from the kernel per `epoll_wait`.
+const EVENTS_PER_WAIT: usize = 256;
+
+/// Readiness of one registered descriptor, and the tasks waiting on it.
+///
+/// One waiter per direction in the slots, as async-io's `poll_readable`: on
+/// the TCP path each socket has one task reading it and one writing it. A
+/// UDP listener has several writers (every association's reply task sends
+/// from it): waiters of [`Async::readable`]/[`Async::writable`] that find
+/// the slot taken by another task queue in `others`, and every waiter an
+/// edge wakes sees it through the direction's tick.
+#[derive(Default)]
+pub(crate) struct Readiness {
+    /// An edge reported readability that no poll has consumed yet.
+    readable: bool,
+    /// An edge reported writability that no poll has consumed yet.
+    writable: bool,
+    /// The peer has shut down its sending side (RDHUP or HUP): reading
+    /// returns EOF from now on. Kept, never consumed: a short read may have
+    /// taken the last bytes with the FIN behind them, and no edge comes after.
+    /// Never set on a datagram socket.
+    read_closed: bool,
+    /// The socket failed or hung up (ERR or HUP): every operation returns
+    /// at once from now on. Kept, never consumed. Never set on a datagram
+    /// socket, whose errors belong to one datagram each (an ICMP error is
+    /// read once by the next receive, and the socket goes on).
+    broken: bool,
+    /// A datagram socket: errors are not sticky, and writability is
+    /// watched only while a writer waits (`out_armed`), because a UDP
+    /// socket with EPOLLOUT in its interest reports an edge after every
+    /// send, which would wake the thread once more per datagram.
+    datagram: bool,
+    /// A datagram socket's interest includes EPOLLOUT now.
+    out_armed: bool,
+    /// Edges seen per direction (0 read, 1 write), wrapping: a waiter that
+    /// saw the tick move was woken by an edge, even if another waiter
+    /// consumed the flag first.
+    ticks: [u16; 2],
+    /// The task waiting to read.
+    reader: Option<Waker>,
+    /// The task waiting to write.
+    writer: Option<Waker>,
+    /// Further waiters (`true`: to write) when the slot holds another task;
+    /// boxed so the common one-waiter case costs one pointer, not a
+    /// `Vec`'s three words, in every connection's two sockets.
+    #[allow(clippy::box_collection)]
+    others: Option<Box<Vec<(bool, Waker)>>>,
+}
+
+impl Readiness {
+    /// Records an edge in one direction and moves its waiters into `wake`.
+    fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
+        let i = usize::from(write);
+        self.ticks[i] = self.ticks[i].wrapping_add(1);
+        if write {
+            self.writable = true;
+            wake.extend(self.writer.take());
+        } else {
+            self.readable = true;
+            wake.extend(self.reader.take());
+        }
+        if let Some(others) = &mut self.others {
+            others.retain(|(w, waker)| {
+                if *w == write {
+                    wake.push(waker.clone());
+                }
+                *w != write
+            });
+        }
+    }
+}
+
+/// The reactor's registered descriptors, by slot; a key is slot and generation.
+#[derive(Default)]
+struct Sources {
+    /// Each slot's generation and, while in use, its readiness.
+    slots: Vec<(u32, Option<Arc<Mutex<Readiness>>>)>,
+    /// Slots free for reuse.
+    free: Vec<u32>,
+}
+
+/// Timers waiting on one reactor, soonest first; the `u64` breaks ties.
+type Timers = BTreeMap<(Instant, u64), Waker>;
+
+/// One epoll instance with its eventfd, registered sources and timers.
+pub(crate) struct Reactor {
+    /// The epoll instance.
+    epoll: OwnedFd,
+    /// Written by another thread to interrupt a wait.
+    wake: OwnedFd,
+    /// What each epoll key refers to.
+    sources: Mutex<Sources>,
+    /// Pending timers.
+    timers: Mutex<Timers>,
+    /// Unique timer ids.
+    next_timer: AtomicU64,
+    /// Set while the driving thread is (about to be) in `epoll_wait` with
+    /// no timeout shorter than its timers: others must write the eventfd.
+    sleeping: AtomicBool,
+    /// Set when a waker or a new timer needs the driving thread to go round again.
+    woken: AtomicBool,
+    /// The runtime's board of busy threads and this thread's index on it;
+    /// `None` for a reactor outside a runtime (tests, the fallback).
+    seat: Option<(Arc<Board>, usize)>,
+    /// Listening sockets shared with the other threads (see [`accept`]).
+    accepting: Mutex<accept::Accepting>,
+}
+
+thread_local! {
+    /// The reactor this thread drives, if it runs one (executor threads do).
+    static CURRENT: RefCell<Option<Arc<Reactor>>> = const { RefCell::new(None) };
+}
+
+/// The fallback reactor for threads that drive none, with its thread.
+static FALLBACK: OnceLock<Arc<Reactor>> = OnceLock::new();
+
+/// The reactor sources and timers created on this thread register with.
+pub(crate) fn current() -> Arc<Reactor> {
+    if let Some(r) = CURRENT.with(|c| c.borrow().clone()) {
+        return r;
+    }
+    FALLBACK
+        .get_or_init(|| {
+            // Without an epoll instance nothing can be forwarded: there is no
+            // reasonable way to go on (descriptor limits are checked at start).
+            let reactor = Arc::new(Reactor::new().expect("creating the fallback epoll instance"));
+            let driven = reactor.clone();
+            std::thread::Builder::new()
+                .name("oi-reactor".into())
+                .spawn(move || loop {
+                    driven.woken.store(false, Ordering::SeqCst);
+                    if let Err(e) = driven.turn(true) {
+                        log::error!("fallback reactor: {e}");
+                    }
+                })
+                .expect("starting the fallback reactor thread");
+            reactor
+        })
+        .clone()
+}
+
+/// Whether `reactor` is the one this thread drives.
+fn is_current(reactor: &Arc<Reactor>) -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|r| Arc::ptr_eq(r, reactor)))
+}
+
+impl Reactor {
+    /// A new epoll instance with its eventfd registered.
+    pub(crate) fn new() -> stdio::Result<Self> {
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(
+            &epoll,
+            &wake,
+            EventData::new_u64(WAKE_KEY),
+            EventFlags::IN | EventFlags::ET,
+        )?;
+        Ok(Reactor {
+            epoll,
+            wake,
+            sources: Mutex::default(),
+            timers: Mutex::default(),
+            next_timer: AtomicU64::new(0),
+            sleeping: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            seat: None,
+            accepting: Mutex::default(),
+        })
+    }
+
+    /// A reactor for thread `index` of a runtime whose threads share `board`.
+    pub(crate) fn seated(board: Arc<Board>, index: usize) -> stdio::Result<Self> {
+        let mut r = Self::new()?;
+        r.seat = Some((board, index));
+        Ok(r)
+    }
+
+    /// Makes this thread drive `reactor` (for [`current`]) until the guard drops.
+    pub(crate) fn enter(reactor: Arc<Reactor>) -> Entered {
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(reactor));
+        Entered { previous }
+    }
+
+    /// Registers `fd` once, edge-triggered for both directions (a datagram
+    /// socket: for reading only, see [`Readiness::datagram`]); returns its key.
+    fn register(
+        &self,
+        fd: impl AsFd,
+        datagram: bool,
+    ) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let (key, readiness) = self.new_source(datagram)?;
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(key),
+            interest(datagram, false),
+        ) {
+            self.deregister(key);
+            return Err(e.into());
+        }
+        Ok((key, readiness))
+    }
+
+    /// A new slot with fresh readiness; returns its key.
+    fn new_source(&self, datagram: bool) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let readiness = Arc::new(Mutex::new(Readiness {
+            datagram,
+            ..Readiness::default()
+        }));
+        let key = {
+            let mut s = lock(&self.sources);
+            let slot = match s.free.pop() {
+                Some(slot) => slot,
+                None => {
+                    let slot = u32::try_from(s.slots.len())
+                        .map_err(|_| stdio::Error::other("too many registered sockets"))?;
+                    s.slots.push((0, None));
+                    slot
+                }
+            };
+            let entry = &mut s.slots[slot as usize];
+            entry.1 = Some(readiness.clone());
+            (u64::from(entry.0) << 32) | u64::from(slot)
+        };
+        Ok((key, readiness))
+    }
+
+    /// Forgets `key`; its descriptor is about to close (which removes it from
+    /// the epoll set) or has been deleted from it.
+    fn deregister(&self, key: u64) {
+        let slot = (key & u64::from(u32::MAX)) as usize;
+        let mut s = lock(&self.sources);
+        if let Some(entry) = s.slots.get_mut(slot) {
+            entry.0 = entry.0.wrapping_add(1);
+            entry.1 = None;
+            if let Ok(slot) = u32::try_from(slot) {
+                s.free.push(slot);
+            }
+        }
+    }
+
+    /// Adds a timer firing at `at`; returns its id.
+    fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> u64 {
+        let id = self.next_timer.fetch_add(1, Ordering::Relaxed);
+        let soonest = {
+            let mut t = lock(&self.timers);
+            t.insert((at, id), waker);
+            t.keys().next() == Some(&(at, id))
+        };
+        // Only a new soonest timer changes how long the driving thread may sleep.
+        if soonest && !is_current(self) {
+            self.interrupt();
+        }
+        id
+    }
+
+    /// Replaces the waker of timer `(at, id)`; false if it is no longer pending.
+    fn update_timer(&self, at: Instant, id: u64, waker: &Waker) -> bool {
+        match lock(&self.timers).get_mut(&(at, id)) {
+            Some(w) => {
+                if !w.will_wake(waker) {
+                    w.clone_from(waker);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes timer `(at, id)` if it is still pending.
+    fn remove_timer(&self, at: Instant, id: u64) {
+        lock(&self.timers).remove(&(at, id));
+    }
+
+    /// Asks the driving thread to go round again; writes the eventfd only if
+    /// it sleeps (or is about to).
+    pub(crate) fn interrupt(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            // A full counter (never in practice) still leaves the eventfd readable.
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Waits for events (blocking when `block`, up to the soonest timer),
+    /// then wakes the tasks whose sockets or timers are ready.
+    fn turn(&self, block: bool) -> stdio::Result<()> {
+        let mut events = Vec::with_capacity(EVENTS_PER_WAIT);
+        let timeout = if block {
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.woken.load(Ordering::SeqCst) {
+                // Woken between the last poll and now: do not sleep.
+                self.sleeping.store(false, Ordering::SeqCst);
+                Some(Duration::ZERO)
+            } else {
+                self.next_timeout()
+            }
+        } else {
+            Some(Duration::ZERO)
+        };
+        let timeout = timeout.map(|d| {
+            // Whole milliseconds, rounded up so a timer never fires early
+            // and the thread never spins on a sub-millisecond remainder.
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            Timespec {
+                tv_sec: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+                tv_nsec: ((ms % 1000) * 1_000_000) as _,
+            }
+        });
+        let waited = epoll::wait(
+            &self.epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        );
+        self.sleeping.store(false, Ordering::SeqCst);
+        match waited {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut wake: Vec<Waker> = Vec::new();
+        for ev in &events {
+            let key = ev.data.u64();
+            if key == WAKE_KEY {
+                let mut buf = [0u8; 8];
+                let _ = rustix::io::read(&self.wake, &mut buf);
+                continue;
+            }
+            let readiness = {
+                let s = lock(&self.sources);
+                let slot = (key & u64::from(u32::MAX)) as usize;
+                match s.slots.get(slot) {
+                    Some((generation, Some(r))) if u64::from(*generation) == key >> 32 => r.clone(),
+                    // Closed since the kernel queued the event.
+                    _ => continue,
+                }
+            };
+            let flags = ev.flags;
+            let broken = flags.intersects(EventFlags::ERR | EventFlags::HUP);
+            let mut r = lock(&readiness);
+            if !r.datagram {
+                r.broken |= broken;
+                r.read_closed |= broken || flags.contains(EventFlags::RDHUP);
+            }
+            if broken || flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::PRI) {
+                r.edge(false, &mut wake);
+            }
+            if broken || flags.contains(EventFlags::OUT) {
+                r.edge(true, &mut wake);
+            }
+        }
+        self.fire_timers(&mut wake);
+        for w in wake {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// How long the driving thread may sleep: until the soonest timer (`None`: forever).
+    fn next_timeout(&self) -> Option<Duration> {
+        let t = lock(&self.timers);
+        let (at, _) = t.keys().next()?;
+        Some(at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Takes the wakers of every timer that is due.
+    fn fire_timers(&self, into: &mut Vec<Waker>) {
+        let mut t = lock(&self.timers);
+        if t.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        while let Some(entry) = t.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            into.push(entry.remove());
+        }
+    }
+}
+
+/// The epoll interest of a socket: both directions for a stream socket;
+/// for a datagram socket, reading and, while a writer waits, writing.
+fn interest(datagram: bool, out: bool) -> EventFlags {
+    if datagram && !out {
+        EventFlags::IN | EventFlags::ET
+    } else {
+        EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET
+    }
+}
+
+/// Restores the thread's previous reactor when dropped.
+pub(crate) struct Entered {
+    /// What [`current`] returned before.
+    previous: Option<Arc<Reactor>>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// Locks `m`, carrying on after a panic elsewhere (the data stays consistent:
+/// every critical section here is a few plain stores).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+
+    /// A connected pair on loopback: (ours, registered on first poll; the peer, blocking).
+    fn pair() -> (Async<TcpStream>, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let peer = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (ours, _) = l.accept().expect("accept");
+        (Async::new(ours).expect("non-blocking"), peer)
+    }
+
+    #[test]
+    fn eof_behind_the_last_bytes_of_a_short_read_is_still_reported() {
+        // The peer's last bytes and its FIN arrive before we look: one edge
+        // for both. A short read takes the bytes (and the FIN); the next
+        // wait must not wait for an edge that will never come.
+        let (ours, mut peer) = pair();
+        peer.write_all(b"last").expect("write");
+        peer.shutdown(Shutdown::Write).expect("shutdown");
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let read = async {
+            let mut buf = [0u8; 64];
+            let mut got = Vec::new();
+            loop {
+                // The first wait registers the socket: one edge for both.
+                ours.readable().await.expect("readable");
+                match ours.get_ref().read(&mut buf) {
+                    Ok(0) => return Some(got),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+        };
+        let limit = async {
+            Timer::after(Duration::from_secs(10)).await;
+            None
+        };
+        let got = block_on(reactor, futures_lite::FutureExt::or(read, limit));
+        let got = got.expect("EOF was never reported after the short read");
+        assert_eq!(got, b"last");
+    }
+
+    #[test]
+    fn a_timer_fires_and_a_wake_from_another_thread_interrupts_the_wait() {
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let (tx, rx) = async_channel::bounded::<()>(1);
+        let start = Instant::now();
+        block_on(reactor, async {
+            Timer::after(Duration::from_millis(5)).await;
+            assert!(start.elapsed() >= Duration::from_millis(5), "fired early");
+            // Nothing here wakes this thread but the other thread's send.
+            let sender = std::thread::spawn(move || tx.send_blocking(()));
+            rx.recv().await.expect("sent");
+            sender.join().expect("sender").expect("send");
+        });
+    }
+
+    #[test]
+    fn one_edge_wakes_every_task_waiting_on_a_socket() {
+        // A UDP listener's reply tasks all wait on it: each must hear the
+        // edge, not only the one in the slot.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let addr = server.local_addr().expect("addr");
+        let socket = Arc::new(Async::new_datagram(server).expect("non-blocking"));
+        let ex = smol::Executor::new();
+        let (started, wait_started) = async_channel::unbounded::<()>();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (socket, started) = (socket.clone(), started.clone());
+                ex.spawn(async move {
+                    let mut ready = socket.readable();
+                    // Polled once (registered), then told it waits.
+                    let first = futures_lite::future::poll_once(&mut ready).await;
+                    assert!(first.is_none(), "readable before any datagram");
+                    started.send(()).await.expect("send");
+                    ready.await.expect("readable");
+                })
+            })
+            .collect();
+        let run = ex.run(async {
+            for _ in 0..3 {
+                wait_started.recv().await.expect("started");
+            }
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            client.send_to(b"x", addr).expect("send");
+            for w in waiters {
+                w.await;
+            }
+            true
+        });
+        let limit = async {
+            Timer::after(Duration::from_secs(10)).await;
+            false
+        };
+        let all = block_on(reactor, futures_lite::FutureExt::or(run, limit));
+        assert!(all, "a task waiting beside another never heard the edge");
+    }
+
+    #[test]
+    fn an_error_on_a_datagram_socket_is_reported_once_not_forever() {
+        // A connected UDP socket to a closed port gets an ICMP error: one
+        // receive reads it and the socket goes on. Were it sticky, every
+        // wait after it would return at once and the reply task would spin.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = closed.local_addr().expect("addr");
+        drop(closed);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.connect(port).expect("connect");
+        let s = Async::new_datagram(s).expect("non-blocking");
+        let outcome = block_on(reactor, async {
+            s.get_ref().send(b"x").expect("send");
+            s.readable().await.expect("readable");
+            let err = s.get_ref().recv(&mut [0u8; 8]).expect_err("the ICMP error");
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+            let again = s.get_ref().recv(&mut [0u8; 8]).expect_err("nothing more");
+            assert_eq!(again.kind(), std::io::ErrorKind::WouldBlock);
+            let quiet = async {
+                Timer::after(Duration::from_millis(50)).await;
+                "quiet"
+            };
+            let woke = async {
+                let _ = s.readable().await;
+                "woke"
+            };
+            futures_lite::FutureExt::or(woke, quiet).await
+        });
+        assert_eq!(
+            outcome, "quiet",
+            "the error stayed reported after it was read"
+        );
+    }
+
+    #[test]
+    fn a_socket_first_polled_on_a_thread_without_a_reactor_uses_the_fallback() {
+        let (ours, mut peer) = pair();
+        peer.write_all(b"x").expect("write");
+        // smol::block_on drives no reactor of ours: the fallback thread does.
+        let n = smol::block_on(ours.read_with(|mut s| s.read(&mut [0u8; 8]))).expect("read");
+        assert_eq!(n, 1);
+    }
+}
