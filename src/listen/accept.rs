@@ -154,14 +154,18 @@ mod tests {
     /// memory (issue 23). 1,624 bytes before the cuts (boxed connect,
     /// PROXY header, SNI, TCP→UDP and hand-over futures; arguments taken
     /// apart outside the futures; a slimmer pump), 928 after, in the test
-    /// build on x86_64. The bound leaves room for a field or two; growth
-    /// past it should be a decision, measured with benches/idle_memory.sh.
+    /// build on x86_64. The per-thread reactor's `Async` keeps its
+    /// registration inline (48 bytes, not async-io's 16-byte pointer to a
+    /// 216-byte heap `Source`), so with it the future is 1,048 bytes and an
+    /// idle connection 1.59 KiB instead of 1.73 (benches/idle_memory.sh,
+    /// three rounds). The bound leaves room for a field or two; growth past
+    /// it should be a decision, measured with benches/idle_memory.sh.
     #[test]
     fn an_accepted_connections_future_stays_small() {
         let size = future_size(super::connection);
         assert!(
-            size <= 960,
-            "the connection future is {size} bytes, over its 960-byte budget"
+            size <= 1088,
+            "the connection future is {size} bytes, over its 1,088-byte budget"
         );
     }
 }
