@@ -101,9 +101,12 @@ for r in range(1, rounds + 1):
     try:
         for line in open(f"{out}/udp.{r}.tsv"):
             cells = line.rstrip("\n").split("\t")
-            # path, bitrate, sent_pps, recv_pps, Mbit/s, CPU s per million received
-            if len(cells) == 6 and cells[1] != "0" and cells[0] != "path":
-                d.setdefault(cells[0], {})["us_per_datagram"] = cells[5]
+            # path, bitrate, sent_pps, recv_pps, Mbit/s, CPU µs per datagram
+            # received[, system calls per datagram]; udp.sh names each oi
+            # build "oi:PATH" (it takes several): goals.sh gives it one.
+            if len(cells) >= 6 and cells[1] != "0" and cells[0] != "path":
+                name = "oi" if cells[0].startswith("oi:") else cells[0]
+                d.setdefault(name, {})["us_per_datagram"] = cells[5]
     except OSError:
         pass
     udp.append(d)

@@ -73,6 +73,22 @@ pub(super) fn put_binary(from: &Path, to: &Path) {
     std::fs::rename(&tmp, to).expect("rename");
 }
 
+/// Starts an upgrade as a package would: the same oi put at `binary` again,
+/// then SIGUSR2 to `old`; returns the new process once it has said
+/// `MAINPID=` (the old one says how it went on its stderr).
+pub(super) fn signal_upgrade(old: &mut OiProcess, binary: &Path) -> Adopted {
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), binary);
+    old.signal(rustix::process::Signal::USR2);
+    // The new process tells systemd it is the main process now, then READY=1.
+    let main = old.next_notify();
+    let pid: i32 = main
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
+    Adopted(pid)
+}
+
 /// Writes an executable script at `to` the same way.
 pub(super) fn put_script(to: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -157,16 +173,8 @@ fn an_upgrade_hands_every_listener_over_and_refuses_no_connection() {
         })
     };
     // The same binary, put there again as a package upgrade would.
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &s.binary);
-    old.signal(rustix::process::Signal::USR2);
-    // The new process tells systemd it is the main process now, then READY=1.
-    let main = old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
+    let new = signal_upgrade(&mut old, &s.binary);
+    let pid = new.0;
     assert_ne!(pid as u32, old.child.id());
     let ready = old.next_notify();
     assert!(ready.contains("READY=1"), "{ready:?}");

@@ -3,7 +3,7 @@
 //! `mode=` to them and removes them when it exits) and the user the old
 //! one runs as (`--user`: the new one is that user already).
 
-use super::upgrade::{put_binary, Adopted};
+use super::upgrade::{put_binary, signal_upgrade, Adopted};
 use super::upgrade_live::unix_echo;
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -12,15 +12,7 @@ use std::path::Path;
 /// Upgrades `old` (started from `binary`) to the same oi by SIGUSR2 and
 /// waits until the old one has exited: the new one serves.
 fn upgrade(old: &mut OiProcess, binary: &Path) -> Adopted {
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), binary);
-    old.signal(rustix::process::Signal::USR2);
-    let main = old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
+    let new = signal_upgrade(old, binary);
     let status = old
         .exited_within(PATIENCE)
         .unwrap_or_else(|| old.fail("the old oi did not exit after the hand-over"));

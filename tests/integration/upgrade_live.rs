@@ -3,7 +3,7 @@
 //! mid-way so bytes sit in oi's buffers and pipes, and idle connections,
 //! all survive the switch; the old oi exits without waiting for them.
 
-use super::upgrade::{put_binary, put_script, Adopted};
+use super::upgrade::{put_binary, put_script, signal_upgrade, Adopted};
 use crate::common::*;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -421,15 +421,7 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one_and_unix_clie
 
     // The new oi reads a configuration without the second rule.
     std::fs::write(&conf, kept_line).expect("conf");
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
-    old.signal(rustix::process::Signal::USR2);
-    let main = old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
+    let new = signal_upgrade(&mut old, &binary);
     wait_until(
         "the old oi says what it handed over and what it keeps",
         || {
@@ -464,15 +456,7 @@ fn a_connection_whose_rule_the_new_oi_lacks_stays_with_the_old_one_and_unix_clie
 /// Upgrades `old` to the same oi; waits until it has handed all 8
 /// connections over, with bytes in flight, and exited.
 fn hand_all_over(old: &mut OiProcess, binary: &Path) -> Adopted {
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), binary);
-    old.signal(rustix::process::Signal::USR2);
-    let main = old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
+    let new = signal_upgrade(old, binary);
     wait_until("the old oi says it handed every connection over", || {
         old.stderr_tail().contains("handed 8 live connection(s)")
     });

@@ -4,7 +4,7 @@
 //! same listening address, and every counter carries on; if the new oi
 //! dies half-way both stay with the old one, which serves them to their end.
 
-use super::upgrade::{put_binary, put_script, Adopted};
+use super::upgrade::{put_binary, put_script, signal_upgrade};
 use super::upgrade_live::DIES_HALF_WAY;
 use crate::common::*;
 use std::io::{Read, Write};
@@ -167,15 +167,7 @@ fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
         Some(1),
         "{before:?}"
     );
-    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &t.binary);
-    t.old.signal(rustix::process::Signal::USR2);
-    let main = t.old.next_notify();
-    let pid: i32 = main
-        .lines()
-        .find_map(|l| l.strip_prefix("MAINPID="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| t.old.fail(&format!("expected MAINPID=, got {main:?}")));
-    let new = Adopted(pid);
+    let new = signal_upgrade(&mut t.old, &t.binary);
     wait_until("the old oi says it handed both over", || {
         t.old.stderr_tail().contains("handed 2 live connection(s)")
     });
