@@ -12,7 +12,7 @@
 
 use super::upgrade::{put_binary, Adopted};
 use super::upgrade_live::{
-    backend, bulk_client, echo, expected, pause_at, receive, send, unix_echo,
+    backend, bulk_client, echo, every_byte_arrives, pause_at, receive, send, unix_echo,
 };
 use super::upgrade_udp::{counters, status_json, stream_echo};
 use crate::common::*;
@@ -152,32 +152,7 @@ fn an_upgrade_mid_transfer_keeps_every_byte_every_connection_and_every_count() {
         assert!(is >= was, "{k}: {was} before the upgrade, {is} after");
     }
 
-    go.store(true, Ordering::SeqCst);
-    for (port, writer, reader) in clients {
-        writer
-            .join()
-            .expect("client writer")
-            .unwrap_or_else(|e| panic!("sending through {port}: {e}"));
-        let (n, hash) = reader.join().expect("client reader");
-        assert_eq!(n, TOTAL, "bytes to the client through {port}");
-        assert_eq!(
-            hash,
-            expected(2, TOTAL),
-            "the client's bytes through {port}"
-        );
-    }
-    let upstream = expected(1, TOTAL);
-    for _ in 0..2 {
-        let (n, hash) = backend_got
-            .recv_timeout(PATIENCE)
-            .expect("the backend finishes both transfers");
-        assert_eq!(n, TOTAL, "bytes to the backend");
-        assert_eq!(hash, upstream, "the backend's bytes");
-    }
-    for (i, s) in idle.iter_mut().enumerate() {
-        echo(s, format!("after {i}").as_bytes())
-            .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
-    }
+    every_byte_arrives(&go, clients, &backend_got, &mut idle, TOTAL);
     unix_echo(&mut unix, b"unix after").unwrap_or_else(|e| panic!("unix after: {e}"));
     assert_eq!(
         udp_roundtrip(&assoc, local(udp), b"udp after"),

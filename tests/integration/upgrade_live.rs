@@ -204,6 +204,47 @@ pub(super) fn small_window(s: &impl std::os::fd::AsFd) {
         .expect("SO_RCVBUF");
 }
 
+/// A transfer each way through one port: the client's writer and reader.
+pub(super) type Transfer = (
+    u16,
+    std::thread::JoinHandle<std::io::Result<()>>,
+    std::thread::JoinHandle<(usize, Vec<u8>)>,
+);
+
+/// Lets the paused transfers go on and checks that every byte arrived in
+/// order both ways (`total` each way per transfer, two transfers, one
+/// upload each at the backend), and that each idle connection still echoes.
+pub(super) fn every_byte_arrives(
+    go: &AtomicBool,
+    clients: Vec<Transfer>,
+    backend_got: &std::sync::mpsc::Receiver<(usize, Vec<u8>)>,
+    idle: &mut [TcpStream],
+    total: usize,
+) {
+    go.store(true, Ordering::SeqCst);
+    let (downstream, upstream) = (expected(2, total), expected(1, total));
+    for (port, writer, reader) in clients {
+        writer
+            .join()
+            .expect("client writer")
+            .unwrap_or_else(|e| panic!("sending through {port}: {e}"));
+        let (n, hash) = reader.join().expect("client reader");
+        assert_eq!(n, total, "bytes to the client through {port}");
+        assert_eq!(hash, downstream, "the client's bytes through {port}");
+    }
+    for _ in 0..2 {
+        let (n, hash) = backend_got
+            .recv_timeout(PATIENCE)
+            .expect("the backend finishes both transfers");
+        assert_eq!(n, total, "bytes to the backend");
+        assert_eq!(hash, upstream, "the backend's bytes");
+    }
+    for (i, s) in idle.iter_mut().enumerate() {
+        echo(s, format!("after {i}").as_bytes())
+            .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
+    }
+}
+
 /// A client of `port` with [`small_window`].
 pub(super) fn bulk_client(port: u16) -> TcpStream {
     let s =
@@ -351,31 +392,7 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
     };
 
     // Every byte arrives, in order.
-    go.store(true, Ordering::SeqCst);
-    for (port, writer, reader) in clients {
-        writer
-            .join()
-            .expect("client writer")
-            .unwrap_or_else(|e| panic!("sending through {port}: {e}"));
-        let (n, hash) = reader.join().expect("client reader");
-        assert_eq!(n, TOTAL, "bytes to the client through {port}");
-        assert_eq!(
-            hash,
-            expected(2, TOTAL),
-            "the client's bytes through {port}"
-        );
-    }
-    for _ in 0..2 {
-        let (n, hash) = backend_got
-            .recv_timeout(PATIENCE)
-            .expect("the backend finishes both transfers");
-        assert_eq!(n, TOTAL, "bytes to the backend");
-        assert_eq!(hash, expected(1, TOTAL), "the backend's bytes");
-    }
-    for (i, s) in idle.iter_mut().enumerate() {
-        echo(s, format!("after {i}").as_bytes())
-            .unwrap_or_else(|e| panic!("idle connection {i} after the upgrade: {e}"));
-    }
+    every_byte_arrives(&go, clients, &backend_got, &mut idle, TOTAL);
     match new {
         Some(new) => assert!(!new.exited(), "the new oi serves on"),
         None => {
