@@ -196,16 +196,8 @@ impl Association {
         epoch: Instant,
         conn: Registered,
     ) -> io::Result<Self> {
-        let (up, down) = route
-            .rates
-            .limits(&conn.rule().rates, Some(client_ip(origin.client)));
         let activity = Arc::new(Activity::new(epoch, conn));
-        let reply = Reply {
-            listener: listener.clone(),
-            client,
-            activity: activity.clone(),
-            down,
-        };
+        let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
         // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
         // the stream. Without a carried destination, it is the listening
         // socket's address (a wildcard address when the rule binds one: a
@@ -279,16 +271,8 @@ impl Association {
             conn.reconnected(addr);
             route.pool.lease_of(addr)
         });
-        let (up, down) = route
-            .rates
-            .limits(&conn.rule().rates, Some(client_ip(origin.client)));
         let activity = Arc::new(Activity::resumed(conn, idle));
-        let reply = Reply {
-            listener: listener.clone(),
-            client,
-            activity: activity.clone(),
-            down,
-        };
+        let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
         let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
         let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
         Ok(Association {
@@ -414,6 +398,28 @@ fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
 }
 
 impl Reply {
+    /// The reply half of a new or resumed association (sending to `client`
+    /// from `listener`), and the limit on the client's own datagrams: both
+    /// from the rule's rates for this client.
+    fn with_limits(
+        route: &Route,
+        listener: &Arc<Async<UdpSocket>>,
+        client: SocketAddr,
+        origin: Origin,
+        activity: &Arc<Activity>,
+    ) -> (Option<Limit>, Reply) {
+        let (up, down) = route
+            .rates
+            .limits(&activity.conn.rule().rates, Some(client_ip(origin.client)));
+        let reply = Reply {
+            listener: listener.clone(),
+            client,
+            activity: activity.clone(),
+            down,
+        };
+        (up, reply)
+    }
+
     /// Sends a run of replies from the backend to the client without waiting
     /// (one batched send); returns how many did not fit in the listening
     /// socket's buffer and were dropped.
