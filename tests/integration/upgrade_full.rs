@@ -11,9 +11,7 @@
 //! of the machine.
 
 use super::upgrade::{put_binary, Adopted};
-use super::upgrade_live::{
-    backend, bulk_client, echo, every_byte_arrives, pause_at, receive, send, unix_echo,
-};
+use super::upgrade_live::{backend, echo, every_byte_arrives, pause_at, start_transfer, unix_echo};
 use super::upgrade_udp::{counters, status_json, stream_echo};
 use crate::common::*;
 use std::io::Write;
@@ -92,16 +90,14 @@ fn an_upgrade_mid_transfer_keeps_every_byte_every_connection_and_every_count() {
 
     let mut clients = Vec::new();
     for port in [copy, splice] {
-        let mut s = bulk_client(port);
-        s.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        s.write_all(b"B").expect("role");
-        s.write_all(&(TOTAL as u64).to_le_bytes()).expect("size");
-        let out = s.try_clone().expect("clone");
-        let (p, st) = (paused.clone(), stalled.clone());
-        let writer = std::thread::spawn(move || send(out, 1, TOTAL, &p, &st));
-        let (paused, go) = (paused.clone(), go.clone());
-        let reader = std::thread::spawn(move || receive(s, pause_at(TOTAL), &paused, &go));
-        clients.push((port, writer, reader));
+        clients.push(start_transfer(
+            port,
+            TOTAL,
+            pause_at(TOTAL),
+            &paused,
+            &stalled,
+            &go,
+        ));
     }
     wait_until("both ends of both transfers are half-way", || {
         paused.load(Ordering::SeqCst) == 4

@@ -211,6 +211,28 @@ pub(super) type Transfer = (
     std::thread::JoinHandle<(usize, Vec<u8>)>,
 );
 
+/// Starts a transfer of `total` bytes each way through `port` (role `B`):
+/// a writer thread and a reader thread that stops at `pause_at` until `go`.
+pub(super) fn start_transfer(
+    port: u16,
+    total: usize,
+    pause_at: usize,
+    paused: &Arc<AtomicUsize>,
+    stalled: &Arc<AtomicUsize>,
+    go: &Arc<AtomicBool>,
+) -> Transfer {
+    let mut s = bulk_client(port);
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    s.write_all(b"B").expect("role");
+    s.write_all(&(total as u64).to_le_bytes()).expect("size");
+    let out = s.try_clone().expect("clone");
+    let (p, st) = (paused.clone(), stalled.clone());
+    let writer = std::thread::spawn(move || send(out, 1, total, &p, &st));
+    let (paused, go) = (paused.clone(), go.clone());
+    let reader = std::thread::spawn(move || receive(s, pause_at, &paused, &go));
+    (port, writer, reader)
+}
+
 /// Lets the paused transfers go on and checks that every byte arrived in
 /// order both ways (`total` each way per transfer, two transfers, one
 /// upload each at the backend), and that each idle connection still echoes.
@@ -355,16 +377,9 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
     // buffers and pipes fill with bytes in flight.
     let mut clients = Vec::new();
     for port in [copy, splice] {
-        let mut s = bulk_client(port);
-        s.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        s.write_all(b"B").expect("role");
-        s.write_all(&(TOTAL as u64).to_le_bytes()).expect("size");
-        let out = s.try_clone().expect("clone");
-        let (p, st) = (paused.clone(), stalled.clone());
-        let writer = std::thread::spawn(move || send(out, 1, TOTAL, &p, &st));
-        let (paused, go) = (paused.clone(), go.clone());
-        let reader = std::thread::spawn(move || receive(s, PAUSE_AT, &paused, &go));
-        clients.push((port, writer, reader));
+        clients.push(start_transfer(
+            port, TOTAL, PAUSE_AT, &paused, &stalled, &go,
+        ));
     }
     wait_until("both ends of both transfers are paused mid-way", || {
         paused.load(Ordering::SeqCst) == 4
