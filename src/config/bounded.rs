@@ -51,6 +51,21 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// Text from outside escaped like [`Shown`] but not cut: for names that are
+/// already bounded where they are parsed (a unix socket name, 107 bytes at
+/// most) and must be shown whole, in errors, logs and the status file.
+pub struct Escaped<'a>(pub &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::with_capacity(self.0.len());
+        for c in self.0.chars() {
+            push_escaped(&mut out, c);
+        }
+        f.write_str(&out)
+    }
+}
+
 /// Appends `c` to `out`, escaped if it is not a plainly printable character.
 fn push_escaped(out: &mut String, c: char) {
     match c {

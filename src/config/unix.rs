@@ -2,6 +2,7 @@
 //! them in both formats: the address type, its parser, and the checks a rule
 //! with a unix side must pass. Pure: nothing here touches the file system.
 
+use super::bounded::Escaped;
 use super::{Backend, Endpoint, Host, Port, Proto, RuleOptions, Shown};
 use std::fmt;
 use std::path::PathBuf;
@@ -23,11 +24,15 @@ pub enum UnixAddr {
 }
 
 impl fmt::Display for UnixAddr {
-    /// `unix:/path` or `unix:@name`, as written in a configuration.
+    /// `unix:/path` or `unix:@name`, as written in a configuration, with
+    /// control characters escaped (`unix:@\x01`): a name may hold any byte
+    /// but NUL, and this text reaches terminals, logs and the status file.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            UnixAddr::Path(p) => write!(f, "{UNIX_PREFIX}{}", p.display()),
-            UnixAddr::Abstract(n) => write!(f, "{UNIX_PREFIX}@{n}"),
+            UnixAddr::Path(p) => {
+                write!(f, "{UNIX_PREFIX}{}", Escaped(&p.to_string_lossy()))
+            }
+            UnixAddr::Abstract(n) => write!(f, "{UNIX_PREFIX}@{}", Escaped(n)),
         }
     }
 }
@@ -245,6 +250,16 @@ mod tests {
         assert_eq!(
             errors("unix:/run/a.sock 10.0.0.1 80\nunix:/run/a.sock 10.0.0.2 80\n"),
             ["config:2: duplicate listener unix:/run/a.sock, first defined at line 1: 'unix:/run/a.sock 10.0.0.2 80'"]
+        );
+        // A name's control characters are escaped wherever the address is
+        // shown (found by fuzz/config_parse: `unix:@` then byte 0x01).
+        assert_eq!(
+            errors("unix:@\x01 1.2.3.4 80\nunix:@\x01  1.2.3.4 80\n"),
+            ["config:2: duplicate listener unix:@\\x01, first defined at line 1: 'unix:@\\x01  1.2.3.4 80'"]
+        );
+        assert_eq!(
+            UnixAddr::Path("/run/a\tb".into()).to_string(),
+            "unix:/run/a\\tb"
         );
     }
 
