@@ -15,6 +15,11 @@ use std::sync::Arc;
 /// Bytes each way per transfer.
 const TOTAL: usize = 64 * 1024 * 1024;
 
+/// How long a transfer's first part and the upgrade after it may take, where
+/// [`PATIENCE`] bounds one event: up to 1 GiB through a debug build of oi on
+/// a machine the 20-run series loads with two busy loops and the suite.
+pub(super) const TRANSFER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Where each reader stops until the upgrade is done.
 const PAUSE_AT: usize = 1024 * 1024;
 
@@ -98,7 +103,7 @@ pub(super) fn send(
 }
 
 /// Reads to EOF and hashes; after `pause_at` bytes it counts itself in
-/// `paused` and waits until `go` is set (bounded by [`PATIENCE`]).
+/// `paused` and waits until `go` is set (bounded by [`TRANSFER_PATIENCE`]).
 pub(super) fn receive(
     mut s: TcpStream,
     pause_at: usize,
@@ -113,7 +118,12 @@ pub(super) fn receive(
         if n >= pause_at && !waited {
             waited = true;
             paused.fetch_add(1, Ordering::SeqCst);
-            wait_until("the upgrade is done", || go.load(Ordering::SeqCst));
+            // Bounded by the slowest other end's first half plus the
+            // upgrade, which on a loaded machine is far beyond PATIENCE.
+            assert!(
+                holds_within(TRANSFER_PATIENCE, || go.load(Ordering::SeqCst)),
+                "timed out after {TRANSFER_PATIENCE:?} waiting until the upgrade is done"
+            );
         }
         let want = if waited {
             buf.len()
