@@ -223,6 +223,7 @@ impl OiProcess {
         let deadline = Instant::now() + limit;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                self.stderr_read_to_end();
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -237,6 +238,23 @@ impl OiProcess {
                 Ok(Event::StderrClosed) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(5)),
             }
+        }
+    }
+
+    /// Waits until the stderr reader has read to the end, so everything oi
+    /// wrote before it exited is in [`Self::stderr_tail`]: on a loaded machine
+    /// the exit was seen first and a `--check` report came back empty (20-run
+    /// series, `lookups::`). Bounded: a process oi left behind (a daemon's
+    /// child) may hold stderr open.
+    fn stderr_read_to_end(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self
+            .stderr_thread
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
