@@ -56,7 +56,7 @@ fn an_upgrade_mid_transfer_keeps_every_byte_every_connection_and_every_count() {
              127.0.0.1 {copy} 127.0.0.1 {b} [splice=off]\n\
              127.0.0.1 {splice} 127.0.0.1 {b} [splice=on]\n\
              127.0.0.1 {udp}/udp 127.0.0.1 {u}/udp [timeout=3600]\n\
-             127.0.0.1 {tcp_udp} 127.0.0.1 {u}/udp\n\
+             127.0.0.1 {tcp_udp} 127.0.0.1 {u}/udp [timeout=3600]\n\
              unix:{sock} 127.0.0.1 {b}\n",
             control = control.display(),
             sock = sock.display(),
