@@ -74,7 +74,10 @@ pub(super) fn send(
                         tv_sec: 0,
                         tv_nsec: 100_000_000,
                     };
-                    let ticks = PATIENCE.as_millis() / 100;
+                    // A writer stalls from the moment the path is full
+                    // until the upgrade is done: as long as the slowest
+                    // other end's first part and the upgrade.
+                    let ticks = TRANSFER_PATIENCE.as_millis() / 100;
                     let mut waited = 0;
                     loop {
                         if !counted && paused.load(Ordering::SeqCst) == 4 {
@@ -87,7 +90,9 @@ pub(super) fn send(
                         }
                         waited += 1;
                         if waited >= ticks {
-                            return Err(std::io::Error::other("not writable for PATIENCE"));
+                            return Err(std::io::Error::other(
+                                "not writable for TRANSFER_PATIENCE",
+                            ));
                         }
                     }
                 }
