@@ -78,7 +78,9 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
                     fds.push(client.as_fd());
                     fds.push(backend.as_fd());
                 }
-                Flow::Datagram { backend, .. } => fds.push(backend.as_fd()),
+                Flow::Datagram { backend, .. } | Flow::UdpToTcp { backend, .. } => {
+                    fds.push(backend.as_fd())
+                }
             }
         }
         let body = json!({ "connections": entries });
@@ -114,6 +116,12 @@ fn describe(flow: &Flow, entry: &mut Value) {
             idle,
             ..
         } => ("udp", Some(client), Some(origin), Some(idle)),
+        Flow::UdpToTcp {
+            client,
+            origin,
+            idle,
+            ..
+        } => ("udp-tcp", Some(client), Some(origin), Some(idle)),
     };
     entry["kind"] = json!(kind);
     if let Some(c) = client {
@@ -132,7 +140,7 @@ fn describe(flow: &Flow, entry: &mut Value) {
 
 /// Descriptors an entry of `kind` brings: two, one for a UDP association.
 fn fds_of(entry: &Value) -> usize {
-    if entry["kind"] == "udp" {
+    if entry["kind"] == "udp" || entry["kind"] == "udp-tcp" {
         1
     } else {
         2
@@ -165,6 +173,12 @@ fn flow(e: &Value, fds: &mut impl Iterator<Item = OwnedFd>) -> Result<Flow, Stri
             idle,
         },
         "udp" => Flow::Datagram {
+            client: addr("client")?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        "udp-tcp" => Flow::UdpToTcp {
             client: addr("client")?,
             backend: next()?,
             origin: origin()?,
@@ -334,7 +348,7 @@ mod tests {
             client: "192.0.2.1:5000".parse().expect("addr"),
             local: Some("192.0.2.2:53".parse().expect("addr")),
         };
-        let parked: Vec<Parked> = (0..3u8)
+        let parked: Vec<Parked> = (0..4u8)
             .map(|i| Parked {
                 flow: match i {
                     0 => Flow::Stream {
@@ -347,11 +361,17 @@ mod tests {
                         origin,
                         idle: Duration::from_millis(1500),
                     },
-                    _ => Flow::Datagram {
+                    2 => Flow::Datagram {
                         client: "127.0.0.1:4000".parse().expect("addr"),
                         backend: sock(),
                         origin,
                         idle: Duration::from_millis(250),
+                    },
+                    _ => Flow::UdpToTcp {
+                        client: "127.0.0.1:4001".parse().expect("addr"),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(750),
                     },
                 },
                 rule: format!("127.0.0.1:{i}"),
@@ -371,7 +391,7 @@ mod tests {
         let handed = taker.join().expect("taker");
         assert_eq!(handed.counters, Some(json!({ "rules": [{ "name": "r" }] })));
         let got = handed.offered;
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         for (i, g) in got.iter().enumerate() {
             let i8 = u8::try_from(i).expect("small");
             assert_eq!(g.id, i as u64);
@@ -400,6 +420,20 @@ mod tests {
                 assert_eq!((*o, *idle), (origin, Duration::from_millis(250)));
             }
             _ => panic!("entry 2 is a UDP association"),
+        }
+        // A UDP->TCP association: one descriptor, its queued datagrams as
+        // its unsent bytes (3,000 of them, checked above).
+        match &got[3].flow {
+            Flow::UdpToTcp {
+                client,
+                origin: o,
+                idle,
+                ..
+            } => {
+                assert_eq!(client.to_string(), "127.0.0.1:4001");
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(750)));
+            }
+            _ => panic!("entry 3 is a UDP->TCP association"),
         }
     }
 

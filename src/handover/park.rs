@@ -71,6 +71,19 @@ pub(crate) enum Flow {
         /// How long it has had no traffic either way.
         idle: Duration,
     },
+    /// A UDP→TCP association: the client's address (replies go there, from
+    /// the listening socket) and the TCP stream to the backend; the
+    /// datagrams that waited in its queue travel as its `up` unsent bytes.
+    UdpToTcp {
+        /// The client's address, the association's key.
+        client: SocketAddr,
+        /// The TCP stream to the backend.
+        backend: OwnedFd,
+        /// Who the client is (differs from `client` under `accept-proxy`).
+        origin: Origin,
+        /// How long it has had no traffic either way.
+        idle: Duration,
+    },
 }
 
 /// A paused connection, on its way to the new oi.

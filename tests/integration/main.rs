@@ -56,4 +56,5 @@ mod upgrade_files;
 mod upgrade_full;
 mod upgrade_live;
 mod upgrade_udp;
+mod upgrade_udp_kinds;
 mod watch;
