@@ -551,6 +551,34 @@ impl Drop for Counted {
     }
 }
 
+/// Under `accept-proxy`, a kept association's datagram without its
+/// header, if the header is trusted and speaks for the association's own
+/// client; else the datagram is counted and dropped, as the listener does.
+fn kept_payload<'d>(
+    shared: &Shared,
+    a: &Association,
+    datagram: &'d [u8],
+    peer: SocketAddr,
+) -> Option<&'d [u8]> {
+    match edge::accept_datagram_header(datagram, peer, &a.route) {
+        Ok((origin, payload)) if origin == a.origin => Some(payload),
+        Ok((origin, _)) => {
+            log::debug!(
+                "{}/udp: {peer} now speaks for {}, not {}: dropped (this oi opens no association)",
+                a.route.bind,
+                origin.client,
+                a.origin.client
+            );
+            None
+        }
+        Err(why) => {
+            let stats = a.activity.conn.rule();
+            shared.udp_proxy_datagram_dropped(stats, &a.route.bind, peer, &why);
+            None
+        }
+    }
+}
+
 /// After `oi upgrade`: serves the associations the new oi did not take,
 /// and only them (a datagram from any other client is dropped: this oi has
 /// stopped accepting), until each has ended or been idle for its timeout;
@@ -570,14 +598,23 @@ async fn serve_kept(
             .await;
         let mut moved = 0;
         while moved < BATCH {
-            // Under accept-proxy each datagram carries its header: such a
-            // one is dropped (who it speaks for is not checked here).
             let each = |mut peer: SocketAddr, run: &[&[u8]]| {
                 if let SocketAddr::V6(v6) = &mut peer {
                     v6.set_flowinfo(0);
                 }
-                if let Some(a) = assocs.get(&peer).filter(|a| !a.route.accept_proxy) {
-                    a.forward_run(run);
+                let Some(a) = assocs.get(&peer) else {
+                    return;
+                };
+                if !a.route.accept_proxy {
+                    return a.forward_run(run);
+                }
+                // Each datagram carries its header, checked as the listener
+                // checks it; one that speaks for another client is dropped
+                // (this oi opens no association any more).
+                for datagram in run {
+                    if let Some(payload) = kept_payload(shared, a, datagram, peer) {
+                        a.forward(payload);
+                    }
                 }
             };
             // The listener's socket has UDP_GRO on: read through the batch
