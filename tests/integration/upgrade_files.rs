@@ -180,3 +180,56 @@ fn a_control_socket_path_turned_into_a_symlink_is_left_alone_at_exit() {
     );
     assert!(moved.exists(), "and the socket file it names");
 }
+
+/// The capability bits `pid` has in effect (`CapEff` of its status).
+fn effective_caps(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff")
+}
+
+#[test]
+fn a_new_oi_started_by_one_running_as_a_user_keeps_the_capabilities_transparent_needs() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let b = echo_backend("127.0.0.1:0").port();
+    let dir = tempfile::Builder::new()
+        .prefix("oi-upgt")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let binary = dir.path().join("oi");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    let port = free_port();
+    let conf = dir.path().join("oi.conf");
+    std::fs::write(
+        &conf,
+        format!("127.0.0.1 {port} 127.0.0.1 {b} [transparent]\n"),
+    )
+    .expect("conf");
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let umask = rustix::process::umask(rustix::fs::Mode::empty());
+    let mut old = OiProcess::start_program(&binary, dir.path(), &conf, &["--user", "nobody"]);
+    rustix::process::umask(umask);
+    // CAP_NET_BIND_SERVICE (bit 10) and CAP_NET_ADMIN (bit 12).
+    let wanted = (1u64 << 10) | (1u64 << 12);
+    let had = effective_caps(i32::try_from(old.child.id()).expect("a pid"));
+    assert_eq!(had & wanted, wanted, "the old oi keeps both: {had:x}");
+    let new = upgrade(&mut old, &binary);
+    let has = effective_caps(new.0);
+    assert_eq!(
+        has, had,
+        "the new oi has what the old one kept, no more: {has:x}"
+    );
+    assert!(
+        !old.stderr_tail()
+            .contains("transparent needs CAP_NET_ADMIN"),
+        "no warning that transparent cannot work: {}",
+        old.stderr_tail()
+    );
+}
