@@ -50,11 +50,20 @@ pub(crate) fn send(conn: &OwnedFd, parking: &Parking, counters: &dyn Fn() -> Val
 }
 
 /// Sends the parked connections and returns the ids the new oi confirmed.
+/// A stream's sockets are copied for its message only (see
+/// [`super::park::Handing`]); one that cannot be copied is not offered,
+/// and so resumes here.
 fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<Vec<u64>, String> {
+    let mut uncopied = 0usize;
     for (c, chunk) in parked.chunks(PER_MESSAGE).enumerate() {
         let mut bytes = Vec::new();
         let mut entries = Vec::new();
+        let mut flows = Vec::new();
         for (i, p) in chunk.iter().enumerate() {
+            let Some(flow) = p.flow.copies() else {
+                uncopied += 1;
+                continue;
+            };
             bytes.extend_from_slice(&p.up.unsent);
             bytes.extend_from_slice(&p.down.unsent);
             let mut entry = json!({
@@ -64,13 +73,14 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
                 "up": half(&p.up),
                 "down": half(&p.down),
             });
-            describe(&p.flow, &mut entry);
+            describe(&flow, &mut entry);
             entries.push(entry);
+            flows.push(flow);
         }
         let data = memfd(&bytes).map_err(|e| format!("cannot store the unsent bytes: {e}"))?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![data.as_fd()];
-        for p in chunk {
-            match &p.flow {
+        for flow in &flows {
+            match &**flow {
                 Flow::Stream { client, backend }
                 | Flow::TcpToUdp {
                     client, backend, ..
@@ -85,6 +95,14 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
         }
         let body = json!({ "connections": entries });
         wire::send(conn, Kind::Connections, &body, &fds).map_err(|e| e.to_string())?;
+        // The copies made for this message close here: sent, the new oi
+        // has its own.
+    }
+    if uncopied > 0 {
+        log::warn!(
+            "upgrade: {uncopied} connection(s) could not be paused for the new oi (no \
+             descriptor left to copy their sockets); they stay here"
+        );
     }
     if let Some(c) = counters {
         let text = c.to_string();
@@ -318,6 +336,7 @@ pub(crate) fn confirm(conn: &OwnedFd, ids: &[u64]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handover::park::Handing;
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
     fn half(unsent: &[u8], done: bool, bytes: u64) -> HalfState {
@@ -350,7 +369,7 @@ mod tests {
         };
         let parked: Vec<Parked> = (0..4u8)
             .map(|i| Parked {
-                flow: match i {
+                flow: Handing::Copied(match i {
                     0 => Flow::Stream {
                         client: sock(),
                         backend: sock(),
@@ -373,7 +392,7 @@ mod tests {
                         origin,
                         idle: Duration::from_millis(750),
                     },
-                },
+                }),
                 rule: format!("127.0.0.1:{i}"),
                 up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
                 down: half(b"down", i == 2, 7),

@@ -86,10 +86,60 @@ pub(crate) enum Flow {
     },
 }
 
+/// How a parked connection's sockets reach the message that carries them.
+pub(crate) enum Handing {
+    /// Copied when it parked (UDP flows, TCP→UDP connections).
+    Copied(Flow),
+    /// A TCP or unix stream: the paused pump copies its two sockets when
+    /// the sender asks, just before the message that carries them goes
+    /// (`None`: no descriptor left), and the sender closes the copies once
+    /// it is sent. So the old oi holds copies of one message's connections
+    /// at a time (252 descriptors), not of every connection at once: that
+    /// doubled its descriptors at the hand-over, which is what limited it
+    /// to about a quarter of the open-file limit's connections.
+    OnAsk(Sender<Sender<Option<Flow>>>),
+}
+
+impl Handing {
+    /// The flow with its descriptors: the one copied at park, else copies
+    /// the pump makes now (blocking: the sender's thread, off the
+    /// executors). `None`: no descriptor left, or the pump is gone.
+    pub(crate) fn copies(&self) -> Option<Copies<'_>> {
+        match self {
+            Handing::Copied(f) => Some(Copies::Parked(f)),
+            Handing::OnAsk(ask) => {
+                let (reply, copies) = async_channel::bounded(1);
+                ask.send_blocking(reply).ok()?;
+                copies.recv_blocking().ok().flatten().map(Copies::Made)
+            }
+        }
+    }
+}
+
+/// A flow's descriptors for one message: those copied at park, or copies
+/// made for it (closed when this is dropped).
+pub(crate) enum Copies<'a> {
+    /// Copied at park; the parked connection keeps them.
+    Parked(&'a Flow),
+    /// Made for this message.
+    Made(Flow),
+}
+
+impl std::ops::Deref for Copies<'_> {
+    type Target = Flow;
+
+    fn deref(&self) -> &Flow {
+        match self {
+            Copies::Parked(f) => f,
+            Copies::Made(f) => f,
+        }
+    }
+}
+
 /// A paused connection, on its way to the new oi.
 pub(crate) struct Parked {
-    /// What it is, with copies of its sockets.
-    pub(crate) flow: Flow,
+    /// What it is, with its sockets (copies, now or when asked).
+    pub(crate) flow: Handing,
     /// The rule's listening address (`BindAddr`'s text): the new oi finds
     /// its route by it.
     pub(crate) rule: String,

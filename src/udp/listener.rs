@@ -5,7 +5,7 @@ use super::assoc::Association;
 use super::udp_to_tcp::Paused;
 use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
-use crate::handover::park::{self, Flow, HalfState, Parked, Ticket};
+use crate::handover::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::logfile::Event;
 use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
@@ -347,12 +347,12 @@ impl Listener {
             let (from_client, to_client) = a.activity.conn.bytes();
             let (verdict, answer) = park::verdict();
             parked.push(Parked {
-                flow: Flow::UdpToTcp {
+                flow: Handing::Copied(Flow::UdpToTcp {
                     client: *peer,
                     backend,
                     origin: a.origin,
                     idle: a.activity.idle(Instant::now()),
-                },
+                }),
                 rule: rule.clone(),
                 up: HalfState {
                     unsent: paused.unsent.clone(),
@@ -378,12 +378,12 @@ impl Listener {
             let (from_client, to_client) = a.activity.conn.bytes();
             let (verdict, answer) = park::verdict();
             parked.push(Parked {
-                flow: Flow::Datagram {
+                flow: Handing::Copied(Flow::Datagram {
                     client: *peer,
                     backend,
                     origin,
                     idle,
-                },
+                }),
                 rule: rule.clone(),
                 up: HalfState {
                     bytes: from_client,

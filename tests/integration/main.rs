@@ -52,6 +52,7 @@ mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
 mod upgrade;
+mod upgrade_fds;
 mod upgrade_files;
 mod upgrade_full;
 mod upgrade_live;
