@@ -59,8 +59,10 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
         let mut bytes = Vec::new();
         let mut entries = Vec::new();
         let mut flows = Vec::new();
-        for (i, p) in chunk.iter().enumerate() {
-            let Some(flow) = p.flow.copies() else {
+        // Every pump of the message copies at once; then each is read.
+        let asked: Vec<_> = chunk.iter().map(|p| p.flow.ask()).collect();
+        for (i, (p, asked)) in chunk.iter().zip(asked).enumerate() {
+            let Some(flow) = asked.copies() else {
                 uncopied += 1;
                 continue;
             };

@@ -101,17 +101,40 @@ pub(crate) enum Handing {
 }
 
 impl Handing {
-    /// The flow with its descriptors: the one copied at park, else copies
-    /// the pump makes now (blocking: the sender's thread, off the
-    /// executors). `None`: no descriptor left, or the pump is gone.
-    pub(crate) fn copies(&self) -> Option<Copies<'_>> {
+    /// Asks a paused pump for copies without waiting for them, so a whole
+    /// message's pumps copy at once ([`Asked::copies`] waits).
+    pub(crate) fn ask(&self) -> Asked<'_> {
         match self {
-            Handing::Copied(f) => Some(Copies::Parked(f)),
+            Handing::Copied(f) => Asked::Parked(f),
             Handing::OnAsk(ask) => {
                 let (reply, copies) = async_channel::bounded(1);
-                ask.send_blocking(reply).ok()?;
-                copies.recv_blocking().ok().flatten().map(Copies::Made)
+                match ask.try_send(reply) {
+                    Ok(()) => Asked::Waiting(copies),
+                    Err(_) => Asked::Gone,
+                }
             }
+        }
+    }
+}
+
+/// A flow whose copies were asked for ([`Handing::ask`]).
+pub(crate) enum Asked<'a> {
+    /// Copied at park.
+    Parked(&'a Flow),
+    /// The pump's answer is on its way.
+    Waiting(async_channel::Receiver<Option<Flow>>),
+    /// The pump is gone (or was asked already).
+    Gone,
+}
+
+impl<'a> Asked<'a> {
+    /// The flow with its descriptors (blocking: the sender's thread, off
+    /// the executors). `None`: no descriptor left, or the pump is gone.
+    pub(crate) fn copies(self) -> Option<Copies<'a>> {
+        match self {
+            Asked::Parked(f) => Some(Copies::Parked(f)),
+            Asked::Waiting(copies) => copies.recv_blocking().ok().flatten().map(Copies::Made),
+            Asked::Gone => None,
         }
     }
 }
