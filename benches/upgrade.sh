@@ -6,7 +6,7 @@
 # waits (connect plus one echo, in a loop), with CONNS idle connections open
 # through oi. The same window is measured first without an upgrade, so each
 # figure comes with the baseline of the same run. Open connections are
-# handed over to the new oi (hand-over version 3), the in-flight stream
+# handed over to the new oi (hand-over version 4), the in-flight stream
 # among them, so its longest round trip includes its pause, and the
 # hand-over time includes moving every connection; afterwards every idle
 # connection must still echo. Needs python3.
@@ -14,10 +14,13 @@
 #        CONNS="10 10000" benches/upgrade.sh
 set -euo pipefail
 oi=$(readlink -f "${1:-target/release/oi}")
-# Each open connection costs oi 2 descriptors, and 2 more in the old oi
-# while it hands the connection over (the copies it sends): 10,000
-# connections need 40,000 at the hand-over, 20,000 in steady state. Asks
-# for the hard limit; CONNS above (limit - 64) / 4 cannot all move.
+# Each open connection costs oi 2 descriptors (its two sockets; an idle
+# one holds no splice pipe), plus about 20 of oi's own; while handing over,
+# the old oi also holds the copies of one message's connections (126, 252
+# descriptors). The client (this script's python) and the echo backend are
+# processes of their own, each holding one descriptor per connection. So
+# CONNS can reach (limit - ~300) / 2; 10,000 needs 20,000 in oi alone,
+# the hard limit here, before any listener. Asks for the hard limit.
 ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d)
 pids=()

@@ -113,6 +113,14 @@ pub(crate) fn give_listeners(t: &Target, listeners: &[BorrowedFd<'_>]) -> io::Re
 /// Becomes `t`, keeping only `CAP_NET_BIND_SERVICE`, and `CAP_NET_ADMIN`
 /// too when `net_admin` (a `transparent` rule needs it for every client).
 /// Must run while the process has a single thread (see the module documentation).
+///
+/// The kept capabilities are also raised in the inheritable and ambient
+/// sets: the only program oi starts is a new oi (`oi upgrade`), which runs
+/// as this user and, an exec of a file with no capabilities of its own
+/// clearing everything else, would otherwise start with none (its
+/// transparent rules failing every client, a reload unable to bind a low
+/// port). Ambient capabilities pass an exec under `no_new_privs` and never
+/// grow: the new oi has exactly what this one kept.
 pub(crate) fn drop_to(t: &Target, net_admin: bool) -> io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task")?.count();
     if threads != 1 {
@@ -137,9 +145,14 @@ pub(crate) fn drop_to(t: &Target, net_admin: bool) -> io::Result<()> {
         CapabilitySets {
             effective: keep,
             permitted: keep,
-            inheritable: CapabilitySet::empty(),
+            inheritable: keep,
         },
     )?;
+    for cap in [CapabilitySet::NET_BIND_SERVICE, CapabilitySet::NET_ADMIN] {
+        if keep.contains(cap) {
+            rustix::thread::configure_capability_in_ambient_set(cap, true)?;
+        }
+    }
     rustix::thread::set_no_new_privs(true)?;
     let kept = if net_admin {
         "CAP_NET_BIND_SERVICE and CAP_NET_ADMIN (for transparent rules)"

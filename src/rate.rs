@@ -173,6 +173,21 @@ impl Bucket {
     fn is_full(&self, now: Instant) -> bool {
         self.tat.load(Ordering::Relaxed) <= self.ns(now)
     }
+
+    /// How far, in ns, the bucket is from full at `now` (0: full): what
+    /// `oi upgrade` carries to the new oi's bucket ([`Bucket::owe`]).
+    pub fn owed(&self, now: Instant) -> u64 {
+        self.tat
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.ns(now))
+    }
+
+    /// Makes the bucket at least `ns` from full at `now` (what a previous
+    /// oi's bucket owed), keeping a larger debt of its own.
+    pub fn owe(&self, ns: u64, now: Instant) {
+        let at = self.ns(now).saturating_add(ns);
+        self.tat.fetch_max(at, Ordering::Relaxed);
+    }
 }
 
 /// A direction's buckets: up (client to backend) and down.
@@ -253,6 +268,41 @@ impl RuleRates {
             .clone()
     }
 
+    /// What the buckets owe at `now` (see [`Bucket::owed`]), for `oi
+    /// upgrade`: the rule pair's (up, down), and each client's that owes
+    /// anything (full buckets are as good as new ones).
+    pub fn owed(&self, now: Instant) -> Owed {
+        let pair = |p: &Pair| (p.up.owed(now), p.down.owed(now));
+        let map = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let clients = map
+            .iter()
+            .map(|(ip, p)| (*ip, pair(p)))
+            .filter(|(_, (u, d))| *u > 0 || *d > 0)
+            .collect();
+        Owed {
+            rule: pair(&self.rule),
+            clients,
+        }
+    }
+
+    /// Takes on what a previous oi's buckets owed (`oi upgrade`): each
+    /// bucket owes at least as much as it did there. At most
+    /// [`MAX_CLIENTS`] clients are remembered; the rest start full.
+    pub fn carry_on(&self, owed: &Owed, now: Instant) {
+        self.rule.up.owe(owed.rule.0, now);
+        self.rule.down.owe(owed.rule.1, now);
+        let mut map = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        for (ip, (up, down)) in &owed.clients {
+            if map.len() >= MAX_CLIENTS && !map.contains_key(ip) {
+                break;
+            }
+            // The rate is set by the first connection that uses it.
+            let pair = map.entry(*ip).or_insert_with(|| Arc::new(Pair::new(1)));
+            pair.up.owe(*up, now);
+            pair.down.owe(*down, now);
+        }
+    }
+
     /// Client addresses remembered now.
     pub fn clients(&self) -> usize {
         self.clients
@@ -260,6 +310,15 @@ impl RuleRates {
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+}
+
+/// What a rule's shared buckets owe, in ns from full ([`RuleRates::owed`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owed {
+    /// The rule pair's (up, down).
+    pub rule: (u64, u64),
+    /// Each client's (up, down) that owes anything.
+    pub clients: Vec<(IpAddr, (u64, u64))>,
 }
 
 /// Which buckets one side of a connection is charged to.

@@ -230,6 +230,14 @@ impl SocketFile {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Removes the file again when the last handle goes: this process
+    /// serves the socket now (a new oi whose hand-over has completed).
+    pub(crate) fn own(&self) {
+        self.0
+            .kept
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Sets the socket file's permissions (a reload's new `mode=`) through a
     /// descriptor of the inode the bind made: a symlink or another file put
     /// at the path meanwhile is left alone, and the error says so.

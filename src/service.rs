@@ -254,6 +254,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
             // The old oi stops accepting once it reads this; systemd
             // follows this process from now on (NotifyAccess=all).
             taker.ready();
+            service.observer.took_over();
             notify::main_pid();
             log::info!("took over from the previous oi");
             take_connections(taker, &service.commands, &service.shared).await;
@@ -494,7 +495,10 @@ fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inherited) -> Gi
                 inherited.add_handed(h.fd, n, h.file);
             }
             handover::Role::Metrics => given.metrics = Some(h.fd.into()),
-            handover::Role::Control => given.control = Some(h.fd.into()),
+            handover::Role::Control => {
+                given.control = Some(h.fd.into());
+                given.control_file = h.file;
+            }
         }
     }
     given
@@ -762,7 +766,7 @@ impl Service {
         }
         if let Some(l) = observed.control {
             let role = handover::Role::Control;
-            let (fd, file) = (l.into(), None);
+            let (fd, file) = (l.into(), observed.control_file);
             handed.push(handover::Handed { role, fd, file });
         }
         let binary = binary.unwrap_or_else(|| self.binary.clone());

@@ -50,11 +50,22 @@ pub(crate) fn send(conn: &OwnedFd, parking: &Parking, counters: &dyn Fn() -> Val
 }
 
 /// Sends the parked connections and returns the ids the new oi confirmed.
+/// A stream's sockets are copied for its message only (see
+/// [`super::park::Handing`]); one that cannot be copied is not offered,
+/// and so resumes here.
 fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<Vec<u64>, String> {
+    let mut uncopied = 0usize;
     for (c, chunk) in parked.chunks(PER_MESSAGE).enumerate() {
         let mut bytes = Vec::new();
         let mut entries = Vec::new();
-        for (i, p) in chunk.iter().enumerate() {
+        let mut flows = Vec::new();
+        // Every pump of the message copies at once; then each is read.
+        let asked: Vec<_> = chunk.iter().map(|p| p.flow.ask()).collect();
+        for (i, (p, asked)) in chunk.iter().zip(asked).enumerate() {
+            let Some(flow) = asked.copies() else {
+                uncopied += 1;
+                continue;
+            };
             bytes.extend_from_slice(&p.up.unsent);
             bytes.extend_from_slice(&p.down.unsent);
             let mut entry = json!({
@@ -64,13 +75,14 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
                 "up": half(&p.up),
                 "down": half(&p.down),
             });
-            describe(&p.flow, &mut entry);
+            describe(&flow, &mut entry);
             entries.push(entry);
+            flows.push(flow);
         }
         let data = memfd(&bytes).map_err(|e| format!("cannot store the unsent bytes: {e}"))?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![data.as_fd()];
-        for p in chunk {
-            match &p.flow {
+        for flow in &flows {
+            match &**flow {
                 Flow::Stream { client, backend }
                 | Flow::TcpToUdp {
                     client, backend, ..
@@ -78,11 +90,21 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
                     fds.push(client.as_fd());
                     fds.push(backend.as_fd());
                 }
-                Flow::Datagram { backend, .. } => fds.push(backend.as_fd()),
+                Flow::Datagram { backend, .. } | Flow::UdpToTcp { backend, .. } => {
+                    fds.push(backend.as_fd())
+                }
             }
         }
         let body = json!({ "connections": entries });
         wire::send(conn, Kind::Connections, &body, &fds).map_err(|e| e.to_string())?;
+        // The copies made for this message close here: sent, the new oi
+        // has its own.
+    }
+    if uncopied > 0 {
+        log::warn!(
+            "upgrade: {uncopied} connection(s) could not be paused for the new oi (no \
+             descriptor left to copy their sockets); they stay here"
+        );
     }
     if let Some(c) = counters {
         let text = c.to_string();
@@ -114,6 +136,12 @@ fn describe(flow: &Flow, entry: &mut Value) {
             idle,
             ..
         } => ("udp", Some(client), Some(origin), Some(idle)),
+        Flow::UdpToTcp {
+            client,
+            origin,
+            idle,
+            ..
+        } => ("udp-tcp", Some(client), Some(origin), Some(idle)),
     };
     entry["kind"] = json!(kind);
     if let Some(c) = client {
@@ -132,7 +160,7 @@ fn describe(flow: &Flow, entry: &mut Value) {
 
 /// Descriptors an entry of `kind` brings: two, one for a UDP association.
 fn fds_of(entry: &Value) -> usize {
-    if entry["kind"] == "udp" {
+    if entry["kind"] == "udp" || entry["kind"] == "udp-tcp" {
         1
     } else {
         2
@@ -165,6 +193,12 @@ fn flow(e: &Value, fds: &mut impl Iterator<Item = OwnedFd>) -> Result<Flow, Stri
             idle,
         },
         "udp" => Flow::Datagram {
+            client: addr("client")?,
+            backend: next()?,
+            origin: origin()?,
+            idle,
+        },
+        "udp-tcp" => Flow::UdpToTcp {
             client: addr("client")?,
             backend: next()?,
             origin: origin()?,
@@ -304,6 +338,7 @@ pub(crate) fn confirm(conn: &OwnedFd, ids: &[u64]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handover::park::Handing;
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
     fn half(unsent: &[u8], done: bool, bytes: u64) -> HalfState {
@@ -334,9 +369,9 @@ mod tests {
             client: "192.0.2.1:5000".parse().expect("addr"),
             local: Some("192.0.2.2:53".parse().expect("addr")),
         };
-        let parked: Vec<Parked> = (0..3u8)
+        let parked: Vec<Parked> = (0..4u8)
             .map(|i| Parked {
-                flow: match i {
+                flow: Handing::Copied(match i {
                     0 => Flow::Stream {
                         client: sock(),
                         backend: sock(),
@@ -347,13 +382,19 @@ mod tests {
                         origin,
                         idle: Duration::from_millis(1500),
                     },
-                    _ => Flow::Datagram {
+                    2 => Flow::Datagram {
                         client: "127.0.0.1:4000".parse().expect("addr"),
                         backend: sock(),
                         origin,
                         idle: Duration::from_millis(250),
                     },
-                },
+                    _ => Flow::UdpToTcp {
+                        client: "127.0.0.1:4001".parse().expect("addr"),
+                        backend: sock(),
+                        origin,
+                        idle: Duration::from_millis(750),
+                    },
+                }),
                 rule: format!("127.0.0.1:{i}"),
                 up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
                 down: half(b"down", i == 2, 7),
@@ -371,7 +412,7 @@ mod tests {
         let handed = taker.join().expect("taker");
         assert_eq!(handed.counters, Some(json!({ "rules": [{ "name": "r" }] })));
         let got = handed.offered;
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         for (i, g) in got.iter().enumerate() {
             let i8 = u8::try_from(i).expect("small");
             assert_eq!(g.id, i as u64);
@@ -400,6 +441,20 @@ mod tests {
                 assert_eq!((*o, *idle), (origin, Duration::from_millis(250)));
             }
             _ => panic!("entry 2 is a UDP association"),
+        }
+        // A UDP->TCP association: one descriptor, its queued datagrams as
+        // its unsent bytes (3,000 of them, checked above).
+        match &got[3].flow {
+            Flow::UdpToTcp {
+                client,
+                origin: o,
+                idle,
+                ..
+            } => {
+                assert_eq!(client.to_string(), "127.0.0.1:4001");
+                assert_eq!((*o, *idle), (origin, Duration::from_millis(750)));
+            }
+            _ => panic!("entry 3 is a UDP->TCP association"),
         }
     }
 

@@ -71,12 +71,98 @@ pub(crate) enum Flow {
         /// How long it has had no traffic either way.
         idle: Duration,
     },
+    /// A UDP→TCP association: the client's address (replies go there, from
+    /// the listening socket) and the TCP stream to the backend; the
+    /// datagrams that waited in its queue travel as its `up` unsent bytes.
+    UdpToTcp {
+        /// The client's address, the association's key.
+        client: SocketAddr,
+        /// The TCP stream to the backend.
+        backend: OwnedFd,
+        /// Who the client is (differs from `client` under `accept-proxy`).
+        origin: Origin,
+        /// How long it has had no traffic either way.
+        idle: Duration,
+    },
+}
+
+/// How a parked connection's sockets reach the message that carries them.
+pub(crate) enum Handing {
+    /// Copied when it parked (UDP flows, TCP→UDP connections).
+    Copied(Flow),
+    /// A TCP or unix stream: the paused pump copies its two sockets when
+    /// the sender asks, just before the message that carries them goes
+    /// (`None`: no descriptor left), and the sender closes the copies once
+    /// it is sent. So the old oi holds copies of one message's connections
+    /// at a time (252 descriptors), not of every connection at once: that
+    /// doubled its descriptors at the hand-over, which is what limited it
+    /// to about a quarter of the open-file limit's connections.
+    OnAsk(Sender<Sender<Option<Flow>>>),
+}
+
+impl Handing {
+    /// Asks a paused pump for copies without waiting for them, so a whole
+    /// message's pumps copy at once ([`Asked::copies`] waits).
+    pub(crate) fn ask(&self) -> Asked<'_> {
+        match self {
+            Handing::Copied(f) => Asked::Parked(f),
+            Handing::OnAsk(ask) => {
+                let (reply, copies) = async_channel::bounded(1);
+                match ask.try_send(reply) {
+                    Ok(()) => Asked::Waiting(copies),
+                    Err(_) => Asked::Gone,
+                }
+            }
+        }
+    }
+}
+
+/// A flow whose copies were asked for ([`Handing::ask`]).
+pub(crate) enum Asked<'a> {
+    /// Copied at park.
+    Parked(&'a Flow),
+    /// The pump's answer is on its way.
+    Waiting(async_channel::Receiver<Option<Flow>>),
+    /// The pump is gone (or was asked already).
+    Gone,
+}
+
+impl<'a> Asked<'a> {
+    /// The flow with its descriptors (blocking: the sender's thread, off
+    /// the executors). `None`: no descriptor left, or the pump is gone.
+    pub(crate) fn copies(self) -> Option<Copies<'a>> {
+        match self {
+            Asked::Parked(f) => Some(Copies::Parked(f)),
+            Asked::Waiting(copies) => copies.recv_blocking().ok().flatten().map(Copies::Made),
+            Asked::Gone => None,
+        }
+    }
+}
+
+/// A flow's descriptors for one message: those copied at park, or copies
+/// made for it (closed when this is dropped).
+pub(crate) enum Copies<'a> {
+    /// Copied at park; the parked connection keeps them.
+    Parked(&'a Flow),
+    /// Made for this message.
+    Made(Flow),
+}
+
+impl std::ops::Deref for Copies<'_> {
+    type Target = Flow;
+
+    fn deref(&self) -> &Flow {
+        match self {
+            Copies::Parked(f) => f,
+            Copies::Made(f) => f,
+        }
+    }
 }
 
 /// A paused connection, on its way to the new oi.
 pub(crate) struct Parked {
-    /// What it is, with copies of its sockets.
-    pub(crate) flow: Flow,
+    /// What it is, with its sockets (copies, now or when asked).
+    pub(crate) flow: Handing,
     /// The rule's listening address (`BindAddr`'s text): the new oi finds
     /// its route by it.
     pub(crate) rule: String,

@@ -18,7 +18,7 @@ pub(crate) const MAGIC: &[u8; 4] = b"OIHO";
 
 /// The hand-over version this oi speaks. Raised whenever a message's
 /// meaning changes; two oi with different versions do not hand over.
-pub(crate) const VERSION: u16 = 3;
+pub(crate) const VERSION: u16 = 4;
 
 /// Magic, version and kind.
 const HEADER: usize = 7;
@@ -44,7 +44,8 @@ pub(crate) enum Kind {
     /// New → old: the new process gives up (`error` says why) and exits.
     Failed = 5,
     /// Old → new, after ready: paused connections and UDP flows (version 2;
-    /// version 3 adds TCP→UDP streams and UDP associations).
+    /// version 3 adds TCP→UDP streams and UDP associations, version 4
+    /// UDP→TCP associations).
     Connections = 6,
     /// Old → new: every paused connection has been sent.
     ConnectionsEnd = 7,

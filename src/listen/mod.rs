@@ -246,6 +246,7 @@ impl Listeners {
                 Flow::Stream { .. } => (Proto::Tcp, Proto::Tcp, "TCP"),
                 Flow::TcpToUdp { .. } => (Proto::Tcp, Proto::Udp, "TCP->UDP"),
                 Flow::Datagram { .. } => (Proto::Udp, Proto::Udp, "UDP"),
+                Flow::UdpToTcp { .. } => (Proto::Udp, Proto::Tcp, "UDP->TCP"),
             };
             let found = self.serving.iter().find(|((bind, p), running)| {
                 *p == proto
@@ -278,7 +279,7 @@ impl Listeners {
                         .map(crate::route::client_ip)
                 }
                 Flow::TcpToUdp { origin, .. } => Some(crate::route::client_ip(origin.client)),
-                Flow::Datagram { .. } => None,
+                Flow::Datagram { .. } | Flow::UdpToTcp { .. } => None,
             };
             let per_client = client.filter(|_| route.maxconn_per_client.is_some());
             let held = self.shared.limits.hold(&running.limits, per_client);

@@ -102,6 +102,9 @@ pub(crate) struct Given {
     pub(crate) metrics: Option<TcpListener>,
     /// The control socket.
     pub(crate) control: Option<std::os::unix::net::UnixListener>,
+    /// The control socket's file (device and inode) as the previous oi
+    /// made or took it: the new oi takes it on if the path still names it.
+    pub(crate) control_file: Option<(u64, u64)>,
 }
 
 impl Given {
@@ -110,6 +113,7 @@ impl Given {
         Given {
             metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: self.control.as_ref().and_then(|l| l.try_clone().ok()),
+            control_file: self.control_file,
         }
     }
 }
@@ -124,8 +128,9 @@ impl Observer {
     /// [`Observer::start`], serving on the sockets in `given` where they
     /// listen at the configured address and path (handed over by an
     /// earlier oi); the others are closed and the rest bound as usual. A
-    /// given control socket's file is left in place at exit (the bind that
-    /// made it was another process's; a later bind replaces it if stale).
+    /// given control socket's file is this oi's (removed at exit, handed on
+    /// at the next upgrade) when the path still names the inode the
+    /// previous oi made; otherwise it is left alone.
     pub(crate) fn start_given(
         shared: Arc<Shared>,
         settings: ObserveSettings,
@@ -159,7 +164,25 @@ impl Observer {
         };
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
         let (control, control_socket) = match &settings.control_socket {
-            _ if given_control.is_some() => (given_control, None),
+            Some(path) if given_control.is_some() => {
+                let file = given.control_file.and_then(|id| {
+                    crate::unix::SocketFile::adopt(path, id)
+                        .map_err(|e| {
+                            log::warn!(
+                                "control socket {}: {e}; it is not removed at exit",
+                                path.display()
+                            );
+                        })
+                        .ok()
+                });
+                // The previous oi's until the hand-over completes
+                // ([`Observer::took_over`]): a new oi that gives up before
+                // leaves the file to the one that keeps serving.
+                if let Some(f) = &file {
+                    f.keep();
+                }
+                (given_control, file)
+            }
             Some(path) => {
                 let (l, file) = control::bind(path).map_err(|e| {
                     io::Error::new(
@@ -174,6 +197,7 @@ impl Observer {
         let copies = Given {
             metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: control.as_ref().and_then(|l| l.try_clone().ok()),
+            control_file: control_socket.as_ref().map(crate::unix::SocketFile::id),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let handed = Arc::new(AtomicBool::new(false));
@@ -204,6 +228,14 @@ impl Observer {
     /// Copies of the metrics listener and the control socket, for `oi upgrade`.
     pub(crate) fn copies(&self) -> Given {
         self.copies.copy()
+    }
+
+    /// The hand-over that started this oi has completed: the control
+    /// socket's file it took on is its own now, removed when it exits.
+    pub(crate) fn took_over(&self) {
+        if let Some(file) = &self.control_socket {
+            file.own();
+        }
     }
 
     /// A new oi serves the control socket now: its file stays at exit,

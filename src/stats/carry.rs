@@ -12,12 +12,20 @@
 //! counts are carried as the bytes of ended connections (the handed-over
 //! ones bring their own) and as the highest value reported, below which
 //! the new oi reports nothing.
+//!
+//! So do the clocks `oi status` shows (the uptime, as how long the old oi
+//! had run, and when it started and last reloaded: `stats_since_reload`),
+//! and each rule's shared bandwidth buckets (`rule-rate`, `client-rate`):
+//! what they owe, in nanoseconds from full, so an upgrade is no way to
+//! get a burst past a limit.
 
 use super::counters::{get, CounterValues, Counters, COUNTERS};
 use super::{lock, RuleStats, Stats};
 use serde_json::{json, Map, Value};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 impl Stats {
     /// Every rule's counters, its backends' and the process's, as the new
@@ -56,7 +64,14 @@ impl Stats {
                 })
                 .collect();
             let pool = r.pool.load().as_ref().map(|p| p.carried());
+            let owed = r.rates.owed(Instant::now());
+            let clients: Vec<Value> = owed
+                .clients
+                .iter()
+                .map(|(ip, (u, d))| json!([ip.to_string(), u, d]))
+                .collect();
             out.push(json!({
+                "rates": { "rule": [owed.rule.0, owed.rule.1], "clients": clients },
                 "pool": pool,
                 "name": &*r.name,
                 "counters": encode(&r.counters.values(rule_ended, from, to)),
@@ -65,7 +80,11 @@ impl Stats {
             }));
         }
         let totals = self.process.values(process_ended, all_from, all_to);
+        let (started, started_at) = *lock(&self.started);
         json!({
+            "uptime_ns": nanos(started.elapsed()),
+            "started_ns": since_epoch(started_at),
+            "last_reload_ns": since_epoch(*lock(&self.last_reload)),
             "process": {
                 "counters": encode(&totals),
                 "ended": [process_ended.0, process_ended.1],
@@ -82,6 +101,7 @@ impl Stats {
     /// counts stay in the process's totals only).
     pub(crate) fn carry_on(&self, carried: &Value) -> usize {
         add(&self.process, &carried["process"]);
+        self.carry_clocks(carried);
         for (key, cell) in [
             ("reloads_ok", &self.reloads_ok),
             ("reloads_failed", &self.reloads_failed),
@@ -97,6 +117,7 @@ impl Stats {
             };
             matched += 1;
             add(&r.counters, c);
+            r.rates.carry_on(&owed(&c["rates"]), Instant::now());
             if let Some(pool) = r.pool.load().as_ref() {
                 pool.carry_on(&c["pool"]);
             }
@@ -116,6 +137,56 @@ impl Stats {
             }
         }
         matched
+    }
+}
+
+impl Stats {
+    /// The previous oi's start (its uptime back from now, and its
+    /// wall-clock start) and last reload become this one's. A value that
+    /// is missing, or does not fit this process's clock, leaves its own.
+    fn carry_clocks(&self, carried: &Value) {
+        let ns = |key: &str| carried[key].as_u64().map(Duration::from_nanos);
+        let mut started = lock(&self.started);
+        if let Some(at) = ns("uptime_ns").and_then(|up| Instant::now().checked_sub(up)) {
+            started.0 = started.0.min(at);
+        }
+        if let Some(at) = ns("started_ns").and_then(|d| UNIX_EPOCH.checked_add(d)) {
+            started.1 = started.1.min(at);
+        }
+        drop(started);
+        // Carried before this oi's service loop runs: it has not reloaded.
+        if let Some(at) = ns("last_reload_ns").and_then(|d| UNIX_EPOCH.checked_add(d)) {
+            *lock(&self.last_reload) = at;
+        }
+    }
+}
+
+/// Nanoseconds in `d`, saturating (u64 holds 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Nanoseconds since the epoch at `t` (0 before it).
+fn since_epoch(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, nanos)
+}
+
+/// A rule's carried `rates` (see [`crate::rate::RuleRates::owed`]);
+/// entries that do not read are left out.
+fn owed(v: &Value) -> crate::rate::Owed {
+    let ns = |v: &Value| v.as_u64().unwrap_or(0);
+    let clients = v["clients"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(|c| {
+            let ip: IpAddr = c[0].as_str()?.parse().ok()?;
+            Some((ip, (ns(&c[1]), ns(&c[2]))))
+        })
+        .collect();
+    crate::rate::Owed {
+        rule: (ns(&v["rule"][0]), ns(&v["rule"][1])),
+        clients,
     }
 }
 

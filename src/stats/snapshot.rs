@@ -12,12 +12,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Everything counted for the whole process; one per server, in [`crate::Shared`].
 pub struct Stats {
-    /// When the server started, for the uptime.
-    started: Instant,
-    /// The wall-clock start, for the status file.
-    started_at: SystemTime,
+    /// When the server started, for the uptime, and the wall-clock start,
+    /// for the status file: a lock, as `oi upgrade` moves both back to the
+    /// previous oi's ([`Stats::carry_on`]).
+    pub(super) started: Mutex<(Instant, SystemTime)>,
     /// When the configuration was last reloaded (start-up counts), for `stats_since_reload`.
-    last_reload: Mutex<SystemTime>,
+    pub(super) last_reload: Mutex<SystemTime>,
     /// Reloads applied.
     pub(super) reloads_ok: AtomicU64,
     /// Reloads refused (the file did not parse or resolve).
@@ -36,8 +36,7 @@ pub struct Stats {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
-            started: Instant::now(),
-            started_at: SystemTime::now(),
+            started: Mutex::new((Instant::now(), SystemTime::now())),
             last_reload: Mutex::new(SystemTime::now()),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
@@ -186,10 +185,11 @@ impl Stats {
             all_from = all_from.saturating_add(f);
             all_to = all_to.saturating_add(t);
         }
+        let (started, started_at) = *lock(&self.started);
         Snapshot {
             taken_at: SystemTime::now(),
-            started_at: self.started_at,
-            uptime: self.started.elapsed(),
+            started_at,
+            uptime: started.elapsed(),
             last_reload: *lock(&self.last_reload),
             reloads_ok: get(&self.reloads_ok),
             reloads_failed: get(&self.reloads_failed),

@@ -171,3 +171,53 @@ fn counters_carried_by_an_upgrade_continue_where_they_were() {
     assert_eq!(later.rules[0].counters.from_client, 107);
     assert_eq!(later.rules[0].backends[0].to_client, 208);
 }
+
+#[test]
+fn an_upgrade_carries_the_uptime_the_last_reload_and_what_the_shared_buckets_owe() {
+    let old = Fixture::new();
+    let rule = old.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[]);
+    // The old oi has run an hour (its clocks set back as a carry would).
+    let hour = std::time::Duration::from_secs(3600);
+    {
+        let mut started = lock(&old.stats.started);
+        started.0 = started.0.checked_sub(hour).expect("an hour fits");
+        started.1 -= hour;
+    }
+    old.stats.reloaded(true);
+    let now = std::time::Instant::now();
+    // A rule-rate and one client's bucket in debt, another client's full.
+    let client: std::net::IpAddr = "192.0.2.1".parse().expect("literal");
+    let full: std::net::IpAddr = "192.0.2.2".parse().expect("literal");
+    rule.rates.rule(1000).up.charge(5000, now);
+    rule.rates.client(client, 1000).down.charge(3000, now);
+    let _ = rule.rates.client(full, 1000);
+    let before = old.snapshot();
+    let carried = old.stats.carried();
+
+    let new = Fixture::new();
+    let mine = new.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[]);
+    assert_eq!(new.stats.carry_on(&carried), 1);
+    let after = new.snapshot();
+    assert!(after.uptime >= before.uptime, "{after:?} / {before:?}");
+    assert!(after.uptime >= hour, "the uptime goes on from the old oi's");
+    assert_eq!(after.started_at, before.started_at);
+    assert_eq!(
+        after.last_reload, before.last_reload,
+        "stats_since_reload is the old oi's reload"
+    );
+    // Still owing about 5 s (up) and 3 s (down, the client's): no new burst.
+    let later = std::time::Instant::now();
+    let owed = mine.rates.owed(later);
+    assert!(owed.rule.0 > 4_000_000_000, "{owed:?}");
+    assert_eq!(owed.rule.1, 0);
+    assert_eq!(
+        owed.clients.len(),
+        1,
+        "a full bucket is not carried: {owed:?}"
+    );
+    assert_eq!(owed.clients[0].0, client);
+    assert!(owed.clients[0].1 .1 > 2_000_000_000, "{owed:?}");
+    // A fresh bucket would hold a full burst; this one lacks the 5,000 bytes.
+    let room = mine.rates.rule(1000).up.available(later);
+    assert!(room <= crate::rate::Bucket::burst(1000) - 4_000, "{room}");
+}

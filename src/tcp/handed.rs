@@ -8,6 +8,7 @@ use crate::config::BindAddr;
 use crate::handover::park::{self, HalfState, Parked, Ticket};
 use crate::reactor::Async;
 use crate::shared::Shared;
+use futures_lite::FutureExt;
 use std::future::Future;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -145,17 +146,12 @@ async fn offer(
             return Offer::Broken(e);
         }
     };
-    let (Ok(client), Ok(backend)) = (
-        client.as_fd().try_clone_to_owned(),
-        backend.as_fd().try_clone_to_owned(),
-    ) else {
-        log::debug!("upgrade: a connection cannot be copied (no descriptor left); it stays here");
-        shared.parking.decline(ticket);
-        return Offer::Resume;
-    };
+    // The sockets are copied only when the message that carries them is
+    // about to go (see `park::Handing::OnAsk`).
+    let (ask, asks) = async_channel::bounded(1);
     let (verdict, answer) = park::verdict();
     let parked = Parked {
-        flow: park::Flow::Stream { client, backend },
+        flow: park::Handing::OnAsk(ask),
         rule: rule.to_string(),
         up: up.into(),
         down: down.into(),
@@ -165,9 +161,25 @@ async fn offer(
     if !shared.parking.park(ticket, parked) {
         return Offer::Resume;
     }
-    // A closed channel (the hand-over gave up) means: run on here.
-    match answer.recv().await {
-        Ok(true) => Offer::Adopted,
+    // Answers the sender's ask for copies (once), then waits for the
+    // verdict; a closed channel (the hand-over gave up) means: run on here.
+    let copied = async {
+        if let Ok(reply) = asks.recv().await {
+            let copies = match (
+                client.as_fd().try_clone_to_owned(),
+                backend.as_fd().try_clone_to_owned(),
+            ) {
+                (Ok(client), Ok(backend)) => Some(park::Flow::Stream { client, backend }),
+                _ => None,
+            };
+            let _ = reply.try_send(copies);
+        }
+        // Asked, or never to be: only the verdict is left.
+        std::future::pending::<Option<bool>>().await
+    };
+    let verdict = async { answer.recv().await.ok() }.or(copied).await;
+    match verdict {
+        Some(true) => Offer::Adopted,
         _ => Offer::Resume,
     }
 }

@@ -2,13 +2,11 @@
 //! upstream (a connected UDP socket or a TCP connection) and the task that
 //! carries the backend's replies back to that client.
 
-use super::{
-    batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH, MAX_PAYLOAD,
-};
+use super::udp_to_tcp::{self, Control, Pause, Paused};
+use super::{batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH};
 use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
-use crate::connect;
 use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
 use crate::proxy::Encoded;
@@ -16,11 +14,11 @@ use crate::rate::Limit;
 use crate::reactor::Async;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
-use crate::stats::{ConnState, ConnectFailure, Registered};
-use futures_lite::{AsyncWriteExt, FutureExt};
+use crate::stats::{ConnState, Registered};
+use futures_lite::FutureExt;
 use smol::{Executor, Task};
-use std::io::{self, Read};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,13 +141,67 @@ pub(crate) struct Queued {
     _total: Charge,
 }
 
+impl Queued {
+    /// The datagram's payload.
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// Where an association sends its client's datagrams.
 enum Upstream {
     /// A UDP socket connected to the backend (UDP→UDP).
     Udp(Arc<Async<UdpSocket>>),
-    /// The queue into the task that owns the TCP connection (UDP→TCP), and
-    /// the byte budget ([`ASSOC_QUEUE_BYTES`]) of what waits in it.
-    Tcp(async_channel::Sender<Queued>, Arc<ByteBudget>),
+    /// The queue into the task that owns the TCP connection (UDP→TCP).
+    Tcp(TcpUpstream),
+}
+
+/// A UDP→TCP association's side of its task.
+struct TcpUpstream {
+    /// The queue the task writes to the stream.
+    queue: async_channel::Sender<Queued>,
+    /// The byte budget ([`ASSOC_QUEUE_BYTES`]) of what waits in the queue.
+    budget: Arc<ByteBudget>,
+    /// `oi upgrade` asks the task to pause here.
+    pause: Arc<Pause>,
+    /// Where the paused task gives its parts back.
+    parked: async_channel::Receiver<Paused>,
+    /// The task's end of `parked` and its queue, kept to start it again
+    /// after a pause ([`Association::resume_tcp`]).
+    control: (
+        async_channel::Sender<Paused>,
+        async_channel::Receiver<Queued>,
+    ),
+}
+
+impl TcpUpstream {
+    /// A queue, a pause cell and their task's [`Control`].
+    fn new(pause: Arc<Pause>) -> (TcpUpstream, Control) {
+        let (tx, rx) = async_channel::bounded(TCP_QUEUE);
+        let (parked_tx, parked) = async_channel::bounded(1);
+        let control = Control {
+            queue: rx.clone(),
+            pause: pause.clone(),
+            parked: parked_tx.clone(),
+        };
+        let upstream = TcpUpstream {
+            queue: tx,
+            budget: ByteBudget::new(ASSOC_QUEUE_BYTES),
+            pause,
+            parked,
+            control: (parked_tx, rx),
+        };
+        (upstream, control)
+    }
+
+    /// The task's [`Control`] again, to start it after a pause.
+    fn control(&self) -> Control {
+        Control {
+            queue: self.control.1.clone(),
+            pause: self.pause.clone(),
+            parked: self.control.0.clone(),
+        }
+    }
 }
 
 /// One client address's association, owned by its listener's map.
@@ -216,11 +268,17 @@ impl Association {
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
-                let (tx, rx) = async_channel::bounded(TCP_QUEUE);
+                let (upstream, control) = TcpUpstream::new(Pause::connecting());
                 let dial = route.dial(Some(origin.client));
-                let upstream = tcp_upstream(rx, route.clone(), shared.clone(), reply, proxy, dial);
-                let task = ex.spawn(upstream);
-                (Upstream::Tcp(tx, ByteBudget::new(ASSOC_QUEUE_BYTES)), task)
+                let task = ex.spawn(udp_to_tcp::connect_then_carry(
+                    control,
+                    route.clone(),
+                    shared.clone(),
+                    reply,
+                    proxy,
+                    dial,
+                ));
+                (Upstream::Tcp(upstream), task)
             }
         };
         Ok(Association {
@@ -247,6 +305,96 @@ impl Association {
         };
         let fd = socket.get_ref().as_fd().try_clone_to_owned().ok()?;
         Some((fd, self.origin, self.activity.idle(Instant::now())))
+    }
+
+    /// `oi upgrade`: asks a UDP→TCP association's task to pause at its
+    /// next safe point. `false` for UDP→UDP ([`Association::take_state`]),
+    /// and for one still connecting to its backend (it stays here).
+    pub(crate) fn ask_pause(&self) -> bool {
+        match &self.upstream {
+            Upstream::Tcp(t) => t.pause.ask(),
+            Upstream::Udp(_) => false,
+        }
+    }
+
+    /// `oi upgrade`: the paused task's parts, once [`Association::ask_pause`]
+    /// was answered; `None` when `deadline` passes first (the ask is
+    /// withdrawn and the task pumps on here).
+    pub(crate) async fn paused(&self, deadline: Instant) -> Option<Paused> {
+        let Upstream::Tcp(t) = &self.upstream else {
+            return None;
+        };
+        let got = async { t.parked.recv().await.ok() }
+            .or(async {
+                crate::reactor::Timer::at(deadline).await;
+                None
+            })
+            .await;
+        if got.is_some() || t.pause.withdraw() {
+            return got;
+        }
+        // The task paused as the wait ran out: its parts are in the channel.
+        t.parked.try_recv().ok()
+    }
+
+    /// `oi upgrade` kept this UDP→TCP association here: its task starts
+    /// again from `paused`, its unsent bytes first.
+    pub(crate) fn resume_tcp(&mut self, ex: &Executor<'static>, paused: Paused) {
+        let Upstream::Tcp(t) = &self.upstream else {
+            return;
+        };
+        t.pause.rearm();
+        let task = udp_to_tcp::carry(paused, t.control(), self.shared.clone(), self.route.clone());
+        self._task = ex.spawn(task);
+    }
+
+    /// A UDP→TCP association a previous oi handed over (`oi upgrade`):
+    /// `stream` is its connected TCP socket and `unsent` the datagrams that
+    /// waited in its queue, written first; as [`Association::resumed`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resumed_tcp(
+        ex: &Executor<'static>,
+        route: Arc<Route>,
+        shared: &Arc<Shared>,
+        listener: &Arc<Async<UdpSocket>>,
+        client: SocketAddr,
+        origin: Origin,
+        (stream, unsent): (OwnedFd, Vec<u8>),
+        idle: Duration,
+        conn: Registered,
+    ) -> io::Result<Self> {
+        let stream = Async::new(TcpStream::from(stream))?;
+        let lease = stream.get_ref().peer_addr().ok().and_then(|addr| {
+            conn.reconnected(addr);
+            route.pool.lease_of(addr)
+        });
+        let activity = Arc::new(Activity::resumed(conn, idle));
+        let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
+        let (upstream, control) = TcpUpstream::new(Pause::running());
+        let paused = Paused {
+            stream,
+            lease,
+            reply,
+            unsent,
+        };
+        let task = ex.spawn(udp_to_tcp::carry(
+            paused,
+            control,
+            shared.clone(),
+            route.clone(),
+        ));
+        Ok(Association {
+            upstream: Upstream::Tcp(upstream),
+            activity,
+            client_ip: client_ip(origin.client),
+            origin,
+            // Its header went at the start of the stream, in the previous oi.
+            proxy: None,
+            route,
+            shared: shared.clone(),
+            up,
+            _task: task,
+        })
     }
 
     /// An association a previous oi handed over (`oi upgrade`): `backend`
@@ -317,7 +465,7 @@ impl Association {
                 }
                 self.activity.conn.add_from_client(sent.bytes);
             }
-            Upstream::Tcp(queue, budget) => {
+            Upstream::Tcp(TcpUpstream { queue, budget, .. }) => {
                 for payload in kept {
                     if self.enqueue(queue, budget, payload) {
                         self.activity.conn.add_from_client(payload.len() as u64);
@@ -369,13 +517,13 @@ impl Association {
 }
 
 /// How replies reach the client: from the listening socket, to exactly this address.
-struct Reply {
+pub(super) struct Reply {
     /// The listening socket, shared with the listener task.
     listener: Arc<Async<UdpSocket>>,
     /// The one client this association serves.
-    client: SocketAddr,
+    pub(super) client: SocketAddr,
     /// Counters shared with the association.
-    activity: Arc<Activity>,
+    pub(super) activity: Arc<Activity>,
     /// The bandwidth limit on replies (`rate`, `rate-down`, ...); a reply
     /// over it is dropped and counted.
     down: Option<Limit>,
@@ -442,7 +590,7 @@ impl Reply {
     }
 
     /// Sends one reply datagram, waiting only if the listening socket's buffer is full.
-    async fn send(&self, payload: &[u8]) {
+    pub(super) async fn send(&self, payload: &[u8]) {
         self.activity.touch();
         if !within(self.down.as_ref(), payload, &self.activity) {
             return;
@@ -525,85 +673,4 @@ async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option
             futures_lite::future::yield_now().await;
         }
     }
-}
-
-/// UDP→TCP: connects, then writes queued datagrams to the stream in order and
-/// sends what the stream returns back as datagrams of at most one read each.
-async fn tcp_upstream(
-    queue: async_channel::Receiver<Queued>,
-    route: Arc<Route>,
-    shared: Arc<Shared>,
-    reply: Reply,
-    proxy: Option<Encoded>,
-    dial: connect::Dial,
-) {
-    let connect_timeout = route.connect_timeout(shared.settings.connect_timeout);
-    let datagrams = &shared.datagrams;
-    let result = async {
-        let rule = reply.activity.conn.rule();
-        let client = client_ip(reply.client);
-        let counted = |e: &io::Error| rule.connect_failed(ConnectFailure::of(e));
-        let connected = connect::through_pool(&route.pool, client, connect_timeout, dial, counted)
-            .await
-            .map_err(|e| {
-                if let connect::ConnectError::LocalSocket(why) = &e {
-                    rule.connect_failed(ConnectFailure::Other);
-                    let peer = reply.client;
-                    shared.local_socket_failed(&route.names.connect_host, &peer, why);
-                }
-                io::Error::other(e.to_string())
-            })?;
-        // `_lease` counts the association on its backend while the stream lives.
-        let (stream, backend_addr, _lease) = (connected.stream, connected.addr, connected.lease);
-        // UDP rules have IP backends only (the parsers refuse unix ones).
-        if let Some(addr) = backend_addr {
-            reply.activity.conn.connected(addr);
-        }
-        // Before the first queued datagram: the stream starts with it.
-        if let Some(h) = &proxy {
-            (&stream).write_all(h.as_bytes()).await?;
-        }
-        let to_backend = async {
-            while let Ok(q) = queue.recv().await {
-                (&stream).write_all(&q.bytes).await?;
-            }
-            Ok(())
-        };
-        let to_client = async {
-            // Wait for an edge only once a read found the stream empty: the
-            // reactor is edge-triggered, and a full read may leave bytes
-            // behind that no edge announces again.
-            let mut drained = false;
-            loop {
-                if drained {
-                    stream.readable().await?;
-                }
-                let mut buf = datagrams.take();
-                let read = (&mut stream.get_ref()).read(&mut buf[..MAX_PAYLOAD]);
-                drained = false;
-                let outcome = match read {
-                    Ok(0) => Some(Ok(())),
-                    Ok(n) => {
-                        reply.send(&buf[..n]).await;
-                        None
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        drained = true;
-                        None
-                    }
-                    Err(e) => Some(Err(e)),
-                };
-                datagrams.give(buf);
-                if let Some(done) = outcome {
-                    return done;
-                }
-            }
-        };
-        to_backend.or(to_client).await
-    }
-    .await;
-    if let Err(e) = result {
-        log::debug!("{} -> {}: {e}", reply.client, route.names.connect_host);
-    }
-    reply.activity.end();
 }

@@ -2,9 +2,10 @@
 //! associations, expires idle ones and enforces the per-rule cap.
 
 use super::assoc::Association;
+use super::udp_to_tcp::Paused;
 use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
-use crate::handover::park::{self, Flow, HalfState, Parked, Ticket};
+use crate::handover::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::logfile::Event;
 use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
@@ -16,11 +17,17 @@ use smol::Executor;
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest gap between expiry sweeps; an association ends at most this late.
 const MAX_SWEEP: Duration = Duration::from_secs(1);
+
+/// How long `oi upgrade` waits for a listener's UDP→TCP associations to
+/// pause (within the hand-over's [`park::PARK_WITHIN`]): a task gets there
+/// at its next poll unless a write to its backend or client is stuck.
+const PAUSE_WITHIN: Duration = Duration::from_secs(2);
 
 /// Serves a `/udp` listener until the task is dropped (listener removed by a
 /// reload, or server stopping); then every association ends and is logged.
@@ -319,16 +326,48 @@ impl Listener {
         }
     }
 
-    /// `oi upgrade`: offers every UDP→UDP association to the new oi and
-    /// waits (reading nothing: datagrams wait in the socket) for the
-    /// verdicts. Those taken leave the map without a log line (the new oi
-    /// logs their end); the others stay. `true`: the new oi took some, so
-    /// it serves this rule.
+    /// `oi upgrade`: offers every association to the new oi and waits
+    /// (reading nothing: datagrams wait in the socket) for the verdicts.
+    /// Those taken leave the map without a log line (the new oi logs their
+    /// end); the others stay (a UDP→TCP one's task starts again). `true`:
+    /// the new oi took some, so it serves this rule.
     async fn offer(&mut self, ticket: &Ticket<'_>) -> bool {
         let rule = self.route.load().bind.to_string();
         let started = park::now_secs();
         let mut parked = Vec::new();
         let mut answers = Vec::new();
+        let mut streams = self.pause_streams().await;
+        for (peer, paused) in &streams {
+            let Some(a) = self.assocs.get(peer) else {
+                continue;
+            };
+            let Ok(backend) = paused.stream.get_ref().as_fd().try_clone_to_owned() else {
+                continue;
+            };
+            let (from_client, to_client) = a.activity.conn.bytes();
+            let (verdict, answer) = park::verdict();
+            parked.push(Parked {
+                flow: Handing::Copied(Flow::UdpToTcp {
+                    client: *peer,
+                    backend,
+                    origin: a.origin,
+                    idle: a.activity.idle(Instant::now()),
+                }),
+                rule: rule.clone(),
+                up: HalfState {
+                    unsent: paused.unsent.clone(),
+                    done: false,
+                    bytes: from_client,
+                },
+                down: HalfState {
+                    bytes: to_client,
+                    ..HalfState::default()
+                },
+                started,
+                verdict,
+            });
+            answers.push((*peer, answer));
+        }
         for (peer, a) in &self.assocs {
             if a.activity.ended() {
                 continue;
@@ -339,12 +378,12 @@ impl Listener {
             let (from_client, to_client) = a.activity.conn.bytes();
             let (verdict, answer) = park::verdict();
             parked.push(Parked {
-                flow: Flow::Datagram {
+                flow: Handing::Copied(Flow::Datagram {
                     client: *peer,
                     backend,
                     origin,
                     idle,
-                },
+                }),
                 rule: rule.clone(),
                 up: HalfState {
                     bytes: from_client,
@@ -359,23 +398,56 @@ impl Listener {
             });
             answers.push((*peer, answer));
         }
-        if parked.is_empty() {
+        let offered = if parked.is_empty() {
             self.shared.parking.pass(ticket);
-            return false;
-        }
-        if !self.shared.parking.park_many(ticket, parked) {
-            return false;
-        }
+            false
+        } else {
+            self.shared.parking.park_many(ticket, parked)
+        };
         let mut taken = false;
-        for (peer, answer) in answers {
+        for (peer, answer) in answers.into_iter().filter(|_| offered) {
             // A closed channel (the hand-over gave up) means: it stays.
             if matches!(answer.recv().await, Ok(true)) {
+                if let Some(paused) = streams.remove(&peer) {
+                    // The new oi holds the same open stream: its edges must
+                    // stop waking this process's threads.
+                    paused.stream.leave_epoll();
+                }
                 self.assocs.remove(&peer);
                 taken = true;
             }
         }
+        // Those kept pump on here, their unsent bytes first.
+        for (peer, paused) in streams {
+            if let Some(a) = self.assocs.get_mut(&peer) {
+                a.resume_tcp(&self.ex, paused);
+            }
+        }
         self.kept = !taken;
         taken
+    }
+
+    /// `oi upgrade`: pauses every UDP→TCP association's task at its next
+    /// safe point (all at once, waiting [`PAUSE_WITHIN`] at most) and
+    /// returns their parts by client; one that does not pause in time, or
+    /// is still connecting, pumps on and stays here.
+    async fn pause_streams(&self) -> HashMap<SocketAddr, Paused> {
+        let asked: Vec<_> = self
+            .assocs
+            .iter()
+            .filter(|(_, a)| !a.activity.ended() && a.ask_pause())
+            .map(|(peer, _)| *peer)
+            .collect();
+        let deadline = Instant::now() + PAUSE_WITHIN;
+        let mut paused = HashMap::new();
+        for peer in asked {
+            if let Some(a) = self.assocs.get(&peer) {
+                if let Some(p) = a.paused(deadline).await {
+                    paused.insert(peer, p);
+                }
+            }
+        }
+        paused
     }
 
     /// Started by `oi upgrade`: the associations the previous oi handed over
@@ -384,29 +456,40 @@ impl Listener {
     fn resume_handed(&mut self) {
         let route = self.route.load_full();
         for o in self.shared.parking.unstash(&route.bind.to_string()) {
-            let Flow::Datagram {
-                client,
-                backend,
-                origin,
-                idle,
-            } = o.flow
-            else {
-                continue;
+            let (client, origin) = match &o.flow {
+                Flow::Datagram { client, origin, .. } | Flow::UdpToTcp { client, origin, .. } => {
+                    (*client, *origin)
+                }
+                _ => continue,
             };
             let conn = self.stats.register_resumed(ConnKind::Udp, origin.client);
             conn.add_from_client(o.up.bytes);
             conn.add_to_client(o.down.bytes);
-            let resumed = Association::resumed(
-                &self.ex,
-                route.clone(),
-                &self.shared,
-                &self.socket,
-                client,
-                origin,
-                backend,
-                idle,
-                conn,
-            );
+            let resumed = match o.flow {
+                Flow::UdpToTcp { backend, idle, .. } => Association::resumed_tcp(
+                    &self.ex,
+                    route.clone(),
+                    &self.shared,
+                    &self.socket,
+                    client,
+                    origin,
+                    (backend, o.up.unsent),
+                    idle,
+                    conn,
+                ),
+                Flow::Datagram { backend, idle, .. } => Association::resumed(
+                    &self.ex,
+                    route.clone(),
+                    &self.shared,
+                    &self.socket,
+                    client,
+                    origin,
+                    backend,
+                    idle,
+                    conn,
+                ),
+                _ => continue,
+            };
             match resumed {
                 Ok(a) => {
                     self.assocs.insert(client, a);
@@ -468,6 +551,34 @@ impl Drop for Counted {
     }
 }
 
+/// Under `accept-proxy`, a kept association's datagram without its
+/// header, if the header is trusted and speaks for the association's own
+/// client; else the datagram is counted and dropped, as the listener does.
+fn kept_payload<'d>(
+    shared: &Shared,
+    a: &Association,
+    datagram: &'d [u8],
+    peer: SocketAddr,
+) -> Option<&'d [u8]> {
+    match edge::accept_datagram_header(datagram, peer, &a.route) {
+        Ok((origin, payload)) if origin == a.origin => Some(payload),
+        Ok((origin, _)) => {
+            log::debug!(
+                "{}/udp: {peer} now speaks for {}, not {}: dropped (this oi opens no association)",
+                a.route.bind,
+                origin.client,
+                a.origin.client
+            );
+            None
+        }
+        Err(why) => {
+            let stats = a.activity.conn.rule();
+            shared.udp_proxy_datagram_dropped(stats, &a.route.bind, peer, &why);
+            None
+        }
+    }
+}
+
 /// After `oi upgrade`: serves the associations the new oi did not take,
 /// and only them (a datagram from any other client is dropped: this oi has
 /// stopped accepting), until each has ended or been idle for its timeout;
@@ -487,14 +598,23 @@ async fn serve_kept(
             .await;
         let mut moved = 0;
         while moved < BATCH {
-            // Under accept-proxy each datagram carries its header: such a
-            // one is dropped (who it speaks for is not checked here).
             let each = |mut peer: SocketAddr, run: &[&[u8]]| {
                 if let SocketAddr::V6(v6) = &mut peer {
                     v6.set_flowinfo(0);
                 }
-                if let Some(a) = assocs.get(&peer).filter(|a| !a.route.accept_proxy) {
-                    a.forward_run(run);
+                let Some(a) = assocs.get(&peer) else {
+                    return;
+                };
+                if !a.route.accept_proxy {
+                    return a.forward_run(run);
+                }
+                // Each datagram carries its header, checked as the listener
+                // checks it; one that speaks for another client is dropped
+                // (this oi opens no association any more).
+                for datagram in run {
+                    if let Some(payload) = kept_payload(shared, a, datagram, peer) {
+                        a.forward(payload);
+                    }
                 }
             };
             // The listener's socket has UDP_GRO on: read through the batch

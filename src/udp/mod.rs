@@ -25,6 +25,7 @@ mod assoc;
 mod batch;
 mod listener;
 mod tcp_to_udp;
+mod udp_to_tcp;
 
 pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;

@@ -262,12 +262,12 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
     let (from_client, to_client) = f.activity.conn.bytes();
     let (verdict, answer) = park::verdict();
     let parked = Parked {
-        flow: park::Flow::TcpToUdp {
+        flow: park::Handing::Copied(park::Flow::TcpToUdp {
             client,
             backend,
             origin: f.origin,
             idle: f.activity.idle(Instant::now()),
-        },
+        }),
         rule: route.bind.to_string(),
         up: HalfState {
             bytes: from_client,

@@ -658,7 +658,7 @@ fn tcp_to_udp_sends_on_the_addresses_an_accepted_header_carried() {
 
 /// A version 2 `PROXY` header over UDP (0x12, IPv4) from `src` to `dst`,
 /// followed by `payload`: one datagram as an upstream proxy sends it.
-fn proxied(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+pub(super) fn proxied(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
     let mut d = v2_by_hand(
         0x12,
         src.parse().expect("literal"),

@@ -343,7 +343,7 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
              s.recv(65536)\n"
                 .to_string()
         },
-        "speaks hand-over version 99, this oi speaks version 3",
+        "speaks hand-over version 99, this oi speaks version 4",
     );
 }
 

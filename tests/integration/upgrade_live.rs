@@ -318,13 +318,13 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
 }
 
 /// A new "oi" that takes the listeners, says ready, receives the live
-/// connections and dies without answering: hand-over version 3 in python3.
+/// connections and dies without answering: hand-over version 4 in python3.
 pub(super) const DIES_HALF_WAY: &str = "#!/usr/bin/env python3
 import array, json, os, socket, struct
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect('\\0' + os.environ['OI_HANDOVER'])
 def say(kind):
-    s.send(b'OIHO' + struct.pack('>HB', 3, kind) + json.dumps({'pid': os.getpid()}).encode())
+    s.send(b'OIHO' + struct.pack('>HB', 4, kind) + json.dumps({'pid': os.getpid()}).encode())
 def until(kind):
     s.settimeout(60)
     while True:

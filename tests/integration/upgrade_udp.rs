@@ -151,7 +151,12 @@ impl Udp {
 #[test]
 fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
     let mut t = setup("");
-    let before = counters(&status_json(&t.control));
+    // Old enough that an uptime starting again would show.
+    wait_until("the old oi has served a second", || {
+        status_json(&t.control)["uptime_seconds"].as_u64() >= Some(1)
+    });
+    let status_before = status_json(&t.control);
+    let before = counters(&status_before);
     let opened = |c: &[(String, u64)], key: &str| {
         c.iter()
             .find(|(k, _)| k == &format!("process {key}"))
@@ -189,8 +194,21 @@ fn an_upgrade_hands_udp_associations_and_tcp_to_udp_streams_to_the_new_oi() {
     });
     // Nothing an operator watches starts again: every counter of the new
     // oi is at least where the old one's was.
-    let after = counters(&status_json(&t.control));
+    let status_after = status_json(&t.control);
+    let after = counters(&status_after);
     assert_eq!(after.len(), before.len(), "the same counters: {after:?}");
+    // Nor do the uptime and the time the statistics count from.
+    let uptime = |s: &serde_json::Value| s["uptime_seconds"].as_u64().expect("uptime");
+    assert!(
+        uptime(&status_after) >= uptime(&status_before),
+        "uptime {} after the upgrade, {} before",
+        uptime(&status_after),
+        uptime(&status_before)
+    );
+    assert_eq!(
+        status_after["stats_since_reload"], status_before["stats_since_reload"],
+        "stats_since_reload carries on"
+    );
     for ((k, was), (k2, is)) in before.iter().zip(&after) {
         assert_eq!(k, k2, "the same counters in the same order");
         assert!(is >= was, "{k}: {was} before the upgrade, {is} after");
