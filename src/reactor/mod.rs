@@ -352,7 +352,7 @@ impl Reactor {
                 self.sleeping.store(false, Ordering::SeqCst);
                 Some(Duration::ZERO)
             } else {
-                self.next_timeout()
+                self.capped(self.next_timeout())
             }
         } else {
             Some(Duration::ZERO)
