@@ -129,6 +129,7 @@ impl<A: Acceptor> AcceptLoop<A> {
             }
         };
         let at = self.threads.pick(self.own);
+        log::trace!("accepted on thread {}, runs on thread {at}", self.own);
         let placed = self.threads.place(at);
         let task = A::serve(Admitted {
             stream,

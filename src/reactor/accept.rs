@@ -117,6 +117,29 @@ impl Reactor {
         self.deregister(key);
     }
 
+    /// How long the driving thread may sleep, `timeout` at most (`None`:
+    /// forever): no longer than a [`WINDOW`] while it is marked busy.
+    ///
+    /// A thread is judged when it wakes. One that went to sleep marked busy
+    /// (its bulk flow ended within a window) would otherwise stay busy, and
+    /// out of its listeners' epoll sets, until some event of its own woke
+    /// it: with nothing to wake it, every new connection went to the other
+    /// thread (in `benches/compare.sh`, all eight iperf3 -P8 streams ran on
+    /// one thread after a -P1 run, and beside a bulk flow the other thread
+    /// took 2 of 137 clock ticks). One wake-up a window after a busy spell
+    /// ends is what the verdict costs.
+    pub(super) fn capped(&self, timeout: Option<Duration>) -> Option<Duration> {
+        let marked = self
+            .seat
+            .as_ref()
+            .is_some_and(|(board, me)| board.is_busy(*me));
+        match timeout {
+            Some(t) if marked => Some(t.min(WINDOW)),
+            None if marked => Some(WINDOW),
+            other => other,
+        }
+    }
+
     /// Records whether the driving thread is busy, taking its listening
     /// sockets out of its epoll set or putting them back.
     pub(super) fn set_busy(&self, busy: bool) {
@@ -136,6 +159,7 @@ impl Reactor {
                     let _ = epoll::add(&self.epoll, socket, EventData::new_u64(*key), exclusive());
                 }
                 a.out = false;
+                log::trace!("thread {me}: idle again, back in its listeners' epoll sets");
             }
             state.store(IN_IDLE, Ordering::SeqCst);
             return;
@@ -157,6 +181,7 @@ impl Reactor {
         }
         a.out = true;
         state.store(OUT, Ordering::SeqCst);
+        log::trace!("thread {me}: busy, out of its listeners' epoll sets");
     }
 }
 
@@ -245,6 +270,26 @@ mod tests {
 
         r0.deregister_exclusive(k0);
         r1.deregister_exclusive(k1);
+    }
+
+    #[test]
+    fn a_thread_marked_busy_sleeps_no_longer_than_a_window() {
+        // Else a thread that fell asleep busy stays out of its listeners
+        // until something of its own wakes it (goals.sh's -P8 on one thread).
+        let board = Board::new(2);
+        let r0 = Reactor::seated(board.clone(), 0).expect("epoll");
+        let l = Arc::new(TcpListener::bind("127.0.0.1:0").expect("bind"));
+        let (k0, _) = r0.register_exclusive(l).expect("register");
+        assert_eq!(r0.capped(None), None, "an idle thread may sleep forever");
+        r0.set_busy(true);
+        assert_eq!(r0.capped(None), Some(WINDOW));
+        assert_eq!(r0.capped(Some(WINDOW * 5)), Some(WINDOW));
+        let short = WINDOW / 2;
+        assert_eq!(r0.capped(Some(short)), Some(short));
+        // The next window judges it idle: back in, sleeping as long as it likes.
+        r0.set_busy(false);
+        assert_eq!(r0.capped(None), None);
+        r0.deregister_exclusive(k0);
     }
 
     #[test]

@@ -325,7 +325,7 @@ enum Wait {
     /// with the waker it left (to take out of the queue if dropped).
     Queued {
         /// The tick when it began to wait.
-        tick: u16,
+        tick: u8,
         /// Its waker.
         waker: Waker,
     },

@@ -93,8 +93,12 @@ pub(crate) struct Readiness {
     out_armed: bool,
     /// Edges seen per direction (0 read, 1 write), wrapping: a waiter that
     /// saw the tick move was woken by an edge, even if another waiter
-    /// consumed the flag first.
-    ticks: [u16; 2],
+    /// consumed the flag first. One byte each, so the six flags and both
+    /// ticks share one word: `Readiness` is 48 bytes, not 56, and its `Arc`
+    /// a 80-byte heap chunk, not 96, for each of a connection's two sockets
+    /// (issue 23's idle memory). A waiter woken by an edge is polled long
+    /// before 256 more edges could bring the tick back round.
+    ticks: [u8; 2],
     /// The task waiting to read.
     reader: Option<Waker>,
     /// The task waiting to write.
@@ -352,7 +356,7 @@ impl Reactor {
                 self.sleeping.store(false, Ordering::SeqCst);
                 Some(Duration::ZERO)
             } else {
-                self.next_timeout()
+                self.capped(self.next_timeout())
             }
         } else {
             Some(Duration::ZERO)
@@ -602,6 +606,18 @@ mod tests {
         assert_eq!(
             outcome, "quiet",
             "the error stayed reported after it was read"
+        );
+    }
+
+    #[test]
+    fn a_sockets_readiness_stays_small() {
+        // Every idle connection holds two, each in an `Arc` (16 bytes more)
+        // behind glibc's 8-byte header, rounded to 16: at 56 bytes the chunk
+        // is 80, at 64 it was 96 (benches/idle_memory.sh, issue 23).
+        let size = std::mem::size_of::<Mutex<Readiness>>();
+        assert!(
+            size <= 56,
+            "Mutex<Readiness> is {size} bytes, over its 56-byte budget"
         );
     }
 
