@@ -8,7 +8,8 @@
 //!
 //! Each direction moves bytes with a `Mover`: a copy through a pooled buffer
 //! (`copy.rs`) or splice(2) through a pooled pipe (`splice.rs`); both speak
-//! the vocabulary of `mover.rs`. Either
+//! the vocabulary of `mover.rs`. A splicing direction copies its small
+//! bursts and splices its large ones, switching as the bursts go. Either
 //! holds its buffer or pipe only while bytes are in flight; the moment the
 //! source would block it gives it back, so an idle connection holds neither.
 //! smol has no cooperative budget, so one poll moves at most
@@ -105,11 +106,9 @@ impl Direction {
         Direction {
             throttle: throttle.map(Box::new),
             state: State::Running,
-            mover: if splice {
-                Mover::Splice(SpliceMover::new())
-            } else {
-                Mover::Copy(CopyMover::new())
-            },
+            // A splicing direction starts by copying: its first burst may
+            // well be small (a request), see `SMALL_BURST`.
+            mover: Mover::Copy(CopyMover::new(splice)),
             bytes: 0,
             pending: Vec::new(),
         }
@@ -213,6 +212,8 @@ impl Direction {
                         Step::Fallback(leftover) => {
                             self.mover = Mover::Copy(CopyMover::after_splice(leftover));
                         }
+                        Step::ToSplice => self.mover = Mover::Splice(SpliceMover::new()),
+                        Step::ToCopy => self.mover = Mover::Copy(CopyMover::small_bursts()),
                     }
                 }
                 State::ShuttingDown => {
