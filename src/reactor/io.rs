@@ -123,6 +123,16 @@ impl<T: AsFd> Async<T> {
         }
     }
 
+    /// Whether the reactor has seen the descriptor fail or hang up (ERR or
+    /// HUP; sticky on a stream socket): after a connect turned writable,
+    /// whether it failed, without getsockopt(SO_ERROR).
+    pub(crate) fn hung_up(&self) -> bool {
+        match self.registration.get() {
+            Some(Ok(reg)) => lock(&reg.readiness).broken,
+            _ => false,
+        }
+    }
+
     /// Takes the descriptor out of its epoll set now, for one whose open
     /// file lives on elsewhere (sent to another process by `oi upgrade`):
     /// closing this descriptor would not remove it, and every later edge
