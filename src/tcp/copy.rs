@@ -4,9 +4,17 @@ use super::mover::{Fault, Meter, Step, SMALL_BURST};
 use crate::buffers::BufferPool;
 use crate::pipes::Pipe;
 use crate::reactor::Async;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpStream;
 use std::task::{ready, Context, Poll};
+
+/// send(2) with MSG_NOSIGNAL (a peer gone is an error, not SIGPIPE), as
+/// std's `write` on a socket, through rustix's direct system call: std goes
+/// through libc, whose cancellation-point bookkeeping around each call was
+/// about 2% of oi's instructions per 64-byte round trip (callgrind).
+fn send(to: &std::net::TcpStream, buf: &[u8]) -> io::Result<usize> {
+    rustix::net::send(to, buf, rustix::net::SendFlags::NOSIGNAL).map_err(io::Error::from)
+}
 
 /// Copies one direction through a user-space buffer.
 ///
@@ -103,7 +111,7 @@ impl CopyMover {
             // (write(2) from a buffer, not splice(2) from a pipe): kept apart on purpose.
             if let Some(buf) = &self.buf {
                 while self.pos < self.end {
-                    match to.get_ref().write(&buf[self.pos..self.end]) {
+                    match send(to.get_ref(), &buf[self.pos..self.end]) {
                         Ok(0) => {
                             let e = io::ErrorKind::WriteZero.into();
                             return Poll::Ready(Err((Fault::Write, e)));
@@ -155,7 +163,7 @@ impl CopyMover {
                     }
                     other => other.map_err(io::Error::from),
                 },
-                None => from.get_ref().read(&mut buf[..want]),
+                None => rustix::io::read(from.get_ref(), &mut buf[..want]).map_err(io::Error::from),
             };
             match read {
                 Ok(0) => {
