@@ -152,9 +152,8 @@ async fn dial_addrs(
             new_socket(addr, from, transparent, dial).map_err(ConnectError::LocalSocket)?;
         let outcome = match start_connect(socket, addr) {
             Ok(Started::Connected(stream)) => Ok(stream),
-            // Only a connect still in flight gets a timer: inserting one into
-            // async-io's reactor writes its eventfd and wakes the thread blocked
-            // in epoll_wait, a cost a connect that is already done can skip.
+            // Only a connect still in flight gets a timer (an entry in the
+            // thread's timer map: no system call).
             Ok(Started::InProgress(stream)) => {
                 let deadline = async {
                     Timer::after(timeout).await;
@@ -233,21 +232,19 @@ enum Started {
     InProgress(Async<TcpStream>),
 }
 
-/// Issues a non-blocking connect and registers the socket with the reactor.
+/// Issues a non-blocking connect and wraps the socket for the reactor.
+///
+/// EINPROGRESS does not mean "not yet connected": on loopback the handshake
+/// usually completes inside the connect call. It is not asked
+/// (getsockopt(SO_ERROR) and getpeername were two system calls per
+/// connection): [`finish_connect`] hears the answer from the reactor, in the
+/// same `epoll_wait` that brings the client's first bytes.
 fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
-    let mut in_progress = match socket.connect(&SockAddr::from(addr)) {
+    let in_progress = match socket.connect(&SockAddr::from(addr)) {
         Ok(()) => false,
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => true,
         Err(e) => return Err(e),
     };
-    // EINPROGRESS does not mean "not yet connected": on loopback the handshake
-    // usually completes inside the connect call, and getpeername then succeeds.
-    if in_progress {
-        if let Some(e) = socket.take_error()? {
-            return Err(e);
-        }
-        in_progress = socket.peer_addr().is_err();
-    }
     // Created with SOCK_NONBLOCK: no ioctl(FIONBIO) needed to register it.
     let stream = Async::new_nonblocking(TcpStream::from(socket))?;
     Ok(if in_progress {
@@ -258,13 +255,21 @@ fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
 }
 
 /// Waits until an in-progress connect completes or fails.
+///
+/// A connecting TCP socket reports no writability until the handshake is
+/// done (tcp_poll reports nothing in SYN_SENT), and a failed connect
+/// reports ERR or HUP with it. So writable without either is connected,
+/// with no system call to ask; only a failure asks SO_ERROR why.
 async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>> {
     stream.writable().await?;
-    if let Some(e) = stream.get_ref().take_error()? {
-        return Err(e);
+    if stream.hung_up() {
+        if let Some(e) = stream.get_ref().take_error()? {
+            return Err(e);
+        }
+        // A failed connect can also show with no pending error: getpeername
+        // fails (ENOTCONN) unless it did connect and the peer left since.
+        stream.get_ref().peer_addr()?;
     }
-    // A failed connect can also show as writable with no pending error on some kernels.
-    stream.get_ref().peer_addr()?;
     Ok(stream)
 }
 

@@ -272,7 +272,12 @@ impl Drop for Ticket<'_> {
             // Ended instead of parking: the collector need not wait for it.
             inner.answered += 1;
         }
-        self.parking.changed.notify_all();
+        // Only a collecting hand-over waits for pumps to end (`collect`
+        // sets the flag under this lock before it waits). Unconditional, the
+        // notify was a futex call at the end of every connection.
+        if inner.collecting {
+            self.parking.changed.notify_all();
+        }
     }
 }
 

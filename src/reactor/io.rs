@@ -123,6 +123,25 @@ impl<T: AsFd> Async<T> {
         }
     }
 
+    /// Registers the descriptor with this thread's reactor now rather than
+    /// at its first poll, so the next `epoll_wait` already watches it. For a
+    /// client whose backend is being connected: its first bytes and the
+    /// connect's completion then come in one wait, not two. A failure is
+    /// kept and returned by the first poll, as a lazy registration's would be.
+    pub(crate) fn register_now(&self) {
+        let _ = self.registration();
+    }
+
+    /// Whether the reactor has seen the descriptor fail or hang up (ERR or
+    /// HUP; sticky on a stream socket): after a connect turned writable,
+    /// whether it failed, without getsockopt(SO_ERROR).
+    pub(crate) fn hung_up(&self) -> bool {
+        match self.registration.get() {
+            Some(Ok(reg)) => lock(&reg.readiness).broken,
+            _ => false,
+        }
+    }
+
     /// Takes the descriptor out of its epoll set now, for one whose open
     /// file lives on elsewhere (sent to another process by `oi upgrade`):
     /// closing this descriptor would not remove it, and every later edge

@@ -1,12 +1,20 @@
 //! The portable direction mover: read into a pooled buffer, write it out.
 
-use super::mover::{Fault, Meter, Step};
+use super::mover::{Fault, Meter, Step, SMALL_BURST};
 use crate::buffers::BufferPool;
 use crate::pipes::Pipe;
 use crate::reactor::Async;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpStream;
 use std::task::{ready, Context, Poll};
+
+/// send(2) with MSG_NOSIGNAL (a peer gone is an error, not SIGPIPE), as
+/// std's `write` on a socket, through rustix's direct system call: std goes
+/// through libc, whose cancellation-point bookkeeping around each call was
+/// about 2% of oi's instructions per 64-byte round trip (callgrind).
+fn send(to: &std::net::TcpStream, buf: &[u8]) -> io::Result<usize> {
+    rustix::net::send(to, buf, rustix::net::SendFlags::NOSIGNAL).map_err(io::Error::from)
+}
 
 /// Copies one direction through a user-space buffer.
 ///
@@ -25,29 +33,67 @@ pub(crate) struct CopyMover {
     /// almost never exists, and every connection's pump holds two movers.
     leftover: Option<Box<Pipe>>,
     /// The source may have bytes: set when it signalled readability, cleared
-    /// when a read would block. Waiting for readability before reading (not
-    /// after a read fails) consumes the reactor's event, so the read that
-    /// empties the socket is the only one that fails, and a wake-up for the
-    /// other direction costs no read (as in the splice mover). Measured with
-    /// 64-byte ping-pong: failed `recvfrom` per round trip 2.9 → 2.0.
+    /// when a read would block or came back short (see "A short read drains
+    /// the queue" in `poll_move`). Waiting for readability before reading
+    /// (not after a read fails) consumes the reactor's event, and a wake-up
+    /// for the other direction costs no read (as in the splice mover).
+    /// Measured with 64-byte ping-pong: failed `recvfrom` per round trip 2.9 → 2.0.
     readable: bool,
+    /// The direction's connection splices: this mover carries its small
+    /// bursts only, reads at most [`SMALL_BURST`] at a time, and hands over
+    /// to splice ([`Step::ToSplice`]) once a read fills that.
+    splices: bool,
 }
 
 impl CopyMover {
-    /// A mover with nothing in flight.
-    pub(crate) fn new() -> Self {
-        Self::after_splice(None)
+    /// A mover with nothing in flight, for a new connection; `splices`: the
+    /// connection splices, this mover carries its small bursts (see
+    /// [`CopyMover::splices`]).
+    ///
+    /// It waits for the first edge before reading: registering a socket
+    /// reports what is already there as an edge (the header readers of
+    /// `edge.rs` and `sni.rs` mark the socket readable when they stop short),
+    /// so a speculative read would only fail with EAGAIN on the side that
+    /// has not sent yet.
+    pub(crate) fn new(splices: bool) -> Self {
+        CopyMover {
+            buf: None,
+            pos: 0,
+            end: 0,
+            leftover: None,
+            readable: false,
+            splices,
+        }
     }
 
-    /// A mover taking over from splice; `leftover` holds bytes to forward first.
+    /// A mover for a direction whose last splice burst was small
+    /// ([`Step::ToCopy`]): the source is drained, the next edge starts a read.
+    pub(crate) fn small_bursts() -> Self {
+        Self::new(true)
+    }
+
+    /// A mover taking over from splice for good (splice cannot serve this
+    /// direction); `leftover` holds bytes to forward first.
     pub(crate) fn after_splice(leftover: Option<Pipe>) -> Self {
         CopyMover {
             buf: None,
             pos: 0,
             end: 0,
             leftover: leftover.map(Box::new),
-            // A fresh connection's first bytes may already be there: read first.
+            // Splice gave up before the socket said EAGAIN: read first, no
+            // edge will come for what is already there.
             readable: true,
+            splices: false,
+        }
+    }
+
+    /// The most one read asks for from a buffer of `len` bytes (`splices`:
+    /// [`CopyMover::splices`]).
+    fn read_cap(splices: bool, len: usize) -> usize {
+        if splices {
+            len.min(SMALL_BURST)
+        } else {
+            len
         }
     }
 
@@ -65,7 +111,7 @@ impl CopyMover {
             // (write(2) from a buffer, not splice(2) from a pipe): kept apart on purpose.
             if let Some(buf) = &self.buf {
                 while self.pos < self.end {
-                    match to.get_ref().write(&buf[self.pos..self.end]) {
+                    match send(to.get_ref(), &buf[self.pos..self.end]) {
                         Ok(0) => {
                             let e = io::ErrorKind::WriteZero.into();
                             return Poll::Ready(Err((Fault::Write, e)));
@@ -80,6 +126,15 @@ impl CopyMover {
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Poll::Ready(Err((Fault::Write, e))),
                     }
+                }
+            }
+            if let Some(buf) = &self.buf {
+                if self.splices && self.end == Self::read_cap(self.splices, buf.len()) {
+                    // The last read filled all it asked for, and it is
+                    // written: a bulk burst, which splice moves for less CPU.
+                    // The socket may still hold bytes: splice reads first.
+                    self.release(pool);
+                    return Poll::Ready(Ok(Step::ToSplice));
                 }
             }
             if meter.budget == 0 {
@@ -98,7 +153,7 @@ impl CopyMover {
             let buf = self.buf.get_or_insert_with(|| pool.take());
             // At most what the meter allows: the poll's budget, or less
             // under a bandwidth limit (`rate`), which charges what is read.
-            let want = buf.len().min(meter.budget);
+            let want = Self::read_cap(self.splices, buf.len()).min(meter.budget);
             let read = match &self.leftover {
                 Some(pipe) => match rustix::io::read(&pipe.read, &mut buf[..want]) {
                     // Empty (we hold the write end, so never EOF): back to the socket.
@@ -108,7 +163,7 @@ impl CopyMover {
                     }
                     other => other.map_err(io::Error::from),
                 },
-                None => from.get_ref().read(&mut buf[..want]),
+                None => rustix::io::read(from.get_ref(), &mut buf[..want]).map_err(io::Error::from),
             };
             match read {
                 Ok(0) => {
@@ -116,11 +171,20 @@ impl CopyMover {
                     return Poll::Ready(Ok(Step::Eof));
                 }
                 Ok(n) => {
-                    // A read that got less than it asked for emptied the socket:
-                    // wait for readability next instead of reading again to
-                    // hear EAGAIN. If more arrived meanwhile, re-arming the
-                    // readiness interest reports it at once, so nothing waits.
-                    // One failed recvfrom fewer per message (benches/syscalls.sh).
+                    // A short read drains the queue; the next byte raises a
+                    // new edge. read(2) on a stream socket returns less than
+                    // asked only when the receive queue was empty at that
+                    // instant (tcp_recvmsg copies until the queue runs dry,
+                    // the backlog included), and the reactor's interest is
+                    // edge-triggered: every segment queued after that wakes
+                    // the epoll again. So wait for the edge instead of
+                    // reading again to hear EAGAIN: one failed read fewer
+                    // per message (benches/syscalls.sh). The one exception
+                    // is TCP urgent data (MSG_OOB), where a read stops short
+                    // at the urgent mark with bytes behind it: those wait for
+                    // the sender's next segment (splice, for its part, stops
+                    // at the mark for good). Tested by the `short_reads`
+                    // integration tests.
                     if from_socket && n < want {
                         self.readable = false;
                     }

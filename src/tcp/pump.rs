@@ -8,7 +8,8 @@
 //!
 //! Each direction moves bytes with a `Mover`: a copy through a pooled buffer
 //! (`copy.rs`) or splice(2) through a pooled pipe (`splice.rs`); both speak
-//! the vocabulary of `mover.rs`. Either
+//! the vocabulary of `mover.rs`. A splicing direction copies its small
+//! bursts and splices its large ones, switching as the bursts go. Either
 //! holds its buffer or pipe only while bytes are in flight; the moment the
 //! source would block it gives it back, so an idle connection holds neither.
 //! smol has no cooperative budget, so one poll moves at most
@@ -105,11 +106,9 @@ impl Direction {
         Direction {
             throttle: throttle.map(Box::new),
             state: State::Running,
-            mover: if splice {
-                Mover::Splice(SpliceMover::new())
-            } else {
-                Mover::Copy(CopyMover::new())
-            },
+            // A splicing direction starts by copying: its first burst may
+            // well be small (a request), see `SMALL_BURST`.
+            mover: Mover::Copy(CopyMover::new(splice)),
             bytes: 0,
             pending: Vec::new(),
         }
@@ -161,14 +160,14 @@ impl Direction {
 
     /// Drives this direction until it blocks, finishes, fails, or spends its
     /// budget; on failure says whether the source (`Fault::Read`) or the
-    /// destination failed.
+    /// destination failed. `last`: the other direction is done.
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
-        from: &Async<TcpStream>,
-        to: &Async<TcpStream>,
+        (from, to): (&Async<TcpStream>, &Async<TcpStream>),
         pools: &Pools<'_>,
         progress: &mut bool,
+        last: bool,
     ) -> Poll<Result<Moved, (Fault, io::Error)>> {
         let mut meter = Meter::new(POLL_BUDGET, &mut self.bytes, progress);
         loop {
@@ -213,13 +212,20 @@ impl Direction {
                         Step::Fallback(leftover) => {
                             self.mover = Mover::Copy(CopyMover::after_splice(leftover));
                         }
+                        Step::ToSplice => self.mover = Mover::Splice(SpliceMover::new()),
+                        Step::ToCopy => self.mover = Mover::Copy(CopyMover::small_bursts()),
                     }
                 }
                 State::ShuttingDown => {
-                    match to.get_ref().shutdown(Shutdown::Write) {
+                    // The other direction done too, the connection ends in
+                    // this poll and both sockets close: close(2) sends the
+                    // FIN (nothing is left unread in `to`, whose EOF the
+                    // other direction read), one system call fewer.
+                    if !last {
                         // The peer may already be gone; the other direction will tell.
-                        Ok(()) | Err(_) => self.state = State::Done,
+                        let _ = to.get_ref().shutdown(Shutdown::Write);
                     }
+                    self.state = State::Done;
                 }
                 State::Done => return Poll::Ready(Ok(Moved::Finished)),
             }
@@ -381,11 +387,22 @@ impl Pump<'_> {
         progress: &mut bool,
         yielded: &mut bool,
     ) -> Option<PumpOutcome> {
-        let (direction, from, to) = match source {
-            Side::Client => (&mut self.upstream, self.client, self.backend),
-            Side::Backend => (&mut self.downstream, self.backend, self.client),
+        let (direction, other, from, to) = match source {
+            Side::Client => (
+                &mut self.upstream,
+                &self.downstream,
+                self.client,
+                self.backend,
+            ),
+            Side::Backend => (
+                &mut self.downstream,
+                &self.upstream,
+                self.backend,
+                self.client,
+            ),
         };
-        let polled = direction.poll(cx, from, to, &self.pools, progress);
+        let last = other.state == State::Done;
+        let polled = direction.poll(cx, (from, to), &self.pools, progress, last);
         if let Some(t) = &mut direction.throttle {
             // A limited direction's waits reach the counters as they end
             // (whole milliseconds; the rest waits for the next).

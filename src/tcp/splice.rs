@@ -19,12 +19,20 @@
 //! happens with an empty pipe, so every byte read has been written before the
 //! direction reports EOF and the pump shuts down the destination's write half.
 //!
+//! # Small bursts are copied
+//!
+//! A direction of a splicing connection starts with the copy mover, which
+//! reads at most [`SMALL_BURST`] at a time and whose short reads prove the
+//! socket empty (no EAGAIN call after each message). A read that fills that
+//! hands the direction to this mover (`Step::ToSplice`); a burst (edge to
+//! EAGAIN) under it hands the direction back (`Step::ToCopy`). Bulk flows
+//! splice; request/response traffic costs a read and a write per message.
+//!
 //! # Pipes and fallback
 //!
 //! A pipe is taken from the [`PipePool`] only once the source has signalled
 //! readability, and given back as soon as the pipe is empty and the source
-//! has nothing more (it would block, or a splice in came back short):
-//! idle connections hold no pipe. When no pipe can be had
+//! has nothing more (it would block): idle connections hold no pipe. When no pipe can be had
 //! (EMFILE, ENFILE, EPERM at the per-user pipe limit), or splice says EINVAL
 //! or EOPNOTSUPP (the socket does not support it; MPTCP sockets splice on
 //! Linux 6.x, the `mptcp` tests check it), the direction switches to copying
@@ -35,7 +43,7 @@
 //! which reads them back out with read(2) and writes them before reading the
 //! socket again, so no byte is lost or reordered.
 
-use super::mover::{Fault, Meter, Step};
+use super::mover::{Fault, Meter, Step, SMALL_BURST};
 use crate::config::SpliceMode;
 use crate::pipes::{Pipe, PipePool};
 use crate::reactor::Async;
@@ -84,15 +92,22 @@ pub(crate) struct SpliceMover {
     in_pipe: usize,
     /// The source signalled readability since its last EAGAIN: worth taking a pipe.
     readable: bool,
+    /// Bytes spliced in since the source last signalled readability
+    /// (saturating): a burst under [`SMALL_BURST`] sends the direction back
+    /// to copying ([`Step::ToCopy`]).
+    burst: usize,
 }
 
 impl SpliceMover {
-    /// A mover holding no pipe.
+    /// A mover holding no pipe, taking over from the copy mover of small
+    /// bursts ([`Step::ToSplice`]): the source may hold more, so it splices
+    /// before waiting for an edge.
     pub(crate) fn new() -> Self {
         SpliceMover {
             pipe: None,
             in_pipe: 0,
-            readable: false,
+            readable: true,
+            burst: 0,
         }
     }
 
@@ -142,6 +157,7 @@ impl SpliceMover {
                 self.release(pipes);
                 ready!(from.poll_readable(cx)).map_err(|e| (Fault::Read, e))?;
                 self.readable = true;
+                self.burst = 0;
             }
             let pipe = match &mut self.pipe {
                 Some(pipe) => pipe,
@@ -167,13 +183,22 @@ impl SpliceMover {
                     // splice also stops when the pipe runs out of slots (one
                     // per segment: 64 small segments fill a 256 KiB pipe).
                     // The reactor is edge-triggered, so a socket left with
-                    // bytes would never be reported again: splice until EAGAIN.
+                    // bytes would never be reported again: splice until
+                    // EAGAIN. That last call is what small bursts save by
+                    // being copied (`SMALL_BURST`; a short read(2) does
+                    // prove the socket empty).
                     self.in_pipe = n;
+                    self.burst = self.burst.saturating_add(n);
                     meter.budget = meter.budget.saturating_sub(n);
                 }
                 Err(Errno::AGAIN) => {
                     self.release(pipes);
                     self.readable = false;
+                    // A burst of a few bytes: copy the next (a wake-up
+                    // that found nothing, `burst` 0, says nothing of sizes).
+                    if (1..SMALL_BURST).contains(&self.burst) {
+                        return Poll::Ready(Ok(Step::ToCopy));
+                    }
                 }
                 Err(Errno::INTR) => {}
                 Err(e @ (Errno::INVAL | Errno::OPNOTSUPP)) => {

@@ -36,6 +36,7 @@ mod readme_commands;
 mod reload;
 mod runtime_bounds;
 mod shared_host;
+mod short_reads;
 mod shutdown;
 mod sni;
 mod splice;

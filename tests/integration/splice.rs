@@ -144,12 +144,13 @@ fn idle_spliced_connections_hold_no_pipe() {
     });
     // Never a byte: no pipe was ever made.
     assert_eq!(shared.pipes.live(), 0);
+    // Bursts past the copied size (16 KiB) go through pipes.
     for (i, c) in conns.iter_mut().enumerate() {
-        let msg = format!("ping {i}");
-        c.write_all(msg.as_bytes()).expect("ping");
+        let msg = pattern(100_000, i as u64);
+        c.write_all(&msg).expect("ping");
         let mut back = vec![0u8; msg.len()];
         c.read_exact(&mut back).expect("pong");
-        assert_eq!(back, msg.as_bytes());
+        assert_eq!(back, msg);
     }
     assert!(shared.pipes.live() > 0, "the pings went through pipes");
     // Idle again, still open: every pipe is back in the pool.
@@ -174,10 +175,9 @@ fn rule_option_overrides_the_global_splice_mode() {
             ..Settings::default()
         };
         let srv = start(vec![r], settings, LogHandle::disabled());
-        assert_eq!(
-            echo_through(srv.addr(), b"which path?".to_vec()),
-            b"which path?"
-        );
+        // Past the 16 KiB a splicing direction copies before it splices.
+        let data = pattern(1024 * 1024, 5);
+        assert_eq!(echo_through(srv.addr(), data.clone()), data);
         assert_eq!(
             srv.shared.pipes.live() > 0,
             splices,
