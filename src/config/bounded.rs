@@ -54,7 +54,7 @@ impl fmt::Display for Shown<'_> {
 /// Text from outside escaped like [`Shown`] but not cut: for names that are
 /// already bounded where they are parsed (a unix socket name, 107 bytes at
 /// most) and must be shown whole, in errors, logs and the status file.
-pub struct Escaped<'a>(pub &'a str);
+pub(super) struct Escaped<'a>(pub(super) &'a str);
 
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
