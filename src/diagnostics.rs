@@ -10,6 +10,7 @@
 //! socket: a stalled syslog daemon drops messages, it never stalls forwarding.
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
+use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,7 +58,10 @@ struct Syslog {
 /// Only the first call installs anything.
 pub(crate) fn init(program: &'static str, syslog: bool) {
     let (filters, bad) = filters_from(std::env::var("RUST_LOG").ok().as_deref());
-    let stderr = env_logger::Builder::new().parse_filters(&filters).build();
+    let stderr = env_logger::Builder::new()
+        .parse_filters(&filters)
+        .format(write_stderr_line)
+        .build();
     let max = stderr.filter();
     let logger = Diagnostics {
         stderr,
@@ -107,6 +111,29 @@ pub(crate) fn daemonized(program: &'static str) {
             *syslog = Syslog::connect(program);
         }
     }
+}
+
+/// One stderr line, as env_logger's default format writes it
+/// (`[2026-11-27T07:45:00Z INFO  oxidinetd::service] message`, the level
+/// coloured on a terminal, later lines of a message indented by four
+/// spaces), with the UTC timestamp from chrono, which oi already links.
+/// env_logger's own timestamp needs its `humantime` feature, and with it
+/// the jiff crate: 20 to 25 s of compile time in each of CI's three builds
+/// (test, release, fuzz), for this one line (issue 22).
+fn write_stderr_line(buf: &mut env_logger::fmt::Formatter, record: &Record<'_>) -> io::Result<()> {
+    let level = buf.default_level_style(record.level());
+    let time = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+    write!(buf, "[{time} {level}{:<5}{level:#}", record.level())?;
+    if !record.target().is_empty() {
+        write!(buf, " {}", record.target())?;
+    }
+    let message = record.args().to_string();
+    let mut lines = message.split('\n');
+    write!(buf, "] {}", lines.next().unwrap_or_default())?;
+    for line in lines {
+        write!(buf, "\n    {line}")?;
+    }
+    writeln!(buf)
 }
 
 /// The filter string to use for `rust_log`, and the first bad directive if

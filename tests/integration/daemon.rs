@@ -209,6 +209,30 @@ fn a_bogus_rust_log_is_reported_and_info_still_shows() {
     assert!(err.contains("serving 1 rule(s)"), "info still shown: {err}");
 }
 
+/// A stderr line on a terminal or in a log file reads as env_logger's
+/// default format did before oi wrote the line itself (issue 22): UTC time
+/// to the second, the level padded to five, the module, the message.
+#[test]
+fn stderr_lines_carry_time_level_and_module() {
+    let err = stderr_with_rust_log("info", |_| {});
+    let line = err
+        .lines()
+        .find(|l| l.contains("serving 1 rule(s)"))
+        .unwrap_or_else(|| panic!("no start line: {err}"));
+    let (time, rest) = line
+        .strip_prefix('[')
+        .and_then(|l| l.split_once(' '))
+        .unwrap_or_else(|| panic!("no '[time ' at the start: {line}"));
+    assert!(
+        chrono::NaiveDateTime::parse_from_str(time, "%Y-%m-%dT%H:%M:%SZ").is_ok(),
+        "not a UTC time to the second: {time:?} in {line}"
+    );
+    assert!(
+        rest.starts_with("INFO  oxidinetd::service] oi "),
+        "level, module, message: {line}"
+    );
+}
+
 #[test]
 fn debug_level_prints_one_line_per_connection() {
     let err = stderr_with_rust_log("debug", |port| {
