@@ -4,6 +4,7 @@
 #   fuzz/run.sh [SECONDS] [TARGET]      # defaults: 60 s shared by every target
 #   fuzz/run.sh build                   # only build every target (CI starts it early)
 #   OI_FUZZ_SEED=1 fuzz/run.sh 60       # reproducible (CI): fixed seed and inputs
+#   fuzz/run.sh fetch-libfuzzer         # download a built libFuzzer (see below)
 #
 # Without TARGET, every target in fuzz_targets/ gets an equal share of
 # SECONDS (at least 5 s each): the config parsers, the PROXY decoder and the
@@ -49,6 +50,45 @@ cd "$here"
 sanitizer="${OI_FUZZ_SANITIZER:-none}"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
+
+# LIBFUZZER BUILT ONCE, ELSEWHERE: libfuzzer-sys compiles libFuzzer's C++
+# sources in its build script unless CUSTOM_LIBFUZZER_PATH names a built
+# archive; that compile was the costliest unit of the fuzzers' cold build (82 s
+# in `cargo build --timings`, beside oi's library at 96 s). Debian and the
+# LLVM project's apt repository ship the archive in libfuzzer-N-dev; the one
+# of rustc's own LLVM major version (`rustc -vV`) matches the coverage
+# instrumentation rustc emits. `fetch-libfuzzer` downloads that package and
+# unpacks only the archive (the package depends on clang-N, which a linked
+# static library does not need), into the target directory. build() uses an
+# archive found there or installed (/usr/lib/llvm-N/lib), and otherwise lets
+# libfuzzer-sys compile its own as before.
+llvm_major="$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"
+libfuzzer_dir="${CARGO_TARGET_DIR:-$here/target}/libfuzzer-llvm$llvm_major"
+find_libfuzzer() {
+    local a
+    for a in "$libfuzzer_dir/usr/lib/llvm-$llvm_major/lib/libFuzzer.a" "/usr/lib/llvm-$llvm_major/lib/libFuzzer.a"; do
+        if [ -n "$llvm_major" ] && [ -f "$a" ]; then
+            echo "$a"
+            return 0
+        fi
+    done
+    return 1
+}
+fetch_libfuzzer() {
+    find_libfuzzer >/dev/null && return 0
+    [ -n "$llvm_major" ] || return 1
+    local tmp
+    tmp="$(mktemp -d)"
+    # APT::Sandbox::User=root: apt's download user cannot write to mktemp's directory.
+    if (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root "libfuzzer-$llvm_major-dev") &&
+        mkdir -p "$libfuzzer_dir" && dpkg-deb -x "$tmp"/libfuzzer-*.deb "$libfuzzer_dir"; then
+        rm -rf "$tmp"
+        find_libfuzzer >/dev/null
+        return
+    fi
+    rm -rf "$tmp"
+    return 1
+}
 # What `cargo fuzz build` runs (cargo-fuzz 0.13.2, src/project.rs): --target
 # so that RUSTFLAGS skip build scripts and proc macros; release with line
 # tables; SanitizerCoverage with inline 8-bit counters, a PC table, compare
@@ -56,6 +96,11 @@ bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
 # assertions; one codegen unit (the sancov pass keeps ThinLTO from inlining
 # across units otherwise).
 build() {
+    local libfuzzer
+    if [ -z "${CUSTOM_LIBFUZZER_PATH:-}" ] && libfuzzer="$(find_libfuzzer)"; then
+        echo "fuzz/run.sh: libFuzzer from $libfuzzer" >&2
+        export CUSTOM_LIBFUZZER_PATH="$libfuzzer"
+    fi
     local flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
     flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
     flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
@@ -83,6 +128,11 @@ build() {
 }
 if [ "$seconds" = build ]; then
     build
+    exit 0
+fi
+if [ "$seconds" = fetch-libfuzzer ]; then
+    fetch_libfuzzer || { echo "fuzz/run.sh: no libfuzzer-$llvm_major-dev to download; the build compiles libFuzzer itself" >&2; exit 1; }
+    find_libfuzzer
     exit 0
 fi
 if [ -z "${2:-}" ]; then
