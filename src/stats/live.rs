@@ -338,6 +338,18 @@ impl Registered {
         let _ = self.conn.server_name.set(Box::new(name));
     }
 
+    /// The TLS server name the connection was routed by, if any: read back
+    /// for its log lines rather than kept beside the entry (issue 23).
+    pub(crate) fn server_name(&self) -> Option<Arc<str>> {
+        self.conn.server_name.get().map(|n| Arc::clone(n))
+    }
+
+    /// The client: read back for log lines rather than kept beside the
+    /// entry (a `Peer` is 32 bytes of every idle connection, issue 23).
+    pub(crate) fn client(&self) -> Peer {
+        self.conn.client
+    }
+
     /// Stores the running byte totals and state (one writer: the connection).
     pub(crate) fn publish(&self, from_client: u64, to_client: u64, state: ConnState) {
         self.conn.from_client.store(from_client, Ordering::Relaxed);

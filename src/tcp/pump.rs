@@ -23,6 +23,7 @@ use crate::buffers::BufferPool;
 use crate::pipes::PipePool;
 use crate::rate::Limit;
 use crate::reactor::{Async, Timer};
+use crate::shared::Shared;
 use crate::stats::RuleStats;
 use std::future::Future;
 use std::io;
@@ -255,11 +256,11 @@ pub(crate) struct Half {
 
 /// Where movers get their buffers and pipes: the server's shared pools.
 #[derive(Clone, Copy)]
-pub(crate) struct Pools<'a> {
+struct Pools<'a> {
     /// Copy buffers.
-    pub(crate) buffers: &'a BufferPool,
+    buffers: &'a BufferPool,
     /// Pipes for splice.
-    pub(crate) pipes: &'a PipePool,
+    pipes: &'a PipePool,
 }
 
 /// The future that forwards one connection until both directions finish.
@@ -268,16 +269,16 @@ pub(crate) struct Pump<'a> {
     client: &'a Async<TcpStream>,
     /// Backend socket.
     backend: &'a Async<TcpStream>,
-    /// Where buffers and pipes come from and go back to.
-    pools: Pools<'a>,
+    /// Where buffers and pipes come from (and go back to), and the
+    /// half-close idle limit: one reference, not the pools' two and a
+    /// 16-byte `Duration` in every connection's pump (issue 23).
+    shared: &'a Shared,
     /// Client → backend.
     upstream: Direction,
     /// Backend → client.
     downstream: Direction,
     /// Who closed first, once known.
     first_closed: Option<Side>,
-    /// How long a half-closed connection may sit idle.
-    half_close_idle: Duration,
     /// Fires when a half-closed connection has been idle too long; re-armed
     /// on progress. Boxed: made only once a side has closed, it would
     /// otherwise add a timer's bytes to every open connection.
@@ -296,32 +297,40 @@ pub(crate) struct Limits<'a> {
 
 impl<'a> Pump<'a> {
     /// Prepares to forward between `client` and `backend`, with splice(2)
-    /// when `splice` is set (each direction falls back to copying on its own).
+    /// when `splice` is set (each direction falls back to copying on its
+    /// own), with `shared`'s pools and half-close idle limit.
     pub(crate) fn new(
         client: &'a Async<TcpStream>,
         backend: &'a Async<TcpStream>,
-        pools: Pools<'a>,
+        shared: &'a Shared,
         splice: bool,
-        half_close_idle: Duration,
         limits: Limits<'a>,
     ) -> Self {
         let (up, down) = limits.directions;
         Pump {
             client,
             backend,
-            pools,
+            shared,
             upstream: Direction::new(splice, up.map(Throttle::new)),
             downstream: Direction::new(splice, down.map(Throttle::new)),
             stats: limits.stats,
             first_closed: None,
-            half_close_idle,
             idle_timer: None,
         }
     }
 
+    /// Where buffers and pipes come from and go back to.
+    fn pools(&self) -> Pools<'a> {
+        Pools {
+            buffers: &self.shared.buffers,
+            pipes: &self.shared.pipes,
+        }
+    }
+
     fn finish(&mut self, error: Option<io::Error>, culprit: Side) -> PumpOutcome {
-        self.upstream.discard(&self.pools);
-        self.downstream.discard(&self.pools);
+        let pools = self.pools();
+        self.upstream.discard(&pools);
+        self.downstream.discard(&pools);
         PumpOutcome {
             from_client: self.upstream.bytes,
             to_client: self.downstream.bytes,
@@ -349,10 +358,8 @@ impl Pump<'_> {
     /// both directions' states are returned (client→backend first). Call
     /// only after a poll returned `Pending`: that is the safe point.
     pub(crate) fn pause(&mut self) -> io::Result<(Half, Half)> {
-        Ok((
-            self.upstream.pause(&self.pools)?,
-            self.downstream.pause(&self.pools)?,
-        ))
+        let pools = self.pools();
+        Ok((self.upstream.pause(&pools)?, self.downstream.pause(&pools)?))
     }
 
     /// Ends the connection with `e` (a pause that could not keep its bytes).
@@ -402,7 +409,11 @@ impl Pump<'_> {
             ),
         };
         let last = other.state == State::Done;
-        let polled = direction.poll(cx, (from, to), &self.pools, progress, last);
+        let pools = Pools {
+            buffers: &self.shared.buffers,
+            pipes: &self.shared.pipes,
+        };
+        let polled = direction.poll(cx, (from, to), &pools, progress, last);
         if let Some(t) = &mut direction.throttle {
             // A limited direction's waits reach the counters as they end
             // (whole milliseconds; the rest waits for the next).
@@ -472,7 +483,7 @@ impl Future for Pump<'_> {
             return Poll::Pending;
         }
         if up_done || down_done {
-            let idle = this.half_close_idle;
+            let idle = this.shared.settings.half_close_idle;
             let timer = this
                 .idle_timer
                 .get_or_insert_with(|| Box::new(Timer::after(idle)));
