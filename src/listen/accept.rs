@@ -184,21 +184,20 @@ mod tests {
 
     /// An accepted TCP connection's task holds this future for its whole
     /// life, idle or not, so its size is most of an idle connection's
-    /// memory (issue 23). 1,624 bytes before the cuts (boxed connect,
-    /// PROXY header, SNI, TCP→UDP and hand-over futures; arguments taken
-    /// apart outside the futures; a slimmer pump), 928 after, in the test
-    /// build on x86_64. The per-thread reactor's `Async` keeps its
-    /// registration inline (48 bytes, not async-io's 16-byte pointer to a
-    /// 216-byte heap `Source`), so with it the future is 1,048 bytes and an
-    /// idle connection 1.59 KiB instead of 1.73 (benches/idle_memory.sh,
-    /// three rounds). The bound leaves room for a field or two; growth past
-    /// it should be a decision, measured with benches/idle_memory.sh.
+    /// memory (issue 23). 1,624 bytes before the cuts, 928 after, 1,048
+    /// with the per-thread reactor's inline registration (test build). Then
+    /// the setup moved into a boxed future that hands the pump an `Open`
+    /// (release build, -Zprint-type-sizes): 1,064 -> 592 bytes, and 496
+    /// with a smaller pump, live guard and limits' slots; benches/
+    /// idle_memory.sh 1.58 -> 1.04 KiB per idle connection. The bound leaves
+    /// room for a field or two; growth past it should be a decision,
+    /// measured with benches/idle_memory.sh.
     #[test]
     fn an_accepted_connections_future_stays_small() {
         let size = future_size(super::connection);
         assert!(
-            size <= 1088,
-            "the connection future is {size} bytes, over its 1,088-byte budget"
+            size <= 528,
+            "the connection future is {size} bytes, over its 528-byte budget"
         );
     }
 }

@@ -82,24 +82,28 @@ pub(super) fn run<'p, 'a, G>(
     async move {
         let ticket = open.shared.parking.enter();
         loop {
-            let ran = Stoppable {
+            // Matched where it is awaited, not bound: a bound `Ran` would
+            // be kept across the offer's await (32 bytes of every
+            // connection's task, -Zprint-type-sizes).
+            match (Stoppable {
                 inner: published,
                 ticket: &ticket,
-            }
-            .await;
-            match ran {
+            })
+            .await
+            {
                 Ran::Done(outcome) => return Some(outcome),
-                Ran::Stop => match Box::pin(offer(published, open, &ticket)).await {
-                    Offer::Adopted => {
-                        // The new oi holds the same open sockets: their
-                        // edges must stop waking this process's threads.
-                        open.client.leave_epoll();
-                        open.backend.leave_epoll();
-                        return None;
-                    }
-                    Offer::Resume => {}
-                    Offer::Broken(e) => return Some(published.pump.abort(e)),
-                },
+                Ran::Stop => {}
+            }
+            match Box::pin(offer(published, open, &ticket)).await {
+                Offer::Adopted => {
+                    // The new oi holds the same open sockets: their
+                    // edges must stop waking this process's threads.
+                    open.client.leave_epoll();
+                    open.backend.leave_epoll();
+                    return None;
+                }
+                Offer::Resume => {}
+                Offer::Broken(e) => return Some(published.pump.abort(e)),
             }
         }
     }
