@@ -6,13 +6,17 @@
 use super::driver::{Acceptor, Admitted};
 use crate::config::Proto;
 use crate::edge::{self, Origin};
+use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::peer::Client;
 use crate::reactor::{Async, SharedListener};
-use crate::route::{client_ip, Bytes};
+use crate::route::{client_ip, Bytes, Route};
+use crate::shared::Shared;
+use crate::stats::RuleStats;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 
 /// A TCP listener as the accept driver sees it.
 pub(super) struct TcpAcceptor {
@@ -64,79 +68,108 @@ fn accept_nonblocking(listener: &TcpListener) -> io::Result<(Async<TcpStream>, S
 /// Serves one accepted connection: PROXY header (`accept-proxy`), ACL
 /// check, per-client limit, then TCP→TCP or TCP→UDP.
 ///
-/// `admitted` is taken apart here, outside the future: an async fn keeps
-/// its arguments for its whole life, so taking it apart inside would hold
-/// every field twice in each idle connection's task (issue 23).
+/// Everything up to the pump runs in a boxed future ([`admit`]), on the
+/// heap only until the pump starts: the task then holds the pump's state
+/// ([`crate::tcp::Open`]), the thread's count and this box's pointer, not
+/// the setup's locals beside them (issue 23). `admitted` is taken apart
+/// here, outside the futures: an async fn keeps its arguments for its
+/// whole life, so taking it apart inside would hold every field twice.
 fn connection(admitted: Admitted<SocketAddr>) -> impl Future<Output = ()> + Send + 'static {
     let Admitted {
-        stream: client,
+        stream,
         peer,
         route,
         shared,
         stats,
         limits,
-        guards: (placed, mut held),
+        guards: (placed, held),
     } = admitted;
+    let setup = Box::pin(admit(held, stream, peer, route, shared, stats, limits));
     async move {
         // Counts the connection (for its thread, `--drain`, the limits and
-        // tests) until every socket is closed: rebinding the client here makes
-        // it drop before the guards, as the body's locals drop at its end and
-        // what the future captured only with the future. Naming `placed` is
-        // what makes the future capture it. The per-client slot joins `held`
-        // later for the same reason.
+        // tests) until every socket is closed: the sockets are in the setup
+        // or in `Open`, both gone when the body ends, and what the future
+        // captured drops only with the future. Naming `placed` is what makes
+        // the future capture it.
         let _placed = &placed;
-        let client = client;
-        let origin = if route.accept_proxy {
-            match Box::pin(edge::accept_header(&client, peer, &route)).await {
-                Ok(origin) => origin,
-                Err(refused) => {
-                    log::debug!(
-                        "{peer}: {} on {}: {}",
-                        refused.event.as_str(),
-                        route.bind,
-                        refused.reason
-                    );
-                    let line = route.event(client_ip(peer), refused.event, Bytes::NONE);
-                    return shared.log.log(line);
-                }
-            }
-        } else {
-            Origin {
-                client: peer,
-                local: None,
-            }
+        // `let else`, not `if let`: the `Option` would be kept beside the
+        // pump for the whole `if let` (192 bytes, -Zprint-type-sizes).
+        let Some(open) = setup.await else {
+            return;
         };
-        // From here on the client is who the header said it is, if there was one.
-        let peer = origin.client;
-        let ip = client_ip(peer);
-        if let Err(refusal) = route.admit(ip) {
-            log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
-            stats.refused(refusal);
-            return shared.log.log(route.event(ip, refusal, Bytes::NONE));
-        }
-        let per_client = route.maxconn_per_client;
-        if let Err(which) = shared
-            .limits
-            .admit_client(&limits, &mut held, ip, per_client)
-        {
-            log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
-            stats.refused(Event::LimitReached);
-            return shared
-                .log
-                .log(route.event(ip, Event::LimitReached, Bytes::NONE));
-        }
-        // Accepted sockets inherit SO_KEEPALIVE from the listener; a rule
-        // with `keepalive=off` clears it (one call, only on such rules).
-        if !route.keepalive() {
-            if let Err(e) = socket2::SockRef::from(client.get_ref()).set_keepalive(false) {
-                log::debug!("{peer}: cannot clear SO_KEEPALIVE: {e}");
+        crate::tcp::pumped(open).await;
+    }
+}
+
+/// The setup of [`connection`], up to the pump: `None` when the connection
+/// was refused, failed, or ended here (TCP→UDP runs to its end in here).
+/// `held` (the limits' slots, with the per-client one once taken) comes
+/// first so that it drops after the client socket (an async fn's arguments
+/// drop in reverse order), or goes on with the connection in `Open`.
+async fn admit(
+    mut held: Held,
+    client: Async<TcpStream>,
+    peer: SocketAddr,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    stats: Arc<RuleStats>,
+    limits: Arc<RuleLimits>,
+) -> Option<crate::tcp::Open<Held>> {
+    let origin = if route.accept_proxy {
+        match Box::pin(edge::accept_header(&client, peer, &route)).await {
+            Ok(origin) => origin,
+            Err(refused) => {
+                log::debug!(
+                    "{peer}: {} on {}: {}",
+                    refused.event.as_str(),
+                    route.bind,
+                    refused.reason
+                );
+                let line = route.event(client_ip(peer), refused.event, Bytes::NONE);
+                shared.log.log(line);
+                return None;
             }
         }
-        match route.backend_proto {
-            Proto::Tcp => crate::tcp::forward(client, Some(&origin), route, shared, stats).await,
-            Proto::Udp => {
-                Box::pin(crate::udp::tcp_to_udp(client, origin, route, shared, stats)).await
-            }
+    } else {
+        Origin {
+            client: peer,
+            local: None,
+        }
+    };
+    // From here on the client is who the header said it is, if there was one.
+    let peer = origin.client;
+    let ip = client_ip(peer);
+    if let Err(refusal) = route.admit(ip) {
+        log::debug!("{peer}: {} on {}", refusal.as_str(), route.bind);
+        stats.refused(refusal);
+        shared.log.log(route.event(ip, refusal, Bytes::NONE));
+        return None;
+    }
+    let per_client = route.maxconn_per_client;
+    if let Err(which) = shared
+        .limits
+        .admit_client(&limits, &mut held, ip, per_client)
+    {
+        log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+        stats.refused(Event::LimitReached);
+        shared
+            .log
+            .log(route.event(ip, Event::LimitReached, Bytes::NONE));
+        return None;
+    }
+    // Accepted sockets inherit SO_KEEPALIVE from the listener; a rule
+    // with `keepalive=off` clears it (one call, only on such rules).
+    if !route.keepalive() {
+        if let Err(e) = socket2::SockRef::from(client.get_ref()).set_keepalive(false) {
+            log::debug!("{peer}: cannot clear SO_KEEPALIVE: {e}");
+        }
+    }
+    match route.backend_proto {
+        // Not boxed apart: this whole setup is.
+        Proto::Tcp => crate::tcp::open(held, client, Some(origin), route, shared, stats).await,
+        Proto::Udp => {
+            Box::pin(crate::udp::tcp_to_udp(client, origin, route, shared, stats)).await;
+            None
         }
     }
 }
@@ -151,21 +184,20 @@ mod tests {
 
     /// An accepted TCP connection's task holds this future for its whole
     /// life, idle or not, so its size is most of an idle connection's
-    /// memory (issue 23). 1,624 bytes before the cuts (boxed connect,
-    /// PROXY header, SNI, TCP→UDP and hand-over futures; arguments taken
-    /// apart outside the futures; a slimmer pump), 928 after, in the test
-    /// build on x86_64. The per-thread reactor's `Async` keeps its
-    /// registration inline (48 bytes, not async-io's 16-byte pointer to a
-    /// 216-byte heap `Source`), so with it the future is 1,048 bytes and an
-    /// idle connection 1.59 KiB instead of 1.73 (benches/idle_memory.sh,
-    /// three rounds). The bound leaves room for a field or two; growth past
-    /// it should be a decision, measured with benches/idle_memory.sh.
+    /// memory (issue 23). 1,624 bytes before the cuts, 928 after, 1,048
+    /// with the per-thread reactor's inline registration (test build). Then
+    /// the setup moved into a boxed future that hands the pump an `Open`
+    /// (release build, -Zprint-type-sizes): 1,064 -> 592 bytes, and 496
+    /// with a smaller pump, live guard and limits' slots; benches/
+    /// idle_memory.sh 1.58 -> 1.04 KiB per idle connection. The bound leaves
+    /// room for a field or two; growth past it should be a decision,
+    /// measured with benches/idle_memory.sh.
     #[test]
     fn an_accepted_connections_future_stays_small() {
         let size = future_size(super::connection);
         assert!(
-            size <= 1088,
-            "the connection future is {size} bytes, over its 1,088-byte budget"
+            size <= 528,
+            "the connection future is {size} bytes, over its 528-byte budget"
         );
     }
 }

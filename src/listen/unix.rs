@@ -52,7 +52,7 @@ impl Acceptor for UnixAcceptor {
 }
 
 /// Serves one unix client: forwarded as a TCP client is, from `unix-client`.
-async fn connection(admitted: Admitted<UnixPeer>) {
+fn connection(admitted: Admitted<UnixPeer>) -> impl Future<Output = ()> + Send + 'static {
     let Admitted {
         stream: client,
         route,
@@ -61,16 +61,30 @@ async fn connection(admitted: Admitted<UnixPeer>) {
         guards,
         ..
     } = admitted;
-    // The guards drop after the client socket (see `accept::connection`).
-    let _guards = guards;
-    let client = client;
-    match route.backend_proto {
-        // No origin: a unix client has no address.
-        Proto::Tcp => crate::tcp::forward(client, None, route, shared, stats).await,
+    // Boxed, and on the heap only until the pump starts (see `tcp::Open`).
+    let setup = match route.backend_proto {
+        // No origin: a unix client has no address. The guards drop after
+        // both sockets (see `tcp::Open`).
+        Proto::Tcp => Some(Box::pin(crate::tcp::open(
+            guards, client, None, route, shared, stats,
+        ))),
         // The parsers refuse a unix listener with a UDP backend.
-        Proto::Udp => log::error!(
-            "{}: a unix socket listener cannot forward to UDP",
-            route.bind
-        ),
+        Proto::Udp => {
+            log::error!(
+                "{}: a unix socket listener cannot forward to UDP",
+                route.bind
+            );
+            None
+        }
+    };
+    async move {
+        // `let else`, not `if let`: see `accept::connection`.
+        let Some(setup) = setup else {
+            return;
+        };
+        let Some(open) = setup.await else {
+            return;
+        };
+        crate::tcp::pumped(open).await;
     }
 }

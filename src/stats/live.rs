@@ -194,28 +194,37 @@ struct Shard {
     /// Live entries; `None` in a free slot.
     slots: Vec<Option<Arc<Conn>>>,
     /// Indexes of the free slots in `slots`.
-    free: Vec<usize>,
+    free: Vec<u32>,
 }
 
+/// The slot of an entry not listed: a shard holds fewer than `u32::MAX`
+/// (which no descriptor limit comes near), and one that would not fit is
+/// counted but left out of the list rather than given a wrong slot.
+const UNLISTED: u32 = u32::MAX;
+
 impl Shard {
-    /// Stores `conn` in a free slot (or a new one) and returns its index.
-    fn insert(&mut self, conn: Arc<Conn>) -> usize {
-        match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = Some(conn);
+    /// Stores `conn` in a free slot (or a new one) and returns its index
+    /// ([`UNLISTED`] when the shard is full).
+    fn insert(&mut self, conn: Arc<Conn>) -> u32 {
+        if let Some(slot) = self.free.pop() {
+            if let Some(entry) = self.slots.get_mut(slot as usize) {
+                *entry = Some(conn);
+                return slot;
+            }
+        }
+        match u32::try_from(self.slots.len()) {
+            Ok(slot) if slot < UNLISTED => {
+                self.slots.push(Some(conn));
                 slot
             }
-            None => {
-                self.slots.push(Some(conn));
-                self.slots.len() - 1
-            }
+            _ => UNLISTED,
         }
     }
 
     /// Empties `slot`. Like the hash map this replaced, the storage keeps
     /// its peak (a word per slot and per free slot) until the shard empties.
-    fn remove(&mut self, slot: usize) {
-        if let Some(entry) = self.slots.get_mut(slot) {
+    fn remove(&mut self, slot: u32) {
+        if let Some(entry) = self.slots.get_mut(slot as usize) {
             if entry.take().is_some() {
                 self.free.push(slot);
             }
@@ -278,6 +287,8 @@ impl Live {
             server_name: OnceLock::new(),
         });
         let slot = lock(&self.shards[shard]).insert(conn.clone());
+        // `SHARD` is under `SHARDS` (64): it fits.
+        let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
     }
 
@@ -296,10 +307,11 @@ impl Live {
 pub(crate) struct Registered {
     /// The entry.
     conn: Arc<Conn>,
-    /// Its shard.
-    shard: usize,
+    /// Its shard (under [`SHARDS`]; `u32`, with `slot`, to keep this guard
+    /// 16 bytes in every connection's task, not 24: issue 23).
+    shard: u32,
     /// Its slot in the shard.
-    slot: usize,
+    slot: u32,
 }
 
 impl Registered {
@@ -336,6 +348,18 @@ impl Registered {
     /// Records the TLS server name the connection was routed by.
     pub(crate) fn routed_by(&self, name: Arc<str>) {
         let _ = self.conn.server_name.set(Box::new(name));
+    }
+
+    /// The TLS server name the connection was routed by, if any: read back
+    /// for its log lines rather than kept beside the entry (issue 23).
+    pub(crate) fn server_name(&self) -> Option<Arc<str>> {
+        self.conn.server_name.get().map(|n| Arc::clone(n))
+    }
+
+    /// The client: read back for log lines rather than kept beside the
+    /// entry (a `Peer` is 32 bytes of every idle connection, issue 23).
+    pub(crate) fn client(&self) -> Peer {
+        self.conn.client
     }
 
     /// Stores the running byte totals and state (one writer: the connection).
@@ -388,7 +412,9 @@ impl Drop for Registered {
     fn drop(&mut self) {
         // Out of the list first, then into the ended totals: a snapshot in
         // between sees a dip, which the reported maximum hides (module docs).
-        lock(&self.live().shards[self.shard]).remove(self.slot);
+        if let Some(shard) = self.live().shards.get(self.shard as usize) {
+            lock(shard).remove(self.slot);
+        }
         let (from, to) = self.conn.bytes();
         let c = &self.conn;
         c.rule.counters.ended(c.kind, from, to);
@@ -414,6 +440,17 @@ mod tests {
         assert!(
             size <= 136,
             "a live entry is {size} bytes, over its 136-byte budget"
+        );
+    }
+
+    /// Every connection's task holds its guard: 16 bytes (24 with `usize`
+    /// shard and slot; -Zprint-type-sizes, issue 23).
+    #[test]
+    fn guard_fits_its_budget() {
+        let size = std::mem::size_of::<Registered>();
+        assert!(
+            size <= 16,
+            "a live guard is {size} bytes, over its 16-byte budget"
         );
     }
 

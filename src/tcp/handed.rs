@@ -3,14 +3,10 @@
 //! ([`run`]), and the conversions between a pump's direction and the wire's.
 
 use super::pump::{Half, PumpOutcome};
-use super::Published;
-use crate::config::BindAddr;
+use super::{Open, Published};
 use crate::handover::park::{self, HalfState, Parked, Ticket};
-use crate::reactor::Async;
-use crate::shared::Shared;
 use futures_lite::FutureExt;
 use std::future::Future;
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -70,49 +66,44 @@ impl Future for Stoppable<'_, '_> {
 
 /// Runs the pump to its end, or until the new oi adopts the connection
 /// (`None`: the new oi has it and logs its end; this one only closes its
-/// descriptors). `rule` names the route for the new oi: its text is made
-/// only when the connection is offered, so a connection does not hold it.
-/// A function returning an async block, not an async fn, so the future
-/// holds its arguments once (as `tcp::forward`).
+/// descriptors). The rule's name for the new oi is made only when the
+/// connection is offered, so a connection does not hold it. A function
+/// returning an async block, not an async fn, so the future holds its
+/// arguments once; `open` gives it the sockets, the parking, the rule and
+/// the start in one reference, not five (issue 23).
 #[expect(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
 )]
-pub(super) fn run<'p, 'a>(
+pub(super) fn run<'p, 'a, G>(
     published: &'p mut Published<'a>,
-    client: &'p Async<TcpStream>,
-    backend: &'p Async<TcpStream>,
-    shared: &'p Shared,
-    rule: &'p BindAddr,
-    started: u64,
-) -> impl Future<Output = Option<PumpOutcome>> + use<'p, 'a> {
+    open: &'p Open<G>,
+) -> impl Future<Output = Option<PumpOutcome>> + use<'p, 'a, G> {
     async move {
-        let ticket = shared.parking.enter();
+        let ticket = open.shared.parking.enter();
         loop {
-            let ran = Stoppable {
+            // Matched where it is awaited, not bound: a bound `Ran` would
+            // be kept across the offer's await (32 bytes of every
+            // connection's task, -Zprint-type-sizes).
+            match (Stoppable {
                 inner: published,
                 ticket: &ticket,
-            }
-            .await;
-            match ran {
+            })
+            .await
+            {
                 Ran::Done(outcome) => return Some(outcome),
-                Ran::Stop => {
-                    match Box::pin(offer(
-                        published, client, backend, shared, &ticket, rule, started,
-                    ))
-                    .await
-                    {
-                        Offer::Adopted => {
-                            // The new oi holds the same open sockets: their
-                            // edges must stop waking this process's threads.
-                            client.leave_epoll();
-                            backend.leave_epoll();
-                            return None;
-                        }
-                        Offer::Resume => {}
-                        Offer::Broken(e) => return Some(published.pump.abort(e)),
-                    }
+                Ran::Stop => {}
+            }
+            match Box::pin(offer(published, open, &ticket)).await {
+                Offer::Adopted => {
+                    // The new oi holds the same open sockets: their
+                    // edges must stop waking this process's threads.
+                    open.client.leave_epoll();
+                    open.backend.leave_epoll();
+                    return None;
                 }
+                Offer::Resume => {}
+                Offer::Broken(e) => return Some(published.pump.abort(e)),
             }
         }
     }
@@ -130,15 +121,8 @@ enum Offer {
 }
 
 /// Pauses the pump and offers the connection.
-async fn offer(
-    published: &mut Published<'_>,
-    client: &Async<TcpStream>,
-    backend: &Async<TcpStream>,
-    shared: &Shared,
-    ticket: &Ticket<'_>,
-    rule: &BindAddr,
-    started: u64,
-) -> Offer {
+async fn offer<G>(published: &mut Published<'_>, open: &Open<G>, ticket: &Ticket<'_>) -> Offer {
+    let (client, backend, shared) = (&open.client, &open.backend, &*open.shared);
     let (up, down) = match published.pump.pause() {
         Ok(halves) => halves,
         Err(e) => {
@@ -152,10 +136,10 @@ async fn offer(
     let (verdict, answer) = park::verdict();
     let parked = Parked {
         flow: park::Handing::OnAsk(ask),
-        rule: rule.to_string(),
+        rule: open.route.bind.to_string(),
         up: up.into(),
         down: down.into(),
-        started,
+        started: open.started,
         verdict,
     };
     if !shared.parking.park(ticket, parked) {

@@ -18,6 +18,7 @@ pub(crate) mod sni;
 pub(crate) mod splice;
 mod throttle;
 
+use crate::backends::Lease;
 use crate::connect::{self, ConnectError};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
@@ -26,158 +27,218 @@ use crate::reactor::Async;
 use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
-use pump::{Limits, Pools, Pump, PumpOutcome, Side};
+use pump::{Half, Limits, Pump, PumpOutcome, Side};
 use std::future::Future;
 use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// Forwards one admitted client to the rule's backend, from the `opened`
-/// log line to the `done-*` one. `origin` is who the client is (the peer, or
-/// what a PROXY header said) and what a PROXY header sent on says; `None`
-/// for a client of a unix socket listener, which has no address.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn would hold its arguments twice (see the body)"
-)]
-pub(crate) fn forward(
+/// What a TCP→TCP connection keeps while its pump runs: all that the
+/// pump, a hand-over and the last log lines need, and nothing that can be
+/// read back from the live entry (client, server name, backend address) or
+/// that only the setup needed (the origin, the connect's state).
+///
+/// Issue 23: before this split, one future ran the connection from its
+/// accept to its end and kept every local of its setup (the PROXY header's
+/// `Origin`, the connect's result, copies of the peer) beside the pump, 1,064
+/// bytes per idle connection in the release build. The setup now runs in a
+/// boxed future, on the heap only until the pump starts, and hands this over.
+///
+/// Fields drop in order: both sockets close before `guards` (the limits'
+/// slots) let go, so a connection is counted until its sockets are closed.
+pub(crate) struct Open<G> {
+    /// The client's socket.
     client: Async<TcpStream>,
-    origin: Option<&Origin>,
+    /// The backend's socket.
+    backend: Async<TcpStream>,
+    /// Listed and counted until the connection ends; also where its log
+    /// lines read the client, server name and backend address from.
+    live: Registered,
+    /// Counts the connection on its backend (least connections) until it
+    /// ends; `None` for a handed-over connection whose backend the rule no
+    /// longer lists.
+    lease: Option<Lease>,
+    /// The rule that serves it (the one its server name chose, on a
+    /// listener shared by server name).
+    route: Arc<Route>,
+    /// Settings, pools, the log and the hand-over's parking.
+    shared: Arc<Shared>,
+    /// When it was accepted, seconds since the epoch: a hand-over sends it.
+    started: u64,
+    /// A connection handed over by the previous oi: what its directions
+    /// had not sent yet, and how far they were (boxed: one word in every
+    /// other connection).
+    resumed: Option<Box<(Half, Half)>>,
+    /// Held until both sockets are closed (the limits' slots).
+    #[expect(dead_code, reason = "held only for its Drop, after the sockets'")]
+    guards: G,
+}
+
+/// A connection's setup: its `opened` line, the server name (on a listener
+/// shared by server name), the backend's connect, the PROXY header sent on.
+/// `origin` is who the client is (the peer, or what a PROXY header said) and
+/// what a PROXY header sent on says; `None` for a client of a unix socket
+/// listener, which has no address. `None` when it ended here (its log line
+/// written); else what [`pumped`] runs.
+///
+/// Run boxed (see [`Open`]). `guards` is the first argument so that, when
+/// the connection ends here, it drops after the client socket (an async
+/// fn's arguments drop in reverse order).
+pub(crate) async fn open<G>(
+    guards: G,
+    client: Async<TcpStream>,
+    origin: Option<Origin>,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
-) -> impl Future<Output = ()> + '_ {
-    // A function returning an async block, not an async fn: an async fn
-    // keeps its arguments beside the locals it moves them into, in every
-    // idle connection's task (issue 23).
-    async move {
-        let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
-        let ip = peer.client();
-        let started = handed::now();
-        // Counted as unix when either side is a unix socket: rinetd-uv counts a
-        // TCP client forwarded to a unix backend as unix (its status file's
-        // `total_unix`), and a unix listener's clients are unix too.
-        let kind = match (peer, &route.unix_backend) {
-            (Peer::Ip(_), None) => ConnKind::Tcp,
-            _ => ConnKind::Unix,
-        };
-        // Listed and counted until this function returns (after the sockets it
-        // declares later have closed, as locals drop in reverse order).
-        let live = stats.register(kind, peer);
-        // A listener rules share by server name: the ClientHello picks the
-        // rule (peeked, so every byte still reaches the backend).
-        let (route, server_name) = match route.sni.clone() {
-            None => (route, None),
-            Some(names) => {
-                match Box::pin(sni::choose(&client, &names, &stats, &live, peer)).await {
-                    Ok(routed) => routed,
-                    Err(name) => {
-                        let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
-                        line.server_name = name;
-                        return shared.log.log(line);
-                    }
-                }
+) -> Option<Open<G>> {
+    let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
+    let ip = peer.client();
+    let started = handed::now();
+    // Counted as unix when either side is a unix socket: rinetd-uv counts a
+    // TCP client forwarded to a unix backend as unix (its status file's
+    // `total_unix`), and a unix listener's clients are unix too.
+    let kind = match (peer, &route.unix_backend) {
+        (Peer::Ip(_), None) => ConnKind::Tcp,
+        _ => ConnKind::Unix,
+    };
+    // Listed and counted until the connection ends (after its sockets have
+    // closed: locals drop in reverse order, and `Open` drops it after them).
+    let live = stats.register(kind, peer);
+    // A listener rules share by server name: the ClientHello picks the
+    // rule (peeked, so every byte still reaches the backend).
+    let (route, server_name) = match route.sni.clone() {
+        None => (route, None),
+        Some(names) => match Box::pin(sni::choose(&client, &names, &stats, &live, peer)).await {
+            Ok(routed) => routed,
+            Err(name) => {
+                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                line.server_name = name;
+                shared.log.log(line);
+                return None;
             }
-        };
-        // Every log line of the connection names the server name it was routed by.
-        let event = |event: Event, bytes: Bytes| {
-            let mut line = route.event(peer.client(), event, bytes);
-            line.server_name = server_name.clone();
-            line
-        };
-        shared.log.log(event(Event::Opened, Bytes::NONE));
-        // Watched from now on: the wait for the backend's connect also
-        // hears the client's first bytes (one `epoll_wait` per connection
-        // fewer, benches/syscalls.sh).
-        client.register_now();
-        let timeout = route.connect_timeout(shared.settings.connect_timeout);
-        let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
-        // A unix client has no address: iphash and affinity see them all as one.
-        let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let dial = route.dial(origin.map(|o| o.client));
-        let connected = Box::pin(connect::through_pool(
-            &route.pool,
-            key,
-            timeout,
-            dial,
-            counted,
-        ))
-        .await
-        .map(|c| (c.stream, c.addr, c.lease));
-        // `lease` counts the connection on its backend (least connections) until it ends.
-        let (backend, backend_addr, lease) = match connected {
-            Ok(c) => c,
-            Err(e) => {
-                let ev = match &e {
-                    ConnectError::LocalSocket(why) => {
-                        shared.local_socket_failed(&route.names.connect_host, &peer, why);
-                        stats.connect_failed(ConnectFailure::Other);
-                        Event::LocalSocketFailed
-                    }
-                    // rinetd logs a refused or unreachable backend this way;
-                    // parsers count on it. Each failed attempt was counted.
-                    ConnectError::Connect(_) => {
-                        log::debug!("{peer} -> {}: {e}", route.names.connect_host);
-                        Event::DoneLocalClosed
-                    }
-                };
-                return shared.log.log(event(ev, Bytes::NONE));
+        },
+    };
+    // Every log line of the connection names the server name it was routed by.
+    let event = |event: Event, bytes: Bytes| {
+        let mut line = route.event(ip, event, bytes);
+        line.server_name = server_name.clone();
+        line
+    };
+    shared.log.log(event(Event::Opened, Bytes::NONE));
+    // Watched from now on: the wait for the backend's connect also
+    // hears the client's first bytes (one `epoll_wait` per connection
+    // fewer, benches/syscalls.sh).
+    client.register_now();
+    let timeout = route.connect_timeout(shared.settings.connect_timeout);
+    let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
+    // A unix client has no address: iphash and affinity see them all as one.
+    let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    let dial = route.dial(origin.map(|o| o.client));
+    // Not boxed apart: this whole setup is (see `Open`).
+    let connected = connect::through_pool(&route.pool, key, timeout, dial, counted).await;
+    let (backend, lease) = match connected {
+        Ok(c) => {
+            match c.addr {
+                Some(addr) => live.connected(addr),
+                // A unix backend has no per-address counters.
+                None => live.set_state(ConnState::Open),
             }
-        };
-        match backend_addr {
-            Some(addr) => live.connected(addr),
-            // A unix backend has no per-address counters.
-            None => live.set_state(ConnState::Open),
+            (c.stream, c.lease)
         }
-        // The PROXY header goes out before the pump starts, so it precedes every
-        // client byte whether the pump then splices or copies.
-        if let Some(version) = route.send_proxy {
-            let sent = match origin {
-                Some(origin) => {
-                    Box::pin(edge::send_header(&client, &backend, version, *origin)).await
+        Err(e) => {
+            let ev = match &e {
+                ConnectError::LocalSocket(why) => {
+                    shared.local_socket_failed(&route.names.connect_host, &peer, why);
+                    stats.connect_failed(ConnectFailure::Other);
+                    Event::LocalSocketFailed
                 }
-                None => Box::pin(edge::send_header_without_address(&backend, version)).await,
+                // rinetd logs a refused or unreachable backend this way;
+                // parsers count on it. Each failed attempt was counted.
+                ConnectError::Connect(_) => {
+                    log::debug!("{peer} -> {}: {e}", route.names.connect_host);
+                    Event::DoneLocalClosed
+                }
             };
-            if let Err(e) = sent {
-                log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
-                return shared.log.log(event(Event::DoneLocalClosed, Bytes::NONE));
-            }
+            shared.log.log(event(ev, Bytes::NONE));
+            return None;
         }
-        // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the client's
-        // from its listener, the backend's from `connect`.
-        let pools = Pools {
-            buffers: &shared.buffers,
-            pipes: &shared.pipes,
+    };
+    // The PROXY header goes out before the pump starts, so it precedes every
+    // client byte whether the pump then splices or copies.
+    if let Some(version) = route.send_proxy {
+        let sent = match origin {
+            Some(origin) => Box::pin(edge::send_header(&client, &backend, version, origin)).await,
+            None => Box::pin(edge::send_header_without_address(&backend, version)).await,
         };
-        let splice = splice::use_splice(route.splice(shared.settings.splice));
-        let pump = Pump::new(
-            &client,
-            &backend,
-            pools,
-            splice,
-            shared.settings.half_close_idle,
-            Limits {
-                directions: route.rates.limits(&stats.rates, ip.ip()),
-                stats: &stats,
-            },
-        );
-        let mut published = Published { pump, live: &live };
+        if let Err(e) = sent {
+            log::debug!("{peer} -> {}: PROXY header: {e}", route.names.connect_host);
+            shared.log.log(event(Event::DoneLocalClosed, Bytes::NONE));
+            return None;
+        }
+    }
+    Some(Open {
+        client,
+        backend,
+        live,
+        lease: Some(lease),
+        route,
+        shared,
+        started,
+        resumed: None,
+        guards,
+    })
+}
+
+/// Pumps an [`Open`] connection to its end and logs it (its `done-*`
+/// line), or gives it to the new oi on `oi upgrade` (which then logs its
+/// end). A function returning an async block that captures `open` once and
+/// borrows it in place: everything an idle connection's task holds is
+/// `open`, the pump and the hand-over's hook.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold `open` twice (its argument and its local)"
+)]
+pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = ()> + Send {
+    async move {
+        // Made in a block: what only the making needs is not kept across
+        // the pump's await beside it.
+        let mut published = {
+            let resumed = open.resumed.take();
+            let live = &open.live;
+            let stats = live.rule();
+            let ip = live.client().client();
+            // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the
+            // client's from its listener, the backend's from `connect`.
+            let shared = &*open.shared;
+            let splice = splice::use_splice(open.route.splice(shared.settings.splice));
+            let pump = Pump::new(
+                &open.client,
+                &open.backend,
+                shared,
+                splice,
+                Limits {
+                    directions: open.route.rates.limits(&stats.rates, ip.ip()),
+                    stats,
+                },
+            );
+            let mut published = Published { pump, live };
+            if let Some(halves) = resumed {
+                let (up, down) = *halves;
+                published.pump.adopt(up, down);
+            }
+            published
+        };
         // `oi upgrade` may pause the pump and give the connection to the new oi,
         // which then logs its end.
-        let ran = handed::run(
-            &mut published,
-            &client,
-            &backend,
-            &shared,
-            &route.bind,
-            started,
-        )
-        .await;
+        let ran = handed::run(&mut published, &open).await;
+        let live = &open.live;
         let Some(outcome) = ran else {
             log::debug!(
-                "{peer} -> {}: handed over to the new oi",
-                route.names.connect_host
+                "{} -> {}: handed over to the new oi",
+                live.client(),
+                open.route.names.connect_host
             );
             return;
         };
@@ -186,6 +247,7 @@ pub(crate) fn forward(
             Side::Backend => Event::DoneLocalClosed,
             Side::Client => Event::DoneRemoteClosed,
         };
+        let route = &open.route;
         // One line per connection at debug level: who, which rule, which backend
         // address answered, the bytes, and how it ended.
         if log::log_enabled!(log::Level::Debug) {
@@ -195,12 +257,14 @@ pub(crate) fn forward(
             };
             // Read back from the live entry: a copy kept across the pump
             // would add its bytes to every idle connection.
-            let reached = match live.backend() {
-                Some(addr) => format!("{addr}/tcp"),
-                None => lease.member().label().to_string(),
+            let reached = match (live.backend(), &open.lease) {
+                (Some(addr), _) => format!("{addr}/tcp"),
+                (None, Some(lease)) => lease.member().label().to_string(),
+                (None, None) => "?".to_string(),
             };
             log::debug!(
-                "{peer} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
+                "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
+                live.client(),
                 route.names.bind_host,
                 route.names.bind_port,
                 route.names.connect_host,
@@ -213,12 +277,14 @@ pub(crate) fn forward(
             from_client: outcome.from_client,
             to_client: outcome.to_client,
         };
-        shared.log.log(event(ev, bytes));
+        let mut line = route.event(live.client().client(), ev, bytes);
+        line.server_name = live.server_name();
+        open.shared.log.log(line);
     }
 }
 
 /// Forwards a connection the previous oi handed over (`oi upgrade`): its
-/// unsent bytes go out first, then it is pumped as [`forward`] pumps, from
+/// unsent bytes go out first, then it is pumped as an accepted one is ([`pumped`]), from
 /// the byte counts it had; its end is logged here, as rinetd logs one.
 /// Counted on its backend's load as if chosen here.
 pub(crate) async fn adopted(
@@ -244,14 +310,13 @@ pub(crate) async fn adopted(
     };
     // A unix socket has no IP peer: such a client is a unix one.
     let peer = client.get_ref().peer_addr().map_or(Peer::Unix, Peer::Ip);
-    let ip = peer.client();
     let kind = match (peer, &route.unix_backend) {
         (Peer::Ip(_), None) => ConnKind::Tcp,
         _ => ConnKind::Unix,
     };
     let live = stats.register_resumed(kind, peer);
     // Counted on its backend's load (least connections) while it lasts.
-    let _lease = match backend.get_ref().peer_addr() {
+    let lease = match backend.get_ref().peer_addr() {
         Ok(addr) => {
             live.reconnected(addr);
             route.pool.lease_of(addr)
@@ -268,39 +333,18 @@ pub(crate) async fn adopted(
         a.up.unsent.len(),
         a.down.unsent.len()
     );
-    let pools = Pools {
-        buffers: &shared.buffers,
-        pipes: &shared.pipes,
+    let open = Open {
+        client,
+        backend,
+        live,
+        lease,
+        route,
+        shared,
+        started: a.started,
+        resumed: Some(Box::new((a.up.into(), a.down.into()))),
+        guards: (),
     };
-    let splice = splice::use_splice(route.splice(shared.settings.splice));
-    let mut pump = Pump::new(
-        &client,
-        &backend,
-        pools,
-        splice,
-        shared.settings.half_close_idle,
-        Limits {
-            directions: route.rates.limits(&stats.rates, ip.ip()),
-            stats: &stats,
-        },
-    );
-    pump.adopt(a.up.into(), a.down.into());
-    let mut published = Published { pump, live: &live };
-    let rule = &route.bind;
-    let ran = handed::run(&mut published, &client, &backend, &shared, rule, a.started).await;
-    let Some(outcome) = ran else {
-        return;
-    };
-    live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
-    let ev = match outcome.first_closed {
-        Side::Backend => Event::DoneLocalClosed,
-        Side::Client => Event::DoneRemoteClosed,
-    };
-    let bytes = Bytes {
-        from_client: outcome.from_client,
-        to_client: outcome.to_client,
-    };
-    shared.log.log(route.event(ip, ev, bytes));
+    pumped(open).await;
 }
 
 /// A pump that, after each poll, stores its byte totals and half-close
