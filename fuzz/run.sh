@@ -11,17 +11,28 @@
 # request parsers of the metrics endpoint and the control socket, and the
 # TLS ClientHello reader of `[sni=...]` rules.
 # Builds and runs the targets without cargo-fuzz: `cargo build` with the
-# flags `cargo fuzz build` passes (cargo-fuzz 0.13's defaults on Linux, listed
-# below), then each target's libFuzzer binary as `cargo fuzz run` starts it.
-# Installing cargo-fuzz cost CI a build of its own (see .ci/run); the
-# binaries and their place (target/TRIPLE/release/) are the same, so a
-# `cargo fuzz run` still finds them. One difference: only oi's library and
-# the fuzz targets are instrumented (rustc-wrapper.sh), not the dependencies;
-# OI_FUZZ_DEPS=instrument instruments every crate as cargo-fuzz does. The compiler flags are stable ones; with
+# compiler flags `cargo fuzz build` passes (cargo-fuzz 0.13's defaults on
+# Linux, listed below), then each target's libFuzzer binary as `cargo fuzz
+# run` starts it. Installing cargo-fuzz cost CI a build of its own (see
+# .ci/run). Differences: only oi's library and the fuzz targets are
+# instrumented (rustc-wrapper.sh), not the dependencies (OI_FUZZ_DEPS=instrument
+# instruments every crate as cargo-fuzz does), and the build is cargo's dev
+# profile with oi's crates raised to opt-level 3 and one codegen unit
+# (cargo-fuzz: release), so the dependencies are the ones the tests' build
+# compiled (OI_FUZZ_DEPS_FROM below); the binaries are in
+# fuzz/target/debug/. The compiler flags are stable ones; with
 # OI_FUZZ_SANITIZER, RUSTC_BOOTSTRAP=1 lets a stable toolchain take
 # -Zsanitizer. The generated corpus lives in fuzz/corpus/TARGET (not
 # committed); the committed seeds in fuzz/seeds/TARGET start it. A crash leaves
 # its input in fuzz/artifacts/TARGET and makes this script exit non-zero.
+#
+# OI_FUZZ_DEPS_FROM=DIR: before the first build into fuzz/target, copy the
+# compiled crates of DIR/debug (a target directory the tests were built in:
+# CI passes `target`) there, so that cargo finds every dependency fresh and
+# compiles only oi's library and the targets. A copy, not the same
+# directory: a build there would hold cargo's lock on it while the tests
+# wait for it. The fuzzers' cold build was 300 to 390 s of CPU, its own
+# dependencies most of it (cargo --timings).
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -49,7 +60,9 @@ cd "$here"
 # cov 2112 against 2078, yaml_parse 3164 against 2994.
 sanitizer="${OI_FUZZ_SANITIZER:-none}"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
-bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
+# Not the workspace's target directory (the tests'): see OI_FUZZ_DEPS_FROM.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
+bin_dir="$CARGO_TARGET_DIR/debug"
 
 # LIBFUZZER BUILT ONCE, ELSEWHERE: libfuzzer-sys compiles libFuzzer's C++
 # sources in its build script unless CUSTOM_LIBFUZZER_PATH names a built
@@ -63,7 +76,7 @@ bin_dir="${CARGO_TARGET_DIR:-$here/target}/$triple/release"
 # archive found there or installed (/usr/lib/llvm-N/lib), and otherwise lets
 # libfuzzer-sys compile its own as before.
 llvm_major="$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"
-libfuzzer_dir="${CARGO_TARGET_DIR:-$here/target}/libfuzzer-llvm$llvm_major"
+libfuzzer_dir="$CARGO_TARGET_DIR/libfuzzer-llvm$llvm_major"
 find_libfuzzer() {
     local a
     for a in "$libfuzzer_dir/usr/lib/llvm-$llvm_major/lib/libFuzzer.a" "/usr/lib/llvm-$llvm_major/lib/libFuzzer.a"; do
@@ -89,12 +102,13 @@ fetch_libfuzzer() {
     rm -rf "$tmp"
     return 1
 }
-# What `cargo fuzz build` runs (cargo-fuzz 0.13.2, src/project.rs): --target
-# so that RUSTFLAGS skip build scripts and proc macros; release with line
-# tables; SanitizerCoverage with inline 8-bit counters, a PC table, compare
-# tracing and stack depth; `--cfg fuzzing`; no branch folding; debug
-# assertions; one codegen unit (the sancov pass keeps ThinLTO from inlining
-# across units otherwise).
+# What `cargo fuzz build` runs (cargo-fuzz 0.13.2, src/project.rs):
+# SanitizerCoverage with inline 8-bit counters, a PC table, compare tracing
+# and stack depth; `--cfg fuzzing`; no branch folding; debug assertions
+# (the dev profile's); optimised (opt-level 3 here) with one codegen unit
+# (the sancov pass keeps ThinLTO from inlining across units otherwise); line
+# tables (the dev profile's, for oi's crates). With a sanitizer it also
+# passes --target, so that RUSTFLAGS skip build scripts and proc macros.
 build() {
     local libfuzzer
     if [ -z "${CUSTOM_LIBFUZZER_PATH:-}" ] && libfuzzer="$(find_libfuzzer)"; then
@@ -106,7 +120,16 @@ build() {
     flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
     flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
     flags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0"
-    flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
+    flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions"
+    # oi's crates (the instrumented ones): optimised, one codegen unit.
+    # Profile settings, not compiler flags, so that cargo sees them: the
+    # library is then a unit of its own, never mistaken for the tests'
+    # uninstrumented one.
+    local optimised=()
+    for package in oxidinetd oxidinetd-fuzz; do
+        optimised+=(--config "profile.dev.package.$package.opt-level=3")
+        optimised+=(--config "profile.dev.package.$package.codegen-units=1")
+    done
     if [ "$sanitizer" != none ]; then
         export RUSTC_BOOTSTRAP=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_odr_violation=0"
         flags+=" -Zsanitizer=$sanitizer"
@@ -114,17 +137,23 @@ build() {
     if [ "$sanitizer" != none ] || [ "${OI_FUZZ_DEPS:-}" = instrument ]; then
         # Every crate instrumented, as cargo-fuzz does (a sanitizer must be
         # in every crate: rustc refuses to link a mix).
+        bin_dir="$CARGO_TARGET_DIR/$triple/debug"
         RUSTFLAGS="$flags ${RUSTFLAGS:-}" cargo build --manifest-path "$here/Cargo.toml" \
-            --target "$triple" --release --config 'profile.release.debug="line-tables-only"' --bins
+            --target "$triple" "${optimised[@]}" --config 'profile.dev.package."*".opt-level=3' --bins
         return
+    fi
+    if [ -n "${OI_FUZZ_DEPS_FROM:-}" ] && [ -d "$OI_FUZZ_DEPS_FROM/debug/deps" ] &&
+        [ ! -e "$CARGO_TARGET_DIR/debug" ]; then
+        mkdir -p "$CARGO_TARGET_DIR/debug"
+        cp -a "$OI_FUZZ_DEPS_FROM/debug/deps" "$OI_FUZZ_DEPS_FROM/debug/build" \
+            "$OI_FUZZ_DEPS_FROM/debug/.fingerprint" "$CARGO_TARGET_DIR/debug/"
     fi
     local crates="oxidinetd" t
     for t in "$here"/fuzz_targets/*.rs; do
         crates+=" $(basename "$t" .rs)"
     done
     OI_FUZZ_CRATES="$crates" OI_FUZZ_RUSTFLAGS="$flags" RUSTC_WRAPPER="$here/rustc-wrapper.sh" \
-        cargo build --manifest-path "$here/Cargo.toml" \
-        --target "$triple" --release --config 'profile.release.debug="line-tables-only"' --bins
+        cargo build --manifest-path "$here/Cargo.toml" "${optimised[@]}" --bins
 }
 if [ "$seconds" = build ]; then
     build

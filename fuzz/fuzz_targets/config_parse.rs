@@ -46,15 +46,18 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again.rules[0].bind.port, rule.bind.port, "{canonical}");
                 assert_eq!(again.rules[0].bind.proto, rule.bind.proto, "{canonical}");
                 assert_eq!(
-                    again.rules[0].connect().host, rule.connect().host,
+                    again.rules[0].connect().host,
+                    rule.connect().host,
                     "{canonical}"
                 );
                 assert_eq!(
-                    again.rules[0].connect().port, rule.connect().port,
+                    again.rules[0].connect().port,
+                    rule.connect().port,
                     "{canonical}"
                 );
                 assert_eq!(
-                    again.rules[0].connect().proto, rule.connect().proto,
+                    again.rules[0].connect().proto,
+                    rule.connect().proto,
                     "{canonical}"
                 );
                 assert_eq!(again.rules[0].options, rule.options, "{canonical}");

@@ -39,9 +39,9 @@ fuzz_target!(|data: &[u8]| {
     let literal = |h: &Host| matches!(h, Host::Ip(_));
     offline.rules.retain(|r| {
         literal(&r.bind.host)
-            && r.backends.iter().all(|b| {
-                literal(&b.endpoint.host) && b.src.as_ref().is_none_or(literal)
-            })
+            && r.backends
+                .iter()
+                .all(|b| literal(&b.endpoint.host) && b.src.as_ref().is_none_or(literal))
             && r.options.src.as_ref().is_none_or(literal)
     });
     match config::resolve(offline, &Services::parse(SERVICES)) {
