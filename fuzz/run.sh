@@ -37,6 +37,10 @@ set -euo pipefail
 
 seconds="${1:-60}"
 here="$(cd "$(dirname "$0")" && pwd)"
+# A relative OI_FUZZ_DEPS_FROM is the caller's, not fuzz/'s.
+if [ -n "${OI_FUZZ_DEPS_FROM:-}" ]; then
+    OI_FUZZ_DEPS_FROM="$(cd "$OI_FUZZ_DEPS_FROM" && pwd)"
+fi
 cd "$here"
 
 # SANITIZER: the crate forbids unsafe code, so AddressSanitizer has little to
