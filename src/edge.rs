@@ -1,7 +1,7 @@
 //! The PROXY protocol at the edges of a TCP connection: the header a trusted
 //! upstream sends before its client's bytes (`accept-proxy`), read in the
 //! accept path before the ACL check, and the header oi writes to a backend
-//! before the first client byte (`proxy=v1|v2`), written by `tcp::forward`
+//! before the first client byte (`proxy=v1|v2`), written by `tcp::open`
 //! between connect and the pump. The protocol itself is [`crate::proxy`].
 //!
 //! `accept-proxy` on a `/udp` listener (an oi extension) is the datagram

@@ -4,7 +4,7 @@
 //!
 //! # How a unix stream travels: as a `TcpStream`
 //!
-//! The pump, its movers, `tcp::forward` and `edge` are typed to
+//! The pump, its movers, `tcp::open`, `tcp::pumped` and `edge` are typed to
 //! `Async<TcpStream>`. A connected unix stream socket is carried in the same
 //! type (`TcpStream::from(OwnedFd)`, safe code) rather than making all of
 //! them generic, because every call the data path makes on a forwarded
@@ -19,7 +19,7 @@
 //!   them in `connect::new_socket`. Unix sockets come only from here.
 //! - `peer_addr`: only in `connect.rs`, on sockets it created for TCP.
 //! - `local_addr`: only in `edge::send_header`, on the client socket of an
-//!   IP client; `tcp::forward` has no `Origin` for a unix client and sends
+//!   IP client; `tcp::open` has no `Origin` for a unix client and sends
 //!   it `edge::send_header_without_address` instead.
 //! - `accept-proxy` (reading a header, trusting by IP) is not offered to
 //!   unix clients (`listen/unix.rs` skips it; the parsers warn).
