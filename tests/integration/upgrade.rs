@@ -416,7 +416,7 @@ fn the_package_postinst_upgrades_a_running_oi_and_keeps_its_connection() {
     drop(held);
     let st = old
         .exited_within(PATIENCE)
-        .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
+        .unwrap_or_else(|| old.fail("the old oi did not exit after handing its connections over"));
     assert!(st.success(), "{st}");
     assert!(!new.exited());
 }
