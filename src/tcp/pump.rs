@@ -406,6 +406,7 @@ impl Pump<'_> {
         progress: &mut bool,
         yielded: &mut bool,
     ) -> Option<PumpOutcome> {
+        let pools = self.pools();
         let (direction, other, from, to) = match source {
             Side::Client => (
                 &mut self.upstream,
@@ -421,10 +422,6 @@ impl Pump<'_> {
             ),
         };
         let last = other.state == State::Done;
-        let pools = Pools {
-            buffers: &self.shared.buffers,
-            pipes: &self.shared.pipes,
-        };
         let polled = direction.poll(cx, (from, to), &pools, progress, last);
         if let Some(t) = &mut direction.throttle {
             // A limited direction's waits reach the counters as they end
