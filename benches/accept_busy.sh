@@ -11,6 +11,14 @@
 # connections that hash to the thread running the bulk flow wait behind it.
 # Knobs: ROUNDS (3), SECS (connrate seconds, 3), WORKERS (connrate workers,
 # 4), THREADS (oi --threads, 2). Needs iperf3, python3 and cargo (loadgen).
+#
+# Controls, for telling oi's share of the drop from the machine's:
+#   BULK=direct      the bulk flow goes straight to the iperf3 server, not
+#                    through oi: what the flow's two endpoints alone take
+#                    from the connection run on this machine's cores;
+#   BULK_RATE=3.5G   iperf3 -b: the flow at a fixed rate (rinetd's bulk
+#                    throughput beside its own connection run is 3-4 Gbit/s).
+# Each line also gives the bulk flow's throughput (iperf3's sender figure).
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-3}
@@ -56,14 +64,17 @@ uptime
 for round in $(seq "$ROUNDS"); do
     for k in "${!names[@]}"; do
         "$LOADGEN" connrate "127.0.0.1:${eports[$k]}" --secs "$SECS" --conns "$WORKERS" >"$dir/idle" || true
-        iperf3 -c 127.0.0.1 -p "${iports[$k]}" -t $((SECS + 2)) -P 1 >"$dir/bg" 2>&1 &
+        target=${iports[$k]}
+        [[ ${BULK:-oi} == direct ]] && target=$iperf_port
+        iperf3 -c 127.0.0.1 -p "$target" -t $((SECS + 2)) -P 1 ${BULK_RATE:+-b "$BULK_RATE"} >"$dir/bg" 2>&1 &
         bg=$!
         sleep 1 # let the bulk flow reach full speed
         "$LOADGEN" connrate "127.0.0.1:${eports[$k]}" --secs "$SECS" --conns "$WORKERS" >"$dir/busy" || true
         wait "$bg" || true
         idle=$(rate "$dir/idle") busy=$(rate "$dir/busy")
-        printf 'round %s  %-32s unloaded %6s conn/s  with iperf3 -P1 %6s conn/s  %5.1f%%\n' \
-            "$round" "${names[$k]}" "$idle" "$busy" \
+        gbits=$(awk '/sender$/ { v = $7; u = $8 } END { if (u == "Mbits/sec") v /= 1000; print v + 0 }' "$dir/bg")
+        printf 'round %s  %-32s unloaded %6s conn/s  with iperf3 -P1 (%s, %s Gbit/s) %6s conn/s  %5.1f%%\n' \
+            "$round" "${names[$k]}" "$idle" "${BULK:-oi}${BULK_RATE:+ at $BULK_RATE}" "$gbits" "$busy" \
             "$(python3 -c 'import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(100*b/a if a else float("nan"))' "$idle" "$busy")"
     done
 done

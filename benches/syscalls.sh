@@ -11,7 +11,11 @@
 #
 # For each forwarder: one strace session with ROUNDS round trips of 64 bytes on
 # one connection (loadgen pingpong), one with CONN_SECS seconds of connect +
-# 64 B request/response + close from WORKERS clients (loadgen connrate). The
+# 64 B request/response + close from WORKERS clients (loadgen connrate), and
+# one with no load at all (start, listen, stop), whose calls are taken off
+# the other two: what start-up and shutdown cost is not a cost per round
+# trip or per connection (oi's start-up is about 500 calls, 0.1 per round
+# trip over 5,000; rinetd's about 60). The
 # table shows every system call divided by round trips or by connections,
 # the calls that failed, and failed accept4 calls per connection (each wake-up
 # of a thread that finds the accept queue already empty costs one).
@@ -97,6 +101,7 @@ measure() {
     local pid=$!
     wait_listening "$port"
     case $load in
+        idle) ;;
         rtt) "$LOADGEN" pingpong "127.0.0.1:$port" --count "$ROUNDS" --warmup 0 --size 64 \
                  >"$WORK/$name.$load.load" ;;
         conn) "$LOADGEN" connrate "127.0.0.1:$port" --secs "$CONN_SECS" --conns "$WORKERS" \
@@ -110,20 +115,20 @@ measure() {
 
 ROWS=()
 for t in $THREADS; do
-    for load in rtt conn; do measure "oi-t$t" "$load" "$OI" --threads "$t" -c @CONF@; done
+    for load in idle rtt conn; do measure "oi-t$t" "$load" "$OI" --threads "$t" -c @CONF@; done
 done
 if [[ -n ${OI_BASELINE:-} ]]; then
-    for load in rtt conn; do measure "baseline-t2" "$load" "$OI_BASELINE" --threads 2 -c @CONF@; done
+    for load in idle rtt conn; do measure "baseline-t2" "$load" "$OI_BASELINE" --threads 2 -c @CONF@; done
 fi
 if command -v rinetd >/dev/null; then
-    for load in rtt conn; do measure "rinetd" "$load" rinetd -f -c @CONF@; done
+    for load in idle rtt conn; do measure "rinetd" "$load" rinetd -f -c @CONF@; done
 fi
 if command -v haproxy >/dev/null; then
-    for load in rtt conn; do measure "haproxy" "$load" haproxy -db -f @HAPROXY@; done
+    for load in idle rtt conn; do measure "haproxy" "$load" haproxy -db -f @HAPROXY@; done
 fi
 # REALM=/path/to/realm adds realm (see benches/compare.sh for building 2.9.4).
 if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
-    for load in rtt conn; do measure "realm" "$load" "$REALM" -c @REALM@; done
+    for load in idle rtt conn; do measure "realm" "$load" "$REALM" -c @REALM@; done
 elif [[ -n ${REALM:-} ]]; then
     echo "syscalls.sh: REALM=$REALM is not an executable; realm skipped" >&2
 fi
@@ -161,8 +166,12 @@ def result(path, key):
 print(f"| forwarder | syscalls per round trip | failed | syscalls per connection | failed | failed accept4 per connection | top calls per connection |")
 print("|---|---|---|---|---|---|---|")
 for name in rows:
-    rtt = summary(f"{work}/{name}.rtt.strace")
-    conn = summary(f"{work}/{name}.conn.strace")
+    idle = summary(f"{work}/{name}.idle.strace")
+    # Each call's count less the same call's in the session with no load.
+    less_idle = lambda table: {k: (max(c - idle.get(k, (0, 0))[0], 0), max(e - idle.get(k, (0, 0))[1], 0))
+                               for k, (c, e) in table.items()}
+    rtt = less_idle(summary(f"{work}/{name}.rtt.strace"))
+    conn = less_idle(summary(f"{work}/{name}.conn.strace"))
     conns = result(f"{work}/{name}.conn.load", "ok")
     if conns != conns or conns == 0:
         conns = result(f"{work}/{name}.conn.load", "connections")
@@ -176,5 +185,6 @@ for name in rows:
 if out:
     open(out, "w").write("\n".join(raw) + "\n")
 print()
-print(f"round trips: {rounds} of 64 B on one connection (no warm-up); connections: loadgen connrate, see *.conn.load")
+print(f"round trips: {rounds} of 64 B on one connection (no warm-up); connections: loadgen connrate, see *.conn.load;")
+print("each less the calls of the same forwarder started and stopped with no load")
 EOF

@@ -44,7 +44,7 @@ impl Acceptor for TcpAcceptor {
     async fn accept(&self) -> io::Result<(Async<TcpStream>, SocketAddr)> {
         match &self.listener {
             TcpSocket::Own(l) => l.read_with(accept_nonblocking).await,
-            TcpSocket::Shared(l) => l.read_with(accept_nonblocking).await,
+            TcpSocket::Shared(l) => l.accept_with(accept_nonblocking).await,
         }
     }
 

@@ -486,7 +486,10 @@ impl Listeners {
         } else {
             1
         };
-        if wanted > 1 && passed.is_empty() {
+        // One thread takes the shared path too: its level-triggered,
+        // one-accept-per-report loop makes no failed accept4 (0.25 per
+        // connection at --threads 1 with the own socket's drain to EAGAIN).
+        if (wanted > 1 || n == 1) && passed.is_empty() {
             return self.spawn_shared(l, stored, route, stats, limits);
         }
         let mut fds = passed;

@@ -74,12 +74,31 @@ pub(super) struct Accepting {
     out: bool,
     /// Each socket's key and a reference keeping it open while registered
     /// (to take it out and put it back).
-    sockets: Vec<(u64, Arc<dyn AsFd + Send + Sync>)>,
+    sockets: Vec<Listening>,
 }
 
-/// The interest of a shared listening socket.
+/// One listening socket of [`Accepting`].
+struct Listening {
+    /// Its key in the reactor.
+    key: u64,
+    /// The socket, kept open while registered.
+    socket: Arc<dyn AsFd + Send + Sync>,
+    /// Out of the epoll set while its accept loop backs off after an error
+    /// ([`Reactor::step_aside`]): level-triggered, a socket with a queued
+    /// connection this thread cannot take (out of descriptors) would make
+    /// every `epoll_wait` return at once, and the thread spin.
+    aside: bool,
+}
+
+/// The interest of a shared listening socket: level-triggered, so a
+/// thread accepts one connection per report and the next `epoll_wait`
+/// reports the socket again while connections are queued. The kernel polls
+/// a level-triggered socket before reporting it, so a thread whose set was
+/// marked ready for a connection another thread already took is not told
+/// of it (edge-triggered, each such report and each drain to `EAGAIN` was
+/// a failed `accept4`).
 fn exclusive() -> EventFlags {
-    EventFlags::IN | EventFlags::ET | EventFlags::EXCLUSIVE
+    EventFlags::IN | EventFlags::EXCLUSIVE
 }
 
 impl Reactor {
@@ -98,7 +117,11 @@ impl Reactor {
                 return Err(e.into());
             }
         }
-        a.sockets.push((key, socket));
+        a.sockets.push(Listening {
+            key,
+            socket,
+            aside: false,
+        });
         Ok((key, readiness))
     }
 
@@ -106,15 +129,45 @@ impl Reactor {
     /// accept loop ended; the socket may stay open elsewhere).
     pub(super) fn deregister_exclusive(&self, key: u64) {
         let mut a = lock(&self.accepting);
-        if let Some(i) = a.sockets.iter().position(|(k, _)| *k == key) {
-            let (_, socket) = a.sockets.swap_remove(i);
-            if !a.out {
+        if let Some(i) = a.sockets.iter().position(|l| l.key == key) {
+            let l = a.sockets.swap_remove(i);
+            if !a.out && !l.aside {
                 // Gone already if the socket closed meanwhile: nothing to undo.
-                let _ = epoll::delete(&self.epoll, &socket);
+                let _ = epoll::delete(&self.epoll, &l.socket);
             }
         }
         drop(a);
         self.deregister(key);
+    }
+
+    /// Takes a shared listening socket out of this thread's epoll set while
+    /// its accept loop backs off after an error; [`step_back`](Self::step_back)
+    /// puts it back. Costs two `epoll_ctl` per error, never per connection.
+    pub(super) fn step_aside(&self, key: u64) {
+        let mut a = lock(&self.accepting);
+        let out = a.out;
+        if let Some(l) = a.sockets.iter_mut().find(|l| l.key == key && !l.aside) {
+            if !out {
+                let _ = epoll::delete(&self.epoll, &l.socket);
+            }
+            l.aside = true;
+        }
+    }
+
+    /// Puts a socket [`step_aside`](Self::step_aside) took out back in (a
+    /// connection still queued is reported at once). Nothing to do for one
+    /// that is in.
+    pub(super) fn step_back(&self, key: u64) {
+        let mut a = lock(&self.accepting);
+        let out = a.out;
+        if let Some(l) = a.sockets.iter_mut().find(|l| l.key == key && l.aside) {
+            if !out {
+                // Failing (no memory) leaves this thread out of the socket;
+                // the other threads serve it.
+                let _ = epoll::add(&self.epoll, &l.socket, EventData::new_u64(key), exclusive());
+            }
+            l.aside = false;
+        }
     }
 
     /// How long the driving thread may sleep, `timeout` at most (`None`:
@@ -152,11 +205,16 @@ impl Reactor {
         let mut a = lock(&self.accepting);
         if !busy {
             if a.out {
-                for (key, socket) in &a.sockets {
+                for l in a.sockets.iter().filter(|l| !l.aside) {
                     // Adding reports a connection already queued at once.
                     // Failing (no memory) leaves this thread out of that
                     // socket only; the others serve it.
-                    let _ = epoll::add(&self.epoll, socket, EventData::new_u64(*key), exclusive());
+                    let _ = epoll::add(
+                        &self.epoll,
+                        &l.socket,
+                        EventData::new_u64(l.key),
+                        exclusive(),
+                    );
                 }
                 a.out = false;
                 log::trace!("thread {me}: idle again, back in its listeners' epoll sets");
@@ -176,8 +234,8 @@ impl Reactor {
         if !other_idle || a.sockets.is_empty() {
             return;
         }
-        for (_, socket) in &a.sockets {
-            let _ = epoll::delete(&self.epoll, socket);
+        for l in a.sockets.iter().filter(|l| !l.aside) {
+            let _ = epoll::delete(&self.epoll, &l.socket);
         }
         a.out = true;
         state.store(OUT, Ordering::SeqCst);
@@ -203,15 +261,25 @@ impl Load {
     }
 
     /// Adds `slept`; at the end of a window, whether the thread was busy
-    /// in it (slept less than a tenth of it), and a new window begins.
+    /// in it, and a new window begins. Busy: it slept less than a tenth of
+    /// the window and a pump on it spent its whole byte budget in a poll
+    /// (a bulk flow). A thread kept awake by many short connections is not
+    /// busy in this sense: leaving and rejoining would cost an `epoll_ctl`
+    /// pair each time and send it nothing it could not take (0.09 calls per
+    /// connection in `benches/syscalls.sh` when low sleep alone was busy).
     pub(super) fn note(&mut self, slept: Duration) -> Option<bool> {
+        self.note_spent(slept, super::take_budget_spent)
+    }
+
+    /// [`note`](Self::note), with where the budget flag comes from.
+    fn note_spent(&mut self, slept: Duration, spent: impl FnOnce() -> bool) -> Option<bool> {
         self.slept += slept;
         let now = Instant::now();
         let span = now.saturating_duration_since(self.start);
         if span < WINDOW {
             return None;
         }
-        let busy = self.slept.saturating_mul(10) < span;
+        let busy = spent() && self.slept.saturating_mul(10) < span;
         self.start = now;
         self.slept = Duration::ZERO;
         Some(busy)
@@ -273,6 +341,45 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_connection_is_reported_until_taken_and_never_while_aside() {
+        // Level-triggered: one accept per report, no drain to EAGAIN, and no
+        // report of a connection that is not there.
+        // Two seats, the other idle, so a busy spell takes this one out.
+        let board = Board::new(2);
+        let r0 = Reactor::seated(board.clone(), 0).expect("epoll");
+        let l = Arc::new(TcpListener::bind("127.0.0.1:0").expect("bind"));
+        l.set_nonblocking(true).expect("non-blocking");
+        let addr = l.local_addr().expect("addr");
+        let (k0, ready0) = r0.register_exclusive(l.clone()).expect("register");
+        let _c1 = TcpStream::connect(addr).expect("connect");
+        let _c2 = TcpStream::connect(addr).expect("connect");
+        assert!(heard(&r0, &ready0), "two queued, none reported");
+        l.accept().expect("accept the first");
+        assert!(heard(&r0, &ready0), "the second was not reported again");
+        l.accept().expect("accept the second");
+        assert!(!heard(&r0, &ready0), "an empty queue was reported");
+
+        // Backing off after an error: out of the set, so no spin on a
+        // connection this thread cannot take; back in, reported at once.
+        let _c3 = TcpStream::connect(addr).expect("connect");
+        r0.step_aside(k0);
+        assert!(!heard(&r0, &ready0), "a socket stepped aside was reported");
+        r0.set_busy(true);
+        assert!(board.is_busy(0));
+        r0.set_busy(false);
+        assert!(
+            !heard(&r0, &ready0),
+            "rejoining after a busy spell put it back"
+        );
+        r0.step_back(k0);
+        assert!(
+            heard(&r0, &ready0),
+            "the queued connection was not reported"
+        );
+        r0.deregister_exclusive(k0);
+    }
+
+    #[test]
     fn a_thread_marked_busy_sleeps_no_longer_than_a_window() {
         // Else a thread that fell asleep busy stays out of its listeners
         // until something of its own wakes it (goals.sh's -P8 on one thread).
@@ -293,13 +400,16 @@ mod tests {
     }
 
     #[test]
-    fn a_window_with_less_than_a_tenth_asleep_is_busy() {
+    fn a_window_with_less_than_a_tenth_asleep_and_a_budget_spent_is_busy() {
         let mut load = Load::new();
         load.start -= WINDOW;
-        assert_eq!(load.note(Duration::ZERO), Some(true));
+        assert_eq!(load.note_spent(Duration::ZERO, || true), Some(true));
         load.start -= WINDOW;
-        assert_eq!(load.note(WINDOW / 2), Some(false));
+        assert_eq!(load.note_spent(WINDOW / 2, || true), Some(false));
+        // Awake all window, but no pump wanted more than its budget.
+        load.start -= WINDOW;
+        assert_eq!(load.note_spent(Duration::ZERO, || false), Some(false));
         // Within a window: no verdict yet.
-        assert_eq!(load.note(Duration::ZERO), None);
+        assert_eq!(load.note_spent(Duration::ZERO, || true), None);
     }
 }

@@ -304,22 +304,37 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
             .map_err(|e| io::Error::new(e.kind(), e.to_string()))
     }
 
-    /// Runs `op` until it does not fail with `WouldBlock`, waiting for
-    /// readability in between.
-    pub(crate) async fn read_with<R>(
+    /// Runs `op` once per report of readability, until it does not fail
+    /// with `WouldBlock`.
+    ///
+    /// The socket's interest is level-triggered (see [`super::accept`]), so
+    /// `op` (one accept) never has to drain the queue: a connection still
+    /// queued is reported again by the thread's next `epoll_wait`, which it
+    /// makes anyway. Draining to `EAGAIN` cost a failed `accept4` per
+    /// wake-up, 0.65 per connection (`benches/syscalls.sh`).
+    ///
+    /// After any other error the socket leaves this thread's epoll set until
+    /// the next call (the caller backs off in between): a connection this
+    /// thread cannot take, out of descriptors, would otherwise be reported
+    /// by every `epoll_wait` and the thread would spin.
+    pub(crate) async fn accept_with<R>(
         &self,
         mut op: impl FnMut(&L) -> io::Result<R>,
     ) -> io::Result<R> {
+        let reg = self.registration()?;
+        reg.reactor.step_back(reg.key);
         loop {
+            std::future::poll_fn(|cx| {
+                poll_registered(reg, self.socket.as_fd(), cx, false, &mut Wait::Slot)
+            })
+            .await?;
             match op(&self.socket) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::future::poll_fn(|cx| {
-                        let reg = self.registration()?;
-                        poll_registered(reg, self.socket.as_fd(), cx, false, &mut Wait::Slot)
-                    })
-                    .await?
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    reg.reactor.step_aside(reg.key);
+                    return Err(e);
                 }
-                other => return other,
+                ok => return ok,
             }
         }
     }

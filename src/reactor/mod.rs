@@ -180,6 +180,25 @@ thread_local! {
     static SCRATCH: Cell<(Vec<epoll::Event>, Vec<Waker>)> = const { Cell::new((Vec::new(), Vec::new())) };
 }
 
+thread_local! {
+    /// A pump on this thread spent its whole byte budget in one poll, or a
+    /// UDP task its batch, since the last load verdict
+    /// ([`accept::Load::note`]): the thread carries a flow that wants more
+    /// than it gets.
+    static BUDGET_SPENT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Records that a task on this thread spent its budget in one poll (a TCP
+/// pump its bytes, a UDP listener or association its batch of datagrams).
+pub(crate) fn note_budget_spent() {
+    BUDGET_SPENT.with(|b| b.set(true));
+}
+
+/// Whether a pump on this thread spent its budget since the last call.
+fn take_budget_spent() -> bool {
+    BUDGET_SPENT.with(|b| b.replace(false))
+}
+
 /// The fallback reactor for threads that drive none, with its thread.
 static FALLBACK: OnceLock<Arc<Reactor>> = OnceLock::new();
 

@@ -441,6 +441,7 @@ impl Pump<'_> {
             Poll::Pending => None,
             Poll::Ready(Ok(Moved::BudgetSpent)) => {
                 *yielded = true;
+                crate::reactor::note_budget_spent();
                 None
             }
             Poll::Ready(Ok(Moved::Finished)) => {

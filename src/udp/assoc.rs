@@ -670,6 +670,7 @@ async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option
         }
         more = dropped > 0 || moved >= BATCH;
         if dropped == 0 && more {
+            crate::reactor::note_budget_spent();
             futures_lite::future::yield_now().await;
         }
     }

@@ -161,6 +161,7 @@ impl Listener {
                     }
                     more = moved >= BATCH;
                     if more {
+                        crate::reactor::note_budget_spent();
                         futures_lite::future::yield_now().await;
                     }
                 }
