@@ -243,44 +243,74 @@ impl Reactor {
     }
 }
 
-/// The driving thread's sleep over the current [`WINDOW`].
+/// The driving thread's sleep over the current [`WINDOW`], timed only while
+/// the thread may be busy.
 pub(super) struct Load {
-    /// When the window began.
-    start: Instant,
+    /// When the current window began; `None` while no task on the thread
+    /// spent its budget since it was last judged idle. Such a thread cannot
+    /// be busy, so its waits are not timed: two clock reads per wait were
+    /// about 300 instructions per 64 B round trip (callgrind,
+    /// `benches/rtt_instructions.sh`).
+    start: Option<Instant>,
     /// How long the thread slept in `epoll_wait` since.
     slept: Duration,
 }
 
 impl Load {
-    /// A window starting now.
+    /// No window yet: one starts when a task spends its budget.
     pub(super) fn new() -> Self {
         Load {
-            start: Instant::now(),
+            start: None,
             slept: Duration::ZERO,
         }
     }
 
-    /// Adds `slept`; at the end of a window, whether the thread was busy
-    /// in it, and a new window begins. Busy: it slept less than a tenth of
-    /// the window and a pump on it spent its whole byte budget in a poll
-    /// (a bulk flow). A thread kept awake by many short connections is not
-    /// busy in this sense: leaving and rejoining would cost an `epoll_ctl`
-    /// pair each time and send it nothing it could not take (0.09 calls per
-    /// connection in `benches/syscalls.sh` when low sleep alone was busy).
-    pub(super) fn note(&mut self, slept: Duration) -> Option<bool> {
-        self.note_spent(slept, super::take_budget_spent)
+    /// Whether the coming wait is to be timed and noted: a window is
+    /// running, or one starts now because a task spent its budget.
+    pub(super) fn timing(&mut self) -> bool {
+        self.timing_spent(super::budget_spent)
+    }
+
+    /// [`timing`](Self::timing), with where the budget flag comes from.
+    fn timing_spent(&mut self, spent: impl FnOnce() -> bool) -> bool {
+        if self.start.is_none() {
+            if !spent() {
+                return false;
+            }
+            self.start = Some(Instant::now());
+            self.slept = Duration::ZERO;
+        }
+        true
+    }
+
+    /// Adds `slept`, ending at `now`; at the end of a window, whether the
+    /// thread was busy in it. Busy: it slept less than a tenth of the window
+    /// and a task on it spent its budget (a pump its bytes, a UDP task its
+    /// batch: a bulk flow). A thread kept awake by many short connections is
+    /// not busy in this sense: leaving and rejoining would cost an
+    /// `epoll_ctl` pair each time and send it nothing it could not take
+    /// (0.09 calls per connection in `benches/syscalls.sh` when low sleep
+    /// alone was busy). A busy thread's windows go on, back to back, until
+    /// one finds it idle; then timing stops.
+    pub(super) fn note(&mut self, now: Instant, slept: Duration) -> Option<bool> {
+        self.note_spent(now, slept, super::take_budget_spent)
     }
 
     /// [`note`](Self::note), with where the budget flag comes from.
-    fn note_spent(&mut self, slept: Duration, spent: impl FnOnce() -> bool) -> Option<bool> {
+    fn note_spent(
+        &mut self,
+        now: Instant,
+        slept: Duration,
+        spent: impl FnOnce() -> bool,
+    ) -> Option<bool> {
+        let start = self.start?;
         self.slept += slept;
-        let now = Instant::now();
-        let span = now.saturating_duration_since(self.start);
+        let span = now.saturating_duration_since(start);
         if span < WINDOW {
             return None;
         }
         let busy = spent() && self.slept.saturating_mul(10) < span;
-        self.start = now;
+        self.start = busy.then_some(now);
         self.slept = Duration::ZERO;
         Some(busy)
     }
@@ -402,14 +432,35 @@ mod tests {
     #[test]
     fn a_window_with_less_than_a_tenth_asleep_and_a_budget_spent_is_busy() {
         let mut load = Load::new();
-        load.start -= WINDOW;
-        assert_eq!(load.note_spent(Duration::ZERO, || true), Some(true));
-        load.start -= WINDOW;
-        assert_eq!(load.note_spent(WINDOW / 2, || true), Some(false));
-        // Awake all window, but no pump wanted more than its budget.
-        load.start -= WINDOW;
-        assert_eq!(load.note_spent(Duration::ZERO, || false), Some(false));
-        // Within a window: no verdict yet.
-        assert_eq!(load.note_spent(Duration::ZERO, || true), None);
+        // Nothing spent: no window, nothing timed.
+        assert!(!load.timing_spent(|| false));
+        assert_eq!(
+            load.note_spent(Instant::now(), Duration::ZERO, || true),
+            None
+        );
+        // A budget spent: a window starts; within it, no verdict yet.
+        assert!(load.timing_spent(|| true));
+        let start = load.start.expect("a window");
+        assert_eq!(load.note_spent(start, Duration::ZERO, || true), None);
+        // Awake all window, a budget spent again: busy, and the next window runs.
+        assert_eq!(
+            load.note_spent(start + WINDOW, Duration::ZERO, || true),
+            Some(true)
+        );
+        assert!(load.timing_spent(|| false));
+        // Half the window asleep: idle, and timing stops.
+        let start = load.start.expect("a window");
+        assert_eq!(
+            load.note_spent(start + WINDOW, WINDOW / 2, || true),
+            Some(false)
+        );
+        assert!(!load.timing_spent(|| false));
+        // Awake all window, but no task wanted more than its budget: idle.
+        assert!(load.timing_spent(|| true));
+        let start = load.start.expect("a window");
+        assert_eq!(
+            load.note_spent(start + WINDOW, Duration::ZERO, || false),
+            Some(false)
+        );
     }
 }

@@ -61,20 +61,26 @@ pub(crate) fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>
             }
             busy = 0;
             turn(&reactor, false);
-            if let Some(b) = load.as_mut().and_then(|l| l.note(Duration::ZERO)) {
-                reactor.set_busy(b);
-            }
-        } else {
-            busy = 0;
-            match &mut load {
-                None => turn(&reactor, true),
-                Some(l) => {
-                    let from = Instant::now();
-                    turn(&reactor, true);
-                    if let Some(b) = l.note(from.elapsed()) {
+            if let Some(l) = load.as_mut() {
+                if l.timing() {
+                    if let Some(b) = l.note(Instant::now(), Duration::ZERO) {
                         reactor.set_busy(b);
                     }
                 }
+            }
+        } else {
+            busy = 0;
+            let timed = load.as_mut().is_some_and(Load::timing);
+            match load.as_mut() {
+                Some(l) if timed => {
+                    let from = Instant::now();
+                    turn(&reactor, true);
+                    let now = Instant::now();
+                    if let Some(b) = l.note(now, now.saturating_duration_since(from)) {
+                        reactor.set_busy(b);
+                    }
+                }
+                _ => turn(&reactor, true),
             }
         }
     }

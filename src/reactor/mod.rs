@@ -194,7 +194,13 @@ pub(crate) fn note_budget_spent() {
     BUDGET_SPENT.with(|b| b.set(true));
 }
 
-/// Whether a pump on this thread spent its budget since the last call.
+/// Whether a task on this thread spent its budget since the last
+/// [`take_budget_spent`], leaving the mark.
+fn budget_spent() -> bool {
+    BUDGET_SPENT.with(Cell::get)
+}
+
+/// Whether a task on this thread spent its budget since the last call.
 fn take_budget_spent() -> bool {
     BUDGET_SPENT.with(|b| b.replace(false))
 }
