@@ -17,7 +17,14 @@
 //!   `epoll_wait`, not all of them (no herd). A thread that is running
 //!   rather than sleeping does not count as woken, so the kernel goes on to
 //!   the next epoll set: an idle thread gets the connection first.
-//! - A thread that slept less than a tenth of the last [`WINDOW`] is busy:
+//! - The interest is level-triggered: a loop accepts one connection per
+//!   report, and the thread's next `epoll_wait` reports the socket again
+//!   while more are queued. Draining to `EAGAIN` (edge-triggered) ended
+//!   every wake-up with a failed `accept4`, and a thread whose set was
+//!   marked for a connection another thread took was told of it anyway;
+//!   the kernel polls a level-triggered socket before reporting it.
+//! - A thread that slept less than a tenth of the last [`WINDOW`] while a
+//!   task on it spent its budget (a bulk flow) is busy:
 //!   it takes its listening sockets out of its epoll set, if another thread
 //!   is in and idle, so it does not take the connection either when it next
 //!   looks for events. It puts them back once a window shows it idle
