@@ -138,7 +138,7 @@ def direct(d, row, key):
 metrics = [
     # label, source, figure of one row in one round, format, goal, test on the medians
     # (None: the latency goal, judged round by round)
-    ("system calls per 64 B round trip", "sys", lambda d, r: f(d, r, "syscalls_per_rtt"), "{:.1f}",
+    ("system calls per 64 B round trip", "sys", lambda d, r: f(d, r, "syscalls_per_rtt"), "{:.2f}",
      "≤ 6", lambda m: m["oi"] <= 6),
     ("system calls per connection", "sys", lambda d, r: f(d, r, "syscalls_per_conn"), "{:.1f}",
      "≤ rinetd's", lambda m: m["oi"] <= m["rinetd"]),

@@ -1,6 +1,7 @@
 //! Access control with rinetd's evaluation order, allocation-free (it runs per connection).
 
 use crate::config::{AclRules, Pattern, PatternKind};
+use std::cell::OnceCell;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -83,14 +84,19 @@ struct Client {
     original: IpAddr,
     /// IPv4 for an IPv4-mapped IPv6 address, otherwise `original`.
     canonical: IpAddr,
-    /// Text of `canonical`, for wildcard patterns.
-    text: AddrText,
-    /// Text of `original` when it differs (mapped clients), for patterns written as `::ffff:*`.
-    original_text: Option<AddrText>,
+    /// Text of `canonical`, for wildcard patterns: formatted at the first
+    /// one, since a rule without wildcards (or without ACLs: most rules)
+    /// needs none, and formatting was about 1,000 instructions per
+    /// connection (callgrind, `benches/rtt_instructions.sh`).
+    text: OnceCell<AddrText>,
+    /// Text of `original` when it differs (mapped clients), for patterns
+    /// written as `::ffff:*`; formatted as `text` is.
+    original_text: OnceCell<Option<AddrText>>,
 }
 
 impl Client {
-    /// Formats the address (and its IPv4 form, if mapped) once per check.
+    /// The address and its IPv4 form, if mapped; each text is formatted at
+    /// most once per check, when a wildcard pattern first needs it.
     fn new(original: IpAddr) -> Self {
         let canonical = match original {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(original, IpAddr::V4),
@@ -99,8 +105,8 @@ impl Client {
         Client {
             original,
             canonical,
-            text: AddrText::new(canonical),
-            original_text: (canonical != original).then(|| AddrText::new(original)),
+            text: OnceCell::new(),
+            original_text: OnceCell::new(),
         }
     }
 
@@ -109,11 +115,16 @@ impl Client {
         match pattern.kind {
             PatternKind::Wildcard => {
                 let p = pattern.text.as_bytes();
-                wildcard(p, self.text.as_bytes())
-                    || self
-                        .original_text
+                let text = self.text.get_or_init(|| AddrText::new(self.canonical));
+                let original_text = || {
+                    self.original_text
+                        .get_or_init(|| {
+                            (self.canonical != self.original).then(|| AddrText::new(self.original))
+                        })
                         .as_ref()
-                        .is_some_and(|t| wildcard(p, t.as_bytes()))
+                };
+                wildcard(p, text.as_bytes())
+                    || original_text().is_some_and(|t| wildcard(p, t.as_bytes()))
             }
             PatternKind::Cidr { net, prefix } => match (net, self.canonical) {
                 (IpAddr::V4(n), IpAddr::V4(c)) => prefix_eq(
