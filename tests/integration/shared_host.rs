@@ -403,10 +403,15 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
     let check = |name: &str, text: &str| {
         let conf = dir.path().join(name);
         write_atomic(&conf, text);
-        let out = std::process::Command::new(&script)
+        let mut command = std::process::Command::new(&script);
+        command
             .args(["--check", "--quiet", "-c"])
             .arg(&conf)
-            .output()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let out = spawn_written(&mut command)
+            .and_then(|child| child.wait_with_output())
             .expect("run oi --check");
         (
             out.status.code(),
@@ -456,10 +461,15 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
         let rules = text.lines().count();
         write_atomic(&conf, &text);
         drop(text);
-        let out = std::process::Command::new(&offline)
+        let mut command = std::process::Command::new(&offline);
+        command
             .args(["--check", "--quiet", "-c"])
             .arg(&conf)
-            .output()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let out = spawn_written(&mut command)
+            .and_then(|child| child.wait_with_output())
             .expect("run oi --check");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let head = &stderr[..stderr.len().min(2000)];

@@ -78,14 +78,14 @@ impl OiProcess {
             .set_read_timeout(Some(Duration::from_millis(250)))
             .expect("timeout");
         let program = command.get_program().to_string_lossy().into_owned();
-        let mut child = command
+        command
             .env("NOTIFY_SOCKET", &sock_path)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+            .stderr(std::process::Stdio::piped());
+        let mut child =
+            spawn_written(&mut command).unwrap_or_else(|e| panic!("spawn {program}: {e}"));
         let (tx, events) = std::sync::mpsc::channel();
         let alive = Arc::new(());
         let weak = Arc::downgrade(&alive);
@@ -307,5 +307,26 @@ impl Drop for OiProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Spawns `command`, whose program a test may just have written (a wrapper
+/// script, a copied binary). Another test thread that forks between that
+/// file's open and close hands its child the writable descriptor until the
+/// child execs, and exec(2) of a file open for writing fails with ETXTBSY
+/// ("Text file busy"; seen once in CI, in `dns_refresh`). The window is
+/// another thread's fork-to-exec, which nothing here can wait on, so the
+/// spawn is retried a bounded number of times, a millisecond apart.
+pub fn spawn_written(command: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 200 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => return other,
+        }
     }
 }
