@@ -64,8 +64,6 @@ pub(crate) async fn through_pool(
     dial: Dial,
     mut failed: impl FnMut(&io::Error),
 ) -> Result<Connected, ConnectError> {
-    // Made only when needed: an `io::Error` with a message allocates, and
-    // two made up front on every connection were six allocations (callgrind).
     let mut last: Option<io::Error> = None;
     for lease in pool.attempts(client) {
         let member = lease.member();
@@ -121,7 +119,10 @@ pub(crate) async fn connect(
     dial_addrs(addrs, src, timeout, dial).await
 }
 
-/// The error of a connect that had no address to try.
+/// The error of a connect that had no address to try: made only then
+/// (`last.unwrap_or_else(no_address)`), since an `io::Error` with a message
+/// allocates, and the two made up front on every connection were six
+/// allocations (callgrind).
 fn no_address() -> io::Error {
     io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address")
 }
@@ -133,8 +134,6 @@ async fn dial_addrs(
     timeout: Duration,
     dial: Dial,
 ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
-    // Made only when needed: an `io::Error` with a message allocates, and
-    // two made up front on every connection were six allocations (callgrind).
     let mut last: Option<io::Error> = None;
     // Transparent: the client's address, port 0, instead of `src`.
     let from = match dial.from {

@@ -118,7 +118,7 @@ impl Reactor {
         let (key, readiness) = self.new_source(false)?;
         let mut a = lock(&self.accepting);
         if !a.out {
-            if let Err(e) = epoll::add(&self.epoll, &socket, EventData::new_u64(key), exclusive()) {
+            if let Err(e) = self.watch_shared(key, &socket) {
                 drop(a);
                 self.deregister(key);
                 return Err(e.into());
@@ -130,6 +130,16 @@ impl Reactor {
             aside: false,
         });
         Ok((key, readiness))
+    }
+
+    /// Adds a shared listening socket to this thread's epoll set with its
+    /// interest ([`exclusive`]); adding reports a connection already queued.
+    fn watch_shared(
+        &self,
+        key: u64,
+        socket: &Arc<dyn AsFd + Send + Sync>,
+    ) -> rustix::io::Result<()> {
+        epoll::add(&self.epoll, socket, EventData::new_u64(key), exclusive())
     }
 
     /// Takes a shared listening socket out of this reactor for good (its
@@ -171,7 +181,7 @@ impl Reactor {
             if !out {
                 // Failing (no memory) leaves this thread out of the socket;
                 // the other threads serve it.
-                let _ = epoll::add(&self.epoll, &l.socket, EventData::new_u64(key), exclusive());
+                let _ = self.watch_shared(key, &l.socket);
             }
             l.aside = false;
         }
@@ -216,12 +226,7 @@ impl Reactor {
                     // Adding reports a connection already queued at once.
                     // Failing (no memory) leaves this thread out of that
                     // socket only; the others serve it.
-                    let _ = epoll::add(
-                        &self.epoll,
-                        &l.socket,
-                        EventData::new_u64(l.key),
-                        exclusive(),
-                    );
+                    let _ = self.watch_shared(l.key, &l.socket);
                 }
                 a.out = false;
                 log::trace!("thread {me}: idle again, back in its listeners' epoll sets");

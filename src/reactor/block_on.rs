@@ -61,18 +61,15 @@ pub(crate) fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>
             }
             busy = 0;
             turn(&reactor, false);
-            if let Some(l) = load.as_mut() {
-                if l.timing() {
-                    if let Some(b) = l.note(Instant::now(), Duration::ZERO) {
-                        reactor.set_busy(b);
-                    }
+            if let Some(l) = timed(&mut load) {
+                if let Some(b) = l.note(Instant::now(), Duration::ZERO) {
+                    reactor.set_busy(b);
                 }
             }
         } else {
             busy = 0;
-            let timed = load.as_mut().is_some_and(Load::timing);
-            match load.as_mut() {
-                Some(l) if timed => {
+            match timed(&mut load) {
+                Some(l) => {
                     let from = Instant::now();
                     turn(&reactor, true);
                     let now = Instant::now();
@@ -80,10 +77,16 @@ pub(crate) fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>
                         reactor.set_busy(b);
                     }
                 }
-                _ => turn(&reactor, true),
+                None => turn(&reactor, true),
             }
         }
     }
+}
+
+/// The thread's load, when the coming wait is to be timed (see
+/// [`Load::timing`]); `None` outside a runtime or while nothing is judged.
+fn timed(load: &mut Option<Load>) -> Option<&mut Load> {
+    load.as_mut().and_then(|l| l.timing().then_some(l))
 }
 
 /// One reactor turn. `epoll_wait` fails only on a bad descriptor or buffer

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -276,6 +277,11 @@ pub(crate) struct SharedListener<L: AsFd + Send + Sync + 'static> {
     socket: Arc<L>,
     /// Set by the first poll.
     registration: OnceLock<io::Result<Registration>>,
+    /// This loop took the socket out of its thread's epoll set after an
+    /// accept error ([`Reactor::step_aside`](super::Reactor)), so its next
+    /// accept puts it back: known here, the accept path takes the
+    /// reactor's lock only then, not once per connection.
+    aside: AtomicBool,
 }
 
 impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
@@ -285,6 +291,7 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
         Ok(SharedListener {
             socket,
             registration: OnceLock::new(),
+            aside: AtomicBool::new(false),
         })
     }
 
@@ -322,7 +329,9 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
         mut op: impl FnMut(&L) -> io::Result<R>,
     ) -> io::Result<R> {
         let reg = self.registration()?;
-        reg.reactor.step_back(reg.key);
+        if self.aside.swap(false, Ordering::Relaxed) {
+            reg.reactor.step_back(reg.key);
+        }
         loop {
             std::future::poll_fn(|cx| {
                 poll_registered(reg, self.socket.as_fd(), cx, false, &mut Wait::Slot)
@@ -332,6 +341,7 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => {
                     reg.reactor.step_aside(reg.key);
+                    self.aside.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
                 ok => return ok,
