@@ -403,16 +403,7 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
     let check = |name: &str, text: &str| {
         let conf = dir.path().join(name);
         write_atomic(&conf, text);
-        let mut command = std::process::Command::new(&script);
-        command
-            .args(["--check", "--quiet", "-c"])
-            .arg(&conf)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let out = spawn_written(&mut command)
-            .and_then(|child| child.wait_with_output())
-            .expect("run oi --check");
+        let out = check_quietly(&script, &conf);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -461,16 +452,7 @@ fn check_of_any_16_mib_input_runs_within_64_mib() {
         let rules = text.lines().count();
         write_atomic(&conf, &text);
         drop(text);
-        let mut command = std::process::Command::new(&offline);
-        command
-            .args(["--check", "--quiet", "-c"])
-            .arg(&conf)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let out = spawn_written(&mut command)
-            .and_then(|child| child.wait_with_output())
-            .expect("run oi --check");
+        let out = check_quietly(&offline, &conf);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let head = &stderr[..stderr.len().min(2000)];
         assert_eq!(out.status.code(), Some(1), "distinct {distinct}\n{head}");
@@ -683,4 +665,19 @@ fn run_as_a_user_keeps_only_the_capability_to_bind_low_ports() {
     );
     assert_eq!(cap_prm, "0000000000000400", "{stderr}");
     assert!(low_serves, "the reload bound port {low}\n{stderr}");
+}
+
+/// `program --check --quiet -c conf`, its output captured; `program` is a
+/// wrapper script the test wrote, so it is spawned with [`spawn_written`].
+fn check_quietly(program: &Path, conf: &Path) -> std::process::Output {
+    let mut command = std::process::Command::new(program);
+    command
+        .args(["--check", "--quiet", "-c"])
+        .arg(conf)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    spawn_written(&mut command)
+        .and_then(|child| child.wait_with_output())
+        .expect("run oi --check")
 }
