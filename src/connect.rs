@@ -38,6 +38,13 @@ pub(crate) struct Dial {
     /// `mptcp=on|connect`: open the socket with IPPROTO_MPTCP (plain TCP
     /// where the kernel refuses).
     pub(crate) mptcp: bool,
+    /// TCP_NODELAY is left to the caller, which sets it before the
+    /// socket's second write (the pump, through `Meter::before_write`): a
+    /// connection that writes its backend once (one request) saves the
+    /// setsockopt. Safe because Linux's Nagle test holds a partial segment
+    /// only while an earlier partial segment is unacknowledged (Minshall's
+    /// rule, `tcp_nagle_check`), and before the first write there is none.
+    pub(crate) nodelay_later: bool,
 }
 
 /// A connection to one of a pool's members.
@@ -195,9 +202,12 @@ fn new_socket(
     let kind = Type::STREAM.nonblocking().cloexec();
     let socket = crate::mptcp::stream(Domain::for_address(addr), kind, dial.mptcp)?;
     // Every forwarded socket: no Nagle delay (small messages go out at once),
-    // keepalive on (dead peers are noticed) unless the rule says
-    // `keepalive=off`. Accepted sockets get both from their listener.
-    socket.set_tcp_nodelay(true)?;
+    // now or before the second write (`nodelay_later`), keepalive on (dead
+    // peers are noticed) unless the rule says `keepalive=off`. Accepted
+    // sockets get both from their listener.
+    if !dial.nodelay_later {
+        socket.set_tcp_nodelay(true)?;
+    }
     if dial.keepalive {
         socket.set_keepalive(true)?;
     }

@@ -341,6 +341,7 @@ impl Route {
             keepalive: self.keepalive(),
             from: client.filter(|_| self.transparent()),
             mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
+            nodelay_later: false,
         }
     }
 

@@ -111,6 +111,7 @@ impl CopyMover {
             // (write(2) from a buffer, not splice(2) from a pipe): kept apart on purpose.
             if let Some(buf) = &self.buf {
                 while self.pos < self.end {
+                    meter.before_write(to.get_ref());
                     match send(to.get_ref(), &buf[self.pos..self.end]) {
                         Ok(0) => {
                             let e = io::ErrorKind::WriteZero.into();

@@ -135,7 +135,8 @@ pub(crate) async fn open<G>(
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
     let key = ip.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-    let dial = route.dial(origin.map(|o| o.client));
+    let mut dial = route.dial(origin.map(|o| o.client));
+    dial.nodelay_later = nodelay_later(&route);
     // Not boxed apart: this whole setup is (see `Open`).
     let connected = connect::through_pool(&route.pool, key, timeout, dial, counted).await;
     let (backend, lease) = match connected {
@@ -191,6 +192,15 @@ pub(crate) async fn open<G>(
     })
 }
 
+/// Whether a rule's backend sockets are dialled without TCP_NODELAY, for
+/// the pump to set before its second write (`connect::Dial::nodelay_later`):
+/// one setsockopt fewer per connection that sends its backend one burst
+/// (`benches/syscalls.sh`). Not with a PROXY header, which is a first
+/// write of its own before the pump's.
+fn nodelay_later(route: &Route) -> bool {
+    route.send_proxy.is_none()
+}
+
 /// Pumps an [`Open`] connection to its end and logs it (its `done-*`
 /// line), or gives it to the new oi on `oi upgrade` (which then logs its
 /// end). A function returning an async block that captures `open` once and
@@ -209,8 +219,13 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
             let live = &open.live;
             let stats = live.rule();
             let ip = live.client().client();
-            // Both sockets already have TCP_NODELAY and SO_KEEPALIVE: the
-            // client's from its listener, the backend's from `connect`.
+            // Both sockets already have SO_KEEPALIVE and the client's
+            // TCP_NODELAY (from its listener, the backend's from
+            // `connect`). A TCP backend dialled with `nodelay_later` gets
+            // TCP_NODELAY from the pump before its second write; so does a
+            // handed-over one, which the old oi may have dialled so.
+            let nagle =
+                live.backend().is_some() && (resumed.is_some() || nodelay_later(&open.route));
             let shared = &*open.shared;
             let splice = splice::use_splice(open.route.splice(shared.settings.splice));
             let pump = Pump::new(
@@ -222,6 +237,7 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
                     directions: open.route.rates.limits(&stats.rates, ip.ip()),
                     stats,
                 },
+                nagle,
             );
             let mut published = Published { pump, live };
             if let Some(halves) = resumed {

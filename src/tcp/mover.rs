@@ -54,15 +54,40 @@ pub(crate) struct Meter<'a> {
     written: &'a mut u64,
     /// Set when any byte moved: re-arms the half-close idle timer.
     progress: &'a mut bool,
+    /// The destination still has Nagle on, to be turned off before its
+    /// second write (the direction's `nagle`, see `Dial::nodelay_later`).
+    nagle: &'a mut bool,
 }
 
 impl<'a> Meter<'a> {
-    /// A meter allowing `budget` bytes, adding to `written` and setting `progress`.
-    pub(crate) fn new(budget: usize, written: &'a mut u64, progress: &'a mut bool) -> Self {
+    /// A meter allowing `budget` bytes, adding to `written` and setting
+    /// `progress`; `nagle`: the destination's TCP_NODELAY is still to set.
+    pub(crate) fn new(
+        budget: usize,
+        written: &'a mut u64,
+        progress: &'a mut bool,
+        nagle: &'a mut bool,
+    ) -> Self {
         Meter {
             budget,
             written,
             progress,
+            nagle,
+        }
+    }
+
+    /// Called before every write to the destination `to`: from the second
+    /// write on (something was written already) Nagle must be off, since
+    /// the first write's last segment may still be unacknowledged and
+    /// Nagle would hold a small one behind it until the peer's delayed ACK
+    /// (40 ms or more on Linux). One setsockopt, once per connection; a
+    /// failure (a socket without Nagle) is not the connection's end.
+    pub(crate) fn before_write(&mut self, to: &std::net::TcpStream) {
+        if *self.nagle && *self.written > 0 {
+            *self.nagle = false;
+            if let Err(e) = rustix::net::sockopt::set_tcp_nodelay(to, true) {
+                log::debug!("TCP_NODELAY on a backend: {e}");
+            }
         }
     }
 

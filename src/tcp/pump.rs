@@ -103,11 +103,15 @@ struct Direction {
     /// three (issue 23).
     #[allow(clippy::box_collection)]
     pending: Option<Box<Vec<u8>>>,
+    /// The destination's TCP_NODELAY is still to be set, before its second
+    /// write (a backend connected with `Dial::nodelay_later`).
+    nagle: bool,
 }
 
 impl Direction {
-    fn new(splice: bool, throttle: Option<Throttle>) -> Self {
+    fn new(splice: bool, throttle: Option<Throttle>, nagle: bool) -> Self {
         Direction {
+            nagle,
             throttle: throttle.map(Box::new),
             state: State::Running,
             // A splicing direction starts by copying: its first burst may
@@ -132,6 +136,7 @@ impl Direction {
             return Poll::Ready(Ok(()));
         };
         while !pending.is_empty() {
+            meter.before_write(to.get_ref());
             match to.get_ref().write(pending.as_slice()) {
                 Ok(0) => return Poll::Ready(Err((Fault::Write, io::ErrorKind::WriteZero.into()))),
                 Ok(n) => {
@@ -182,7 +187,7 @@ impl Direction {
         progress: &mut bool,
         last: bool,
     ) -> Poll<Result<Moved, (Fault, io::Error)>> {
-        let mut meter = Meter::new(POLL_BUDGET, &mut self.bytes, progress);
+        let mut meter = Meter::new(POLL_BUDGET, &mut self.bytes, progress, &mut self.nagle);
         loop {
             match self.state {
                 State::Running => {
@@ -310,21 +315,25 @@ pub(crate) struct Limits<'a> {
 impl<'a> Pump<'a> {
     /// Prepares to forward between `client` and `backend`, with splice(2)
     /// when `splice` is set (each direction falls back to copying on its
-    /// own), with `shared`'s pools and half-close idle limit.
+    /// own), with `shared`'s pools and half-close idle limit. `nagle`: the
+    /// backend was connected without TCP_NODELAY, which the pump sets
+    /// before its second write (`Dial::nodelay_later`).
     pub(crate) fn new(
         client: &'a Async<TcpStream>,
         backend: &'a Async<TcpStream>,
         shared: &'a Shared,
         splice: bool,
         limits: Limits<'a>,
+        nagle: bool,
     ) -> Self {
         let (up, down) = limits.directions;
         Pump {
             client,
             backend,
             shared,
-            upstream: Direction::new(splice, up.map(Throttle::new)),
-            downstream: Direction::new(splice, down.map(Throttle::new)),
+            upstream: Direction::new(splice, up.map(Throttle::new), nagle),
+            // The client's socket has TCP_NODELAY from its listener.
+            downstream: Direction::new(splice, down.map(Throttle::new), false),
             stats: limits.stats,
             first_closed: None,
             idle_timer: None,

@@ -127,6 +127,7 @@ impl SpliceMover {
             // from a pipe instead of writing from a buffer, with splice's own
             // errors (EINVAL fallback): the two stay separate on purpose.
             while let (Some(pipe), 1..) = (&self.pipe, self.in_pipe) {
+                meter.before_write(to.get_ref());
                 match splice(&pipe.read, None, to.get_ref(), None, self.in_pipe, FLAGS) {
                     Ok(0) => {
                         let e = io::ErrorKind::WriteZero.into();

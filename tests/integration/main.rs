@@ -27,6 +27,7 @@ mod layout;
 mod logfile;
 mod lookups;
 mod mptcp;
+mod nagle;
 mod observe;
 mod parse_fuzz;
 mod pools;
