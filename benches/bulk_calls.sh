@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # benches/bulk_calls.sh: what a forwarder spends per GiB of bulk transfer, as
 # CPU seconds (utime+stime from /proc/PID/stat) and as system calls (perf's
-# raw_syscalls:sys_enter, counted for that PID only). The call count does not
-# swing with the machine's noise the way CPU time does on a 2-core VM, so it
-# shows whether two forwarders whose CPU rounds overlap do the same work.
+# raw_syscalls:sys_enter, counted for that PID only). The call count depends
+# on timing too (how much each wake-up finds ready: oi's -P8 rounds have read
+# 11k to 29k calls per GiB on a 2-core VM), but it tells apart forwarders
+# whose CPU rounds overlap when their calls differ by more than that (realm
+# 36k, haproxy 132k, rinetd 150k at -P8).
 #
 #   benches/bulk_calls.sh                          # oi, rinetd, haproxy; iperf3 -P8
 #   REALM=/tmp/realm/bin/realm benches/bulk_calls.sh

@@ -14,9 +14,12 @@
 //! that keeps this honest: **no TCP-only call is made on a stream that may
 //! be a unix socket.** Audited (every call on a forwarded stream):
 //!
-//! - `set_nodelay` / `set_keepalive`: never called on forwarded streams;
-//!   TCP sockets inherit both from their listener (`listen::bind`) or get
-//!   them in `connect::new_socket`. Unix sockets come only from here.
+//! - `set_nodelay` / `set_keepalive`: TCP sockets inherit both from their
+//!   listener (`listen::bind`) or get them in `connect::new_socket`, but
+//!   for TCP_NODELAY on a backend dialled with `Dial::nodelay_later`, which
+//!   the pump sets before its second write (`Meter::before_write`) only
+//!   when `tcp::pumped` saw a backend address in the live entry: a unix
+//!   backend never has one. Unix sockets come only from here.
 //! - `peer_addr`: only in `connect.rs`, on sockets it created for TCP.
 //! - `local_addr`: only in `edge::send_header`, on the client socket of an
 //!   IP client; `tcp::open` has no `Origin` for a unix client and sends
