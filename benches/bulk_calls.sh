@@ -30,35 +30,9 @@ done
 cargo build --release --bins >&2
 OI=$PWD/target/release/oi
 
-WORK=$(mktemp -d /tmp/oi-bulk-calls.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -n ${KEEP:-} ]] && echo "bulk_calls.sh: kept $WORK" >&2 || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-# Below the ephemeral range (32768+), so client sockets never take them.
-next_port=$(( 24000 + RANDOM % 4000 ))
-free_port() {
-    local tries=0
-    while listening "$next_port"; do
-        next_port=$((next_port + 1)); tries=$((tries + 1))
-        (( tries < 1000 )) || { echo "bulk_calls.sh: no free port" >&2; exit 1; }
-    done
-    PORT=$next_port
-    next_port=$((next_port + 1))
-}
-wait_listening() {
-    local i
-    for ((i = 0; i < 500; i++)); do listening "$1" && return 0; sleep 0.02; done
-    echo "bulk_calls.sh: nothing listens on port $1" >&2; exit 1
-}
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+BENCH=bulk_calls.sh PORT_BASE=24000
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 free_port; BACKEND=$PORT
 iperf3 -s -p "$BACKEND" >"$WORK/iperf3-server.log" 2>&1 &
@@ -81,16 +55,9 @@ fi
 measure() {
     local name=$1 command=$2
     free_port; local port=$PORT
-    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$port" "$BACKEND" >"$WORK/$name.conf"
-    printf 'global\n    maxconn 4000\ndefaults\n    mode tcp\n    timeout connect 10s\n    timeout client 60s\n    timeout server 60s\nlisten fwd\n    bind 127.0.0.1:%s\n    server backend 127.0.0.1:%s\n' \
-        "$port" "$BACKEND" >"$WORK/$name.haproxy.cfg"
-    printf '[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n' \
-        "$port" "$BACKEND" >"$WORK/$name.realm.toml"
-    command=${command//@CONF@/$WORK/$name.conf}
-    command=${command//@REALM@/$WORK/$name.realm.toml}
-    command=${command//@HAPROXY@/$WORK/$name.haproxy.cfg}
     # shellcheck disable=SC2086 # the command is words on purpose
-    $command >"$WORK/$name.out" 2>&1 &
+    forwarder "$name" "$port" "$BACKEND" $command
+    "${COMMAND[@]}" >"$WORK/$name.out" 2>&1 &
     local pid=$!
     PIDS+=("$pid")
     wait_listening "$port"

@@ -36,34 +36,9 @@ cargo build --release --examples --bins >&2
 OI=$PWD/target/release/oi
 LOADGEN=$PWD/target/release/examples/loadgen
 
-WORK=$(mktemp -d /tmp/oi-syscalls.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -n ${KEEP:-} ]] && echo "syscalls.sh: kept $WORK" >&2 || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-# Below the ephemeral range (32768+), so client sockets never take them.
-next_port=$(( 28000 + RANDOM % 4000 ))
-free_port() {
-    local tries=0
-    while listening "$next_port"; do
-        next_port=$((next_port + 1)); tries=$((tries + 1))
-        (( tries < 1000 )) || { echo "syscalls.sh: no free port" >&2; exit 1; }
-    done
-    PORT=$next_port
-    next_port=$((next_port + 1))
-}
-wait_listening() {
-    local i
-    for ((i = 0; i < 500; i++)); do listening "$1" && return 0; sleep 0.02; done
-    echo "syscalls.sh: nothing listens on port $1" >&2; exit 1
-}
+BENCH=syscalls.sh PORT_BASE=28000
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 free_port; BACKEND=$PORT
 "$LOADGEN" echo-server "127.0.0.1:$BACKEND" >"$WORK/echo.log" 2>&1 &
@@ -76,29 +51,8 @@ wait_listening "$BACKEND"
 measure() {
     local name=$1 load=$2; shift 2
     free_port; local port=$PORT
-    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$port" "$BACKEND" >"$WORK/$name.conf"
-    {
-        echo "global"
-        echo "    maxconn 4000"
-        echo "defaults"
-        echo "    mode tcp"
-        echo "    timeout connect 10s"
-        echo "    timeout client 60s"
-        echo "    timeout server 60s"
-        echo "listen fwd"
-        echo "    bind 127.0.0.1:$port"
-        echo "    server backend 127.0.0.1:$BACKEND"
-    } >"$WORK/$name.haproxy.cfg"
-    printf '[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n' \
-        "$port" "$BACKEND" >"$WORK/$name.realm.toml"
-    local args=() a
-    for a in "$@"; do
-        a=${a//@CONF@/$WORK/$name.conf}
-        a=${a//@REALM@/$WORK/$name.realm.toml}
-        a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
-        args+=("$a")
-    done
-    strace -f -c -o "$WORK/$name.$load.strace" "${args[@]}" >"$WORK/$name.$load.out" 2>&1 &
+    forwarder "$name" "$port" "$BACKEND" "$@"
+    strace -f -c -o "$WORK/$name.$load.strace" "${COMMAND[@]}" >"$WORK/$name.$load.out" 2>&1 &
     local pid=$!
     wait_listening "$port"
     case $load in

@@ -1,0 +1,72 @@
+# benches/lib.sh: what the bench scripts that start forwarders share, sourced
+# (not run) after the script has gone to the repository root:
+#
+#   BENCH=syscalls.sh PORT_BASE=28000
+#   . benches/lib.sh
+#
+# (Two statements: assignments on the `.` line itself would last only while
+# the file is read, and the exit trap needs BENCH later.)
+#
+# It gives the script a work directory ($WORK, kept with KEEP=1, else removed
+# at exit), a list of processes to stop at exit ($PIDS), free ports, the wait
+# for a listener, a process's CPU time, and each forwarder's configuration for
+# one port. BENCH names the script in messages; PORT_BASE is where its ports
+# start (scripts that may run side by side use different bases).
+
+WORK=$(mktemp -d "/tmp/oi-${BENCH%.sh}.XXXXXX")
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [[ -n ${KEEP:-} ]]; then echo "$BENCH: kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Whether something listens on TCP port $1.
+listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+
+# Below the ephemeral range (32768+), so client sockets never take them.
+next_port=$(( PORT_BASE + RANDOM % 4000 ))
+# Sets PORT to a port nothing listens on, never the same one twice.
+free_port() {
+    local tries=0
+    while listening "$next_port"; do
+        next_port=$((next_port + 1)); tries=$((tries + 1))
+        (( tries < 1000 )) || { echo "$BENCH: no free port" >&2; exit 1; }
+    done
+    PORT=$next_port
+    next_port=$((next_port + 1))
+}
+
+# Waits (10 s at most) until something listens on port $1.
+wait_listening() {
+    local i
+    for ((i = 0; i < 500; i++)); do listening "$1" && return 0; sleep 0.02; done
+    echo "$BENCH: nothing listens on port $1" >&2; exit 1
+}
+
+# utime+stime of process $1, in clock ticks.
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
+# Writes forwarder $1's configurations for listening on port $2 and forwarding
+# to port $3 on loopback ($WORK/$1.conf for oi and rinetd, .haproxy.cfg,
+# .realm.toml), and sets COMMAND to the words of $4.. with @CONF@, @HAPROXY@
+# and @REALM@ replaced by their paths.
+forwarder() {
+    local name=$1 port=$2 backend=$3; shift 3
+    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$port" "$backend" >"$WORK/$name.conf"
+    printf 'global\n    maxconn 4000\ndefaults\n    mode tcp\n    timeout connect 10s\n    timeout client 60s\n    timeout server 60s\nlisten fwd\n    bind 127.0.0.1:%s\n    server backend 127.0.0.1:%s\n' \
+        "$port" "$backend" >"$WORK/$name.haproxy.cfg"
+    printf '[[endpoints]]\nlisten = "127.0.0.1:%s"\nremote = "127.0.0.1:%s"\n' \
+        "$port" "$backend" >"$WORK/$name.realm.toml"
+    COMMAND=()
+    local a
+    for a in "$@"; do
+        a=${a//@CONF@/$WORK/$name.conf}
+        a=${a//@REALM@/$WORK/$name.realm.toml}
+        a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
+        COMMAND+=("$a")
+    done
+}
