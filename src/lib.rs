@@ -25,6 +25,7 @@ mod connect;
 mod daemon;
 mod diagnostics;
 mod edge;
+mod executor;
 mod handover;
 mod limits;
 mod listen;

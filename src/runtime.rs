@@ -23,11 +23,12 @@
 //! [`Runtime::start`]. Each thread blocks on its own epoll
 //! ([`crate::reactor`]), not on async-io's shared reactor.
 
+use crate::executor::Executor;
 use crate::reactor::{self, Board, Reactor, Timer};
 use async_channel::{Receiver, Sender};
+use async_task::Task;
 use event_listener::Event;
 use futures_lite::FutureExt;
-use smol::{Executor, Task};
 use std::future::Future;
 use std::io;
 use std::num::NonZeroUsize;
@@ -59,7 +60,7 @@ impl Runtime {
     /// Starts `threads - 1` worker threads, named `oi-worker-N`; executor 0 is
     /// run by whichever thread calls [`block_on`](Self::block_on).
     pub fn start(threads: NonZeroUsize) -> io::Result<Self> {
-        let executors: Vec<Arc<Executor<'static>>> = (0..threads.get())
+        let executors: Vec<Arc<Executor>> = (0..threads.get())
             .map(|_| Arc::new(Executor::new()))
             .collect();
         // One epoll instance per thread, made here so a shortage of
@@ -152,7 +153,7 @@ impl Drop for Runtime {
 /// The executors and how many connections each one runs.
 pub(crate) struct Threads {
     /// One executor per thread; index 0 is the main one (it also runs UDP).
-    executors: Vec<Arc<Executor<'static>>>,
+    executors: Vec<Arc<Executor>>,
     /// Open TCP connections on each executor, by the same index.
     open: Vec<AtomicUsize>,
     /// Notified when a thread's count drops to zero, for [`Threads::drained`].
@@ -163,7 +164,7 @@ pub(crate) struct Threads {
 
 impl Threads {
     /// Wraps `executors` (each run by exactly one thread; at least one).
-    fn new(executors: Vec<Arc<Executor<'static>>>, board: Arc<Board>) -> Arc<Self> {
+    fn new(executors: Vec<Arc<Executor>>, board: Arc<Board>) -> Arc<Self> {
         let open = executors.iter().map(|_| AtomicUsize::new(0)).collect();
         Arc::new(Threads {
             executors,
@@ -179,7 +180,7 @@ impl Threads {
     }
 
     /// The executor at `index` (taken modulo the count, so any index is valid).
-    pub(crate) fn executor(&self, index: usize) -> &Arc<Executor<'static>> {
+    pub(crate) fn executor(&self, index: usize) -> &Arc<Executor> {
         &self.executors[index % self.executors.len()]
     }
 

@@ -8,6 +8,7 @@ use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
 use crate::config::Proto;
 use crate::edge::Origin;
+use crate::executor::Executor;
 use crate::logfile::{Event, LogEvent};
 use crate::proxy::Encoded;
 use crate::rate::Limit;
@@ -15,8 +16,8 @@ use crate::reactor::Async;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, Registered};
+use async_task::Task;
 use futures_lite::FutureExt;
-use smol::{Executor, Task};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
@@ -239,7 +240,7 @@ impl Association {
     // parameters on purpose, as they differ under `accept-proxy`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
-        ex: &Executor<'static>,
+        ex: &Executor,
         route: Arc<Route>,
         shared: &Arc<Shared>,
         listener: &Arc<Async<UdpSocket>>,
@@ -339,7 +340,7 @@ impl Association {
 
     /// `oi upgrade` kept this UDP→TCP association here: its task starts
     /// again from `paused`, its unsent bytes first.
-    pub(crate) fn resume_tcp(&mut self, ex: &Executor<'static>, paused: Paused) {
+    pub(crate) fn resume_tcp(&mut self, ex: &Executor, paused: Paused) {
         let Upstream::Tcp(t) = &self.upstream else {
             return;
         };
@@ -353,7 +354,7 @@ impl Association {
     /// waited in its queue, written first; as [`Association::resumed`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn resumed_tcp(
-        ex: &Executor<'static>,
+        ex: &Executor,
         route: Arc<Route>,
         shared: &Arc<Shared>,
         listener: &Arc<Async<UdpSocket>>,
@@ -403,7 +404,7 @@ impl Association {
     /// load as if chosen here.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn resumed(
-        ex: &Executor<'static>,
+        ex: &Executor,
         route: Arc<Route>,
         shared: &Arc<Shared>,
         listener: &Arc<Async<UdpSocket>>,

@@ -5,6 +5,7 @@ use super::assoc::Association;
 use super::udp_to_tcp::Paused;
 use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
+use crate::executor::Executor;
 use crate::handover::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::logfile::Event;
 use crate::reactor::{Async, Timer};
@@ -13,7 +14,6 @@ use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use futures_lite::FutureExt;
-use smol::Executor;
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -32,7 +32,7 @@ const PAUSE_WITHIN: Duration = Duration::from_secs(2);
 /// Serves a `/udp` listener until the task is dropped (listener removed by a
 /// reload, or server stopping); then every association ends and is logged.
 pub(crate) async fn serve(
-    ex: Arc<Executor<'static>>,
+    ex: Arc<Executor>,
     socket: Arc<Async<UdpSocket>>,
     route: Arc<ArcSwap<Route>>,
     shared: Arc<Shared>,
@@ -64,7 +64,7 @@ enum Wake {
 /// A listener's state, owned by its one task.
 struct Listener {
     /// Spawns association tasks.
-    ex: Arc<Executor<'static>>,
+    ex: Arc<Executor>,
     /// The listening socket; association tasks send replies from it.
     socket: Arc<Async<UdpSocket>>,
     /// The rule's current route; read once per new association, so a reload

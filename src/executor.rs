@@ -1,0 +1,242 @@
+//! The task queue each executor thread runs: one per thread, never shared
+//! between threads' runners, so it has no work stealing and no sleepers'
+//! list.
+//!
+//! A task woken anywhere (its thread's reactor turn, another thread's
+//! placement or reply) is pushed onto its executor's queue, and the thread
+//! that runs the executor is told through the waker its `run` future was
+//! last polled with: `block_on`'s, which sets a flag while the thread runs
+//! and writes its eventfd only while it sleeps. So the thread that wakes a
+//! task it runs itself makes no system call for it.
+//!
+//! Why not smol's `Executor`: built for many threads running one executor,
+//! it looks for work in its global queue, its runner's local queue and every
+//! other runner's queue (a read lock and a random start), and keeps a
+//! sleepers' list under a mutex, on every task it runs. With one runner per
+//! executor none of that finds anything. Callgrind, one thread, 64 B round
+//! trips: about 1,300 of oi's 5,100 user-space instructions per round trip
+//! were the executor's (docs/performance.md).
+//!
+//! A task that is dropped unfinished when its executor is dropped: every
+//! live task's waker is kept (`active`) so that dropping the executor can
+//! wake them all and drop them from the queue, as smol's does. Without it a
+//! task waiting on a socket would hold that socket's registration, which
+//! holds the task's waker: neither would ever be freed.
+
+use async_task::{Runnable, Task};
+use concurrent_queue::ConcurrentQueue;
+use slab::Slab;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Poll, Waker};
+
+/// Tasks one poll of [`Executor::run`] runs before it asks to be polled
+/// again: the thread then counts a busy poll and, every so many, looks for
+/// I/O events without sleeping (`reactor::block_on`), so a stream of
+/// self-waking tasks cannot starve the sockets.
+const TASKS_PER_POLL: usize = 64;
+
+/// A queue of tasks run by one thread at a time (see the module's notes).
+pub(crate) struct Executor {
+    /// What the tasks' schedule functions share with the executor.
+    state: Arc<State>,
+}
+
+/// The part of an executor a task's schedule function holds.
+struct State {
+    /// Tasks woken and not yet run, in the order they were woken.
+    queue: ConcurrentQueue<Runnable>,
+    /// The waker of the thread running the executor, told of every task
+    /// scheduled: the first `run` poll's (one thread drives an executor for
+    /// its whole life, and its waker reaches the same reactor every time).
+    notify: OnceLock<Waker>,
+    /// A waker of every task that has not finished: woken and dropped
+    /// unrun when the executor is dropped.
+    active: Mutex<Slab<Waker>>,
+}
+
+impl State {
+    /// The live tasks; a panic while it was held (none can: the lock covers
+    /// slab operations only) does not make it unusable.
+    fn active(&self) -> MutexGuard<'_, Slab<Waker>> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `runnable` and tells the running thread.
+    fn schedule(&self, runnable: Runnable) {
+        // Unbounded: a push fails only once the queue is closed, which
+        // this executor never does.
+        let _ = self.queue.push(runnable);
+        if let Some(waker) = self.notify.get() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+/// Removes a finished (or dropped) task from the executor's live tasks.
+struct Finished {
+    /// The executor's state.
+    state: Arc<State>,
+    /// The task's place among the live tasks.
+    index: usize,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.state.active().try_remove(self.index);
+    }
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Executor {
+    /// An executor with no tasks.
+    pub(crate) fn new() -> Self {
+        Executor {
+            state: Arc::new(State {
+                queue: ConcurrentQueue::unbounded(),
+                notify: OnceLock::new(),
+                active: Mutex::new(Slab::new()),
+            }),
+        }
+    }
+
+    /// Starts `future` as a task of this executor; it runs on the thread
+    /// that runs the executor. Dropping the returned `Task` cancels it;
+    /// `detach` lets it run to its end.
+    pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = T> + Send + 'static,
+    ) -> Task<T> {
+        let mut active = self.state.active();
+        let entry = active.vacant_entry();
+        let finished = Finished {
+            state: self.state.clone(),
+            index: entry.key(),
+        };
+        let future = async move {
+            let _finished = finished;
+            future.await
+        };
+        let state = self.state.clone();
+        let (runnable, task) = async_task::spawn(future, move |r| state.schedule(r));
+        entry.insert(runnable.waker());
+        drop(active);
+        runnable.schedule();
+        task
+    }
+
+    /// Runs this executor's tasks on the calling thread until `future`
+    /// completes. One thread at a time.
+    pub(crate) async fn run<T>(&self, future: impl Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(|cx| {
+            if self.state.notify.get().is_none() {
+                let _ = self.state.notify.set(cx.waker().clone());
+            }
+            if let Poll::Ready(v) = future.as_mut().poll(cx) {
+                return Poll::Ready(v);
+            }
+            for _ in 0..TASKS_PER_POLL {
+                match self.state.queue.pop() {
+                    Ok(runnable) => {
+                        runnable.run();
+                    }
+                    // A task scheduled from now on wakes `notify`, which
+                    // was set before this pop.
+                    Err(_) => return Poll::Pending,
+                }
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // Wake every unfinished task (its schedule puts it on the queue),
+        // then drop the queue's runnables: each drops its task's future,
+        // and with it the sockets and timers it holds.
+        let wakers: Vec<Waker> = self.state.active().drain().collect();
+        for waker in wakers {
+            waker.wake();
+        }
+        while self.state.queue.pop().is_ok() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn runs_spawned_tasks_and_returns_their_results() {
+        let ex = Executor::new();
+        let a = ex.spawn(async { 1 });
+        let b = ex.spawn(async { 2 });
+        let sum = futures_lite::future::block_on(ex.run(async { a.await + b.await }));
+        assert_eq!(sum, 3);
+    }
+
+    #[test]
+    fn a_task_woken_from_another_thread_runs() {
+        let ex = Executor::new();
+        let (tx, rx) = async_channel::bounded::<u32>(1);
+        let t = ex.spawn(async move { rx.recv().await.expect("value") });
+        let sender = std::thread::spawn(move || {
+            futures_lite::future::block_on(tx.send(7)).expect("send");
+        });
+        assert_eq!(futures_lite::future::block_on(ex.run(t)), 7);
+        sender.join().expect("sender");
+    }
+
+    #[test]
+    fn dropping_the_executor_drops_its_unfinished_tasks() {
+        struct Counted(Arc<AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let ex = Executor::new();
+        // Waiting for ever: it holds a clone of its own waker, as a task
+        // waiting on a socket does through the socket's registration.
+        for _ in 0..3 {
+            let held = Counted(dropped.clone());
+            ex.spawn(async move {
+                let _held = held;
+                let mut keep: Option<Waker> = None;
+                std::future::poll_fn(|cx| {
+                    keep = Some(cx.waker().clone());
+                    Poll::<()>::Pending
+                })
+                .await
+            })
+            .detach();
+        }
+        futures_lite::future::block_on(ex.run(futures_lite::future::yield_now()));
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "still waiting");
+        drop(ex);
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            3,
+            "every waiting task dropped"
+        );
+    }
+
+    #[test]
+    fn a_finished_task_leaves_the_live_list() {
+        let ex = Executor::new();
+        let t = ex.spawn(async { 5 });
+        assert_eq!(futures_lite::future::block_on(ex.run(t)), 5);
+        assert_eq!(ex.state.active().len(), 0);
+    }
+}
