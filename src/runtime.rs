@@ -2,11 +2,12 @@
 //!
 //! # One executor per thread
 //!
-//! Each thread runs its own smol executor, and a connection's task stays on
-//! the executor that spawned it, so waking it never wakes another thread. A
-//! single executor shared by both threads woke the other thread on nearly
-//! every task wake-up: ping-pong p50 went from +50.5 to +31.3 µs over direct
-//! when each thread got its own (docs/performance.md).
+//! Each thread runs its own executor ([`crate::executor`]), and a
+//! connection's task stays on the executor that spawned it, so waking it
+//! never wakes another thread. A single executor shared by both threads
+//! woke the other thread on nearly every task wake-up: ping-pong p50 went
+//! from +50.5 to +31.3 µs over direct when each thread got its own
+//! (docs/performance.md).
 //!
 //! # Placement
 //!

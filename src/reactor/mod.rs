@@ -1,4 +1,4 @@
-//! A per-thread reactor under smol's executors: one epoll per executor
+//! A per-thread reactor under the executors (`crate::executor`): one epoll per executor
 //! thread, sockets registered once, edge-triggered, and timers kept in the
 //! thread's own ordered map (issue 23).
 //!
