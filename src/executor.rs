@@ -5,7 +5,7 @@
 //! A task woken anywhere (its thread's reactor turn, another thread's
 //! placement or reply) is pushed onto its executor's queue, and the thread
 //! that runs the executor is told through the waker its `run` future was
-//! last polled with: `block_on`'s, which sets a flag while the thread runs
+//! first polled with: `block_on`'s, which sets a flag while the thread runs
 //! and writes its eventfd only while it sleeps. So the thread that wakes a
 //! task it runs itself makes no system call for it.
 //!
@@ -154,9 +154,7 @@ impl Executor {
     pub(crate) async fn run<T>(&self, future: impl Future<Output = T>) -> T {
         let mut future = std::pin::pin!(future);
         std::future::poll_fn(|cx| {
-            if self.state.notify.get().is_none() {
-                let _ = self.state.notify.set(cx.waker().clone());
-            }
+            self.state.notify.get_or_init(|| cx.waker().clone());
             if let Poll::Ready(v) = future.as_mut().poll(cx) {
                 return Poll::Ready(v);
             }

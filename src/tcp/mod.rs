@@ -219,9 +219,9 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
             let live = &open.live;
             let stats = live.rule();
             let ip = live.client().client();
-            // Both sockets already have SO_KEEPALIVE and the client's
-            // TCP_NODELAY (from its listener, the backend's from
-            // `connect`). A TCP backend dialled with `nodelay_later` gets
+            // Both sockets already have SO_KEEPALIVE (the client's from
+            // its listener, the backend's from `connect`), and the client
+            // has TCP_NODELAY from its listener. A TCP backend dialled with `nodelay_later` gets
             // TCP_NODELAY from the pump before its second write; so does a
             // handed-over one, which the old oi may have dialled so.
             let nagle =
