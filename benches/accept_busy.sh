@@ -18,13 +18,25 @@
 #                    from the connection run on this machine's cores;
 #   BULK_RATE=3.5G   iperf3 -b: the flow at a fixed rate (rinetd's bulk
 #                    throughput beside its own connection run is 3-4 Gbit/s).
+#   ENDS=idle        the flow's two endpoints (iperf3 client and server) run
+#                    under SCHED_IDLE (chrt -i 0): they get only the CPU that
+#                    nothing else wants, as if they were on other machines,
+#                    which is where a forwarder's bulk endpoints are. What is
+#                    left of the drop is oi's own.
 # Each line also gives the bulk flow's throughput (iperf3's sender figure).
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-3}
 WORKERS=${WORKERS:-4}
 THREADS=${THREADS:-2}
+ENDS=${ENDS:-normal}
 cd "$(dirname "$0")/.."
+ends=()
+case $ENDS in
+    normal) ;;
+    idle) ends=(chrt -i 0) ;;
+    *) echo "accept_busy.sh: ENDS is normal or idle, not '$ENDS'" >&2; exit 1 ;;
+esac
 command -v iperf3 >/dev/null || { echo "accept_busy.sh: iperf3 is required" >&2; exit 1; }
 cargo build --release --quiet --example loadgen
 LOADGEN=$PWD/target/release/examples/loadgen
@@ -44,7 +56,7 @@ rate() { grep '^result:' "$1" | tr ' ' '\n' | awk -F= '$1 == "conns_per_sec" { p
 echo_port=$(port) iperf_port=$(port)
 "$LOADGEN" echo-server "127.0.0.1:$echo_port" 2>"$dir/echo.err" &
 pids+=($!)
-iperf3 -s -p "$iperf_port" >"$dir/iperf.log" 2>&1 &
+${ends[@]+"${ends[@]}"} iperf3 -s -p "$iperf_port" >"$dir/iperf.log" 2>&1 &
 pids+=($!)
 wait_listening "$echo_port"
 wait_listening "$iperf_port"
@@ -66,7 +78,7 @@ for round in $(seq "$ROUNDS"); do
         "$LOADGEN" connrate "127.0.0.1:${eports[$k]}" --secs "$SECS" --conns "$WORKERS" >"$dir/idle" || true
         target=${iports[$k]}
         [[ ${BULK:-oi} == direct ]] && target=$iperf_port
-        iperf3 -c 127.0.0.1 -p "$target" -t $((SECS + 2)) -P 1 ${BULK_RATE:+-b "$BULK_RATE"} >"$dir/bg" 2>&1 &
+        ${ends[@]+"${ends[@]}"} iperf3 -c 127.0.0.1 -p "$target" -t $((SECS + 2)) -P 1 ${BULK_RATE:+-b "$BULK_RATE"} >"$dir/bg" 2>&1 &
         bg=$!
         sleep 1 # let the bulk flow reach full speed
         "$LOADGEN" connrate "127.0.0.1:${eports[$k]}" --secs "$SECS" --conns "$WORKERS" >"$dir/busy" || true
@@ -74,7 +86,7 @@ for round in $(seq "$ROUNDS"); do
         idle=$(rate "$dir/idle") busy=$(rate "$dir/busy")
         gbits=$(awk '/sender$/ { v = $7; u = $8 } END { if (u == "Mbits/sec") v /= 1000; print v + 0 }' "$dir/bg")
         printf 'round %s  %-32s unloaded %6s conn/s  with iperf3 -P1 (%s, %s Gbit/s) %6s conn/s  %5.1f%%\n' \
-            "$round" "${names[$k]}" "$idle" "${BULK:-oi}${BULK_RATE:+ at $BULK_RATE}" "$gbits" "$busy" \
+            "$round" "${names[$k]}" "$idle" "${BULK:-oi}${BULK_RATE:+ at $BULK_RATE}${ends[*]:+, ends idle}" "$gbits" "$busy" \
             "$(python3 -c 'import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(100*b/a if a else float("nan"))' "$idle" "$busy")"
     done
 done
