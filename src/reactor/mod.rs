@@ -1,6 +1,6 @@
 //! A per-thread reactor under the executors (`crate::executor`): one epoll per executor
 //! thread, sockets registered once, edge-triggered, and timers kept in the
-//! thread's own ordered map (issue 23).
+//! thread's own queue (issue 23).
 //!
 //! # Why not async-io's reactor
 //!
@@ -17,8 +17,8 @@
 //! - a socket is added once (`EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET`)
 //!   the first time it is polled, and removed by the kernel when it closes:
 //!   no `epoll_ctl` per event, none per close;
-//! - timers live in the thread's own ordered map and become the
-//!   `epoll_wait` timeout: no timerfd;
+//! - timers live in the thread's own queue ([`timer::TimerQueue`]) and the
+//!   soonest becomes the `epoll_wait` timeout: no timerfd;
 //! - a waker running on the thread that runs the task only sets a flag; the
 //!   eventfd is written only when another thread wakes a sleeping one.
 //!
@@ -41,15 +41,15 @@ pub(crate) use accept::Board;
 pub(crate) use block_on::block_on;
 pub(crate) use io::{Async, SharedListener};
 pub(crate) use timer::Timer;
+use timer::{TimerId, TimerQueue};
 
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::time::Timespec;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::io as stdio;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -142,9 +142,6 @@ struct Sources {
     free: Vec<u32>,
 }
 
-/// Timers waiting on one reactor, soonest first; the `u64` breaks ties.
-type Timers = BTreeMap<(Instant, u64), Waker>;
-
 /// One epoll instance with its eventfd, registered sources and timers.
 pub(crate) struct Reactor {
     /// The epoll instance.
@@ -154,9 +151,7 @@ pub(crate) struct Reactor {
     /// What each epoll key refers to.
     sources: Mutex<Sources>,
     /// Pending timers.
-    timers: Mutex<Timers>,
-    /// Unique timer ids.
-    next_timer: AtomicU64,
+    timers: Mutex<TimerQueue>,
     /// Set while the driving thread is (about to be) in `epoll_wait` with
     /// no timeout shorter than its timers: others must write the eventfd.
     sleeping: AtomicBool,
@@ -254,7 +249,6 @@ impl Reactor {
             wake,
             sources: Mutex::default(),
             timers: Mutex::default(),
-            next_timer: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             seat: None,
@@ -334,13 +328,8 @@ impl Reactor {
     }
 
     /// Adds a timer firing at `at`; returns its id.
-    fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> u64 {
-        let id = self.next_timer.fetch_add(1, Ordering::Relaxed);
-        let soonest = {
-            let mut t = lock(&self.timers);
-            t.insert((at, id), waker);
-            t.keys().next() == Some(&(at, id))
-        };
+    fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> TimerId {
+        let (id, soonest) = lock(&self.timers).add(at, waker);
         // Only a new soonest timer changes how long the driving thread may sleep.
         if soonest && !is_current(self) {
             self.interrupt();
@@ -348,22 +337,14 @@ impl Reactor {
         id
     }
 
-    /// Replaces the waker of timer `(at, id)`; false if it is no longer pending.
-    fn update_timer(&self, at: Instant, id: u64, waker: &Waker) -> bool {
-        match lock(&self.timers).get_mut(&(at, id)) {
-            Some(w) => {
-                if !w.will_wake(waker) {
-                    w.clone_from(waker);
-                }
-                true
-            }
-            None => false,
-        }
+    /// Replaces the waker of timer `id`; false if it is no longer pending.
+    fn update_timer(&self, id: TimerId, waker: &Waker) -> bool {
+        lock(&self.timers).update(id, waker)
     }
 
-    /// Removes timer `(at, id)` if it is still pending.
-    fn remove_timer(&self, at: Instant, id: u64) {
-        lock(&self.timers).remove(&(at, id));
+    /// Removes timer `id` if it is still pending.
+    fn remove_timer(&self, id: TimerId) {
+        lock(&self.timers).remove(id);
     }
 
     /// Asks the driving thread to go round again; writes the eventfd only if
@@ -461,8 +442,7 @@ impl Reactor {
 
     /// How long the driving thread may sleep: until the soonest timer (`None`: forever).
     fn next_timeout(&self) -> Option<Duration> {
-        let t = lock(&self.timers);
-        let (at, _) = t.keys().next()?;
+        let at = lock(&self.timers).next_deadline()?;
         Some(at.saturating_duration_since(Instant::now()))
     }
 
@@ -472,13 +452,7 @@ impl Reactor {
         if t.is_empty() {
             return;
         }
-        let now = Instant::now();
-        while let Some(entry) = t.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            into.push(entry.remove());
-        }
+        t.fire(Instant::now(), into);
     }
 }
 
