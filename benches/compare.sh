@@ -46,49 +46,14 @@ cargo build --release --examples --bins >&2
 OI=$PWD/target/release/oi
 LOADGEN=$PWD/target/release/examples/loadgen
 
-WORK=$(mktemp -d /tmp/oi-compare.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -n ${KEEP:-} ]] && echo "compare.sh: kept $WORK" >&2 || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH=compare.sh
+PORT_BASE=20000
+. benches/lib.sh
 
 # --- descriptors -------------------------------------------------------------
 # A forwarder holding N idle connections needs 2N descriptors plus a few.
-ulimit -Hn 65536 2>/dev/null || true
-HARD=$(ulimit -Hn)
-[[ $HARD == unlimited ]] && HARD=1048576
-ulimit -n "$HARD"
-FD_HEADROOM=100
-if (( 2 * IDLE + FD_HEADROOM > HARD )); then
-    IDLE_FIT=$(( (HARD - FD_HEADROOM) / 2 / 100 * 100 ))
-    echo "compare.sh: fd hard limit $HARD holds 2 x $IDLE_FIT, not 2 x $IDLE; idle test uses $IDLE_FIT" >&2
-    IDLE=$IDLE_FIT
-fi
-
-# --- ports ---------------------------------------------------------------------
-# Listeners below the ephemeral range, so client sockets never take them.
-listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-next_port=$(( 20000 + RANDOM % 8000 ))
-free_port() {
-    local tries=0
-    while listening "$next_port"; do
-        next_port=$((next_port + 1)); tries=$((tries + 1))
-        (( tries < 1000 )) || { echo "compare.sh: no free port" >&2; exit 1; }
-    done
-    PORT=$next_port
-    next_port=$((next_port + 1))
-}
-# Polls (bounded) until something listens on port $1.
-wait_listening() {
-    local i
-    for i in $(seq 100); do listening "$1" && return 0; sleep 0.05; done
-    echo "compare.sh: nothing listens on port $1" >&2; exit 1
-}
+fit_descriptors "$IDLE" 100
+IDLE=$FIT
 
 free_port; ECHO_PORT=$PORT
 free_port; IPERF_PORT=$PORT
@@ -100,8 +65,6 @@ wait_listening "$ECHO_PORT"
 wait_listening "$IPERF_PORT"
 
 CLK_TCK=$(getconf CLK_TCK)
-# utime+stime of a process, in clock ticks.
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 # "tid name ticks" for every thread of a process.
 thread_ticks() {
     local t
@@ -111,9 +74,6 @@ thread_ticks() {
             "$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$t/stat" 2>/dev/null)" || true
     done
 }
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-# Value of key $2 on the `result:` line of loadgen output file $1.
-result() { grep '^result:' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print $2 }'; }
 # "Gbit/s bytes" received in an iperf3 -J report, or "nan 0" if the run failed.
 iperf_json() { python3 -c '
 import json, sys

@@ -32,45 +32,12 @@ fi
 OI=${OI:-$PWD/target/release/oi}
 LOADGEN=$PWD/target/release/examples/loadgen
 
-WORK=$(mktemp -d /tmp/oi-idle.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -n ${KEEP:-} ]] && echo "idle_memory.sh: kept $WORK" >&2 || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH=idle_memory.sh
+PORT_BASE=16000
+. benches/lib.sh
 
-ulimit -Hn 65536 2>/dev/null || true
-HARD=$(ulimit -Hn)
-[[ $HARD == unlimited ]] && HARD=1048576
-ulimit -n "$HARD"
-if (( 2 * COUNT + 100 > HARD )); then
-    FIT=$(( (HARD - 100) / 2 / 100 * 100 ))
-    echo "idle_memory.sh: fd hard limit $HARD holds 2 x $FIT, not 2 x $COUNT; using $FIT" >&2
-    COUNT=$FIT
-fi
-
-listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-next_port=$(( 20000 + RANDOM % 8000 ))
-free_port() {
-    local tries=0
-    while listening "$next_port"; do
-        next_port=$((next_port + 1)); tries=$((tries + 1))
-        (( tries < 1000 )) || { echo "idle_memory.sh: no free port" >&2; exit 1; }
-    done
-    PORT=$next_port
-    next_port=$((next_port + 1))
-}
-wait_listening() {
-    local i
-    for i in $(seq 200); do listening "$1" && return 0; sleep 0.05; done
-    echo "idle_memory.sh: nothing listens on port $1" >&2; exit 1
-}
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-result() { grep '^result:' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print $2 }'; }
+fit_descriptors "$COUNT" 100
+COUNT=$FIT
 
 free_port; ECHO_PORT=$PORT
 "$LOADGEN" echo-server "127.0.0.1:$ECHO_PORT" 2>"$WORK/echo.err" &

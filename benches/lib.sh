@@ -9,8 +9,8 @@
 #
 # It gives the script a work directory ($WORK, kept with KEEP=1, else removed
 # at exit), a list of processes to stop at exit ($PIDS), free ports, the wait
-# for a listener, a process's CPU time, and each forwarder's configuration for
-# one port. BENCH names the script in messages; PORT_BASE is where its ports
+# for a listener, a process's CPU time and resident memory, loadgen's result
+# line, the open-file limit, and each forwarder's configuration for one port. BENCH names the script in messages; PORT_BASE is where its ports
 # start (scripts that may run side by side use different bases).
 
 WORK=$(mktemp -d "/tmp/oi-${BENCH%.sh}.XXXXXX")
@@ -49,6 +49,29 @@ wait_listening() {
 
 # utime+stime of process $1, in clock ticks.
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
+# Resident memory of process $1, in KiB.
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# Value of key $2 on the `result:` line of loadgen output file $1.
+result() { grep '^result:' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print $2 }'; }
+
+# Raises the open-file limit to its hard limit (65,536 if it may rise that
+# far) and sets HARD to it; then sets FIT to how many of the $1 connections
+# a forwarder can hold at two descriptors each with $2 to spare (a multiple
+# of 100, and $1 itself when it fits), saying so when it does not.
+fit_descriptors() {
+    local want=$1 headroom=$2
+    ulimit -Hn 65536 2>/dev/null || true
+    HARD=$(ulimit -Hn)
+    [[ $HARD == unlimited ]] && HARD=1048576
+    ulimit -n "$HARD"
+    FIT=$want
+    if (( 2 * want + headroom > HARD )); then
+        FIT=$(( (HARD - headroom) / 2 / 100 * 100 ))
+        echo "$BENCH: fd hard limit $HARD holds 2 x $FIT, not 2 x $want; using $FIT" >&2
+    fi
+}
 
 # Writes forwarder $1's configurations for listening on port $2 and forwarding
 # to port $3 on loopback ($WORK/$1.conf for oi and rinetd, .haproxy.cfg,
