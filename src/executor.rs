@@ -54,6 +54,15 @@ thread_local! {
     };
 }
 
+/// Runs `f` on this thread's [`Local`]; `None` while it is borrowed (never
+/// on the paths that use it) or once the thread is exiting.
+fn with_local<R>(f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+    LOCAL
+        .try_with(|l| l.try_borrow_mut().ok().map(|mut l| f(&mut l)))
+        .ok()
+        .flatten()
+}
+
 /// A thread's own run queue.
 struct Local {
     /// The address of the [`State`] of the executor whose `run` this thread
@@ -76,15 +85,14 @@ impl Owner {
     /// runs one (a nested run then uses the shared queue only).
     fn enter(state: &Arc<State>) -> Owner {
         let me = state.address();
-        let owns = LOCAL
-            .try_with(|l| match l.try_borrow_mut() {
-                Ok(mut l) if l.owner == 0 => {
-                    l.owner = me;
-                    true
-                }
-                _ => false,
-            })
-            .unwrap_or(false);
+        let owns = with_local(|l| {
+            let free = l.owner == 0;
+            if free {
+                l.owner = me;
+            }
+            free
+        })
+        .unwrap_or(false);
         Owner {
             state: state.clone(),
             owns,
@@ -93,10 +101,7 @@ impl Owner {
 
     /// The next task woken on this thread (or moved here by `take_shared`).
     fn pop(&self) -> Option<Runnable> {
-        LOCAL
-            .try_with(|l| l.try_borrow_mut().ok()?.queue.pop_front())
-            .ok()
-            .flatten()
+        with_local(|l| l.queue.pop_front()).flatten()
     }
 
     /// Moves tasks woken on other threads onto this thread's queue, behind
@@ -106,13 +111,11 @@ impl Owner {
         if !self.owns || self.state.queue.is_empty() {
             return;
         }
-        let _ = LOCAL.try_with(|l| {
-            if let Ok(mut l) = l.try_borrow_mut() {
-                for _ in 0..self.state.queue.len() {
-                    match self.state.queue.pop() {
-                        Ok(r) => l.queue.push_back(r),
-                        Err(_) => break,
-                    }
+        with_local(|l| {
+            for _ in 0..self.state.queue.len() {
+                match self.state.queue.pop() {
+                    Ok(r) => l.queue.push_back(r),
+                    Err(_) => break,
                 }
             }
         });
@@ -126,15 +129,11 @@ impl Drop for Owner {
         }
         // Tasks still on this thread's queue go back to the shared one, where
         // the executor's drop (or its next runner) finds them.
-        let left: Vec<Runnable> = LOCAL
-            .try_with(|l| match l.try_borrow_mut() {
-                Ok(mut l) => {
-                    l.owner = 0;
-                    l.queue.drain(..).collect()
-                }
-                Err(_) => Vec::new(),
-            })
-            .unwrap_or_default();
+        let left: Vec<Runnable> = with_local(|l| {
+            l.owner = 0;
+            l.queue.drain(..).collect()
+        })
+        .unwrap_or_default();
         for r in left {
             let _ = self.state.queue.push(r);
         }
@@ -198,12 +197,10 @@ impl State {
     fn schedule(&self, runnable: Runnable) {
         let me = self.address();
         let mut runnable = Some(runnable);
-        let _ = LOCAL.try_with(|l| {
-            if let Ok(mut l) = l.try_borrow_mut() {
-                if l.owner == me {
-                    if let Some(r) = runnable.take() {
-                        l.queue.push_back(r);
-                    }
+        with_local(|l| {
+            if l.owner == me {
+                if let Some(r) = runnable.take() {
+                    l.queue.push_back(r);
                 }
             }
         });
@@ -250,7 +247,7 @@ pin_project_lite::pin_project! {
 impl<F: Future> Future for Tracked<F> {
     type Output = F::Output;
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.project().future.poll(cx)
     }
 }
@@ -308,21 +305,17 @@ impl Executor {
         let mut main: Option<Arc<MainWaker>> = None;
         std::future::poll_fn(|cx| {
             self.state.notify.get_or_init(|| cx.waker().clone());
+            // First poll, or polled with another waker: a new one, and
+            // the future polled now.
             let m = match &main {
-                Some(m) if m.outer.will_wake(cx.waker()) => m.clone(),
-                // First poll, or polled with another waker: a new one, and
-                // the future polled now.
-                _ => {
-                    let m = Arc::new(MainWaker {
-                        woken: AtomicBool::new(true),
-                        outer: cx.waker().clone(),
-                    });
-                    main = Some(m.clone());
-                    m
-                }
+                Some(m) if m.outer.will_wake(cx.waker()) => m,
+                _ => main.insert(Arc::new(MainWaker {
+                    woken: AtomicBool::new(true),
+                    outer: cx.waker().clone(),
+                })),
             };
             if m.woken.swap(false, Ordering::AcqRel) {
-                let waker = Waker::from(m);
+                let waker = Waker::from(m.clone());
                 if let Poll::Ready(v) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
                     return Poll::Ready(v);
                 }

@@ -54,6 +54,12 @@ pub(super) struct TimerQueue {
     next_id: u64,
 }
 
+/// Whether timer (`key`, `id`) is among `entries` (a separate function so the
+/// heap's sweep can ask while the heap itself is borrowed).
+fn pending(entries: &Slab<Entry>, key: usize, id: u64) -> bool {
+    entries.get(key).is_some_and(|e| e.id == id)
+}
+
 /// Cancelled places the heap may hold beyond one per pending timer.
 const SLACK: usize = 64;
 
@@ -71,9 +77,9 @@ impl TimerQueue {
         (TimerId { key, id }, soonest)
     }
 
-    /// Whether `t` is still pending.
+    /// Whether timer (`key`, `id`) is still pending.
     fn live(&self, key: usize, id: u64) -> bool {
-        self.entries.get(key).is_some_and(|e| e.id == id)
+        pending(&self.entries, key, id)
     }
 
     /// Replaces the waker of timer `t`; false if it is no longer pending.
@@ -98,7 +104,7 @@ impl TimerQueue {
         if self.order.len() > 2 * self.entries.len() + SLACK {
             let entries = &self.entries;
             self.order
-                .retain(|Reverse((_, key, id))| entries.get(*key).is_some_and(|e| e.id == *id));
+                .retain(|Reverse((_, key, id))| pending(entries, *key, *id));
         }
     }
 

@@ -221,9 +221,10 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
             let ip = live.client().client();
             // Both sockets already have SO_KEEPALIVE (the client's from
             // its listener, the backend's from `connect`), and the client
-            // has TCP_NODELAY from its listener. A TCP backend dialled with `nodelay_later` gets
-            // TCP_NODELAY from the pump before its second write; so does a
-            // handed-over one, which the old oi may have dialled so.
+            // has TCP_NODELAY from its listener. A TCP backend dialled with
+            // `nodelay_later` gets TCP_NODELAY from the pump before its
+            // second write; so does a handed-over one, which the old oi may
+            // have dialled so.
             let nagle =
                 live.backend().is_some() && (resumed.is_some() || nodelay_later(&open.route));
             let shared = &*open.shared;
