@@ -265,7 +265,8 @@ impl Association {
                 let socket = Arc::new(connected_socket(backend, bind)?);
                 batch::enable_gro(socket.get_ref());
                 activity.conn.connected(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), reply, Some(lease)));
+                let family = batch::Family::of(backend);
+                let task = ex.spawn(udp_replies(socket.clone(), family, reply, Some(lease)));
                 (Upstream::Udp(socket), task)
             }
             Proto::Tcp => {
@@ -416,14 +417,19 @@ impl Association {
     ) -> io::Result<Self> {
         let socket = Arc::new(Async::new_datagram(UdpSocket::from(backend))?);
         batch::enable_gro(socket.get_ref());
-        let lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
+        let peer = socket.get_ref().peer_addr().ok();
+        let lease = peer.and_then(|addr| {
             conn.reconnected(addr);
             route.pool.lease_of(addr)
         });
+        let family = peer.map_or_else(
+            || batch::Family::of_socket(socket.get_ref()),
+            batch::Family::of,
+        );
         let activity = Arc::new(Activity::resumed(conn, idle));
         let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
         let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
-        let task = ex.spawn(udp_replies(socket.clone(), reply, lease));
+        let task = ex.spawn(udp_replies(socket.clone(), family, reply, lease));
         Ok(Association {
             upstream: Upstream::Udp(socket),
             activity,
@@ -621,7 +627,12 @@ impl Reply {
 ///
 /// `_lease` counts the association on its backend until the task ends
 /// (none when a handed-over one's backend is no member here).
-async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option<Lease>) {
+async fn udp_replies(
+    socket: Arc<Async<UdpSocket>>,
+    family: batch::Family,
+    reply: Reply,
+    _lease: Option<Lease>,
+) {
     // The last drain stopped before the socket was empty (at BATCH, or
     // for a full listening socket): more may wait with no edge to come (the
     // reactor is edge-triggered).
@@ -640,7 +651,7 @@ async fn udp_replies(socket: Arc<Async<UdpSocket>>, reply: Reply, _lease: Option
         let mut failed = None;
         while moved < BATCH && dropped == 0 {
             let each = |_, run: &[&[u8]]| dropped += reply.send_run(run);
-            match batch::recv_runs(socket.get_ref(), each) {
+            match batch::recv_runs(socket.get_ref(), family, each) {
                 Ok(got) => {
                     moved += got.datagrams.max(1);
                     if got.drained {

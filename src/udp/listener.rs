@@ -92,6 +92,7 @@ impl Listener {
     async fn run(&mut self) {
         let socket = self.socket.clone();
         batch::enable_gro(socket.get_ref());
+        let family = batch::Family::of_socket(socket.get_ref());
         // Started by `oi upgrade`: nothing is read before the associations
         // the previous oi handed over are in the map.
         self.shared.parking.released().await;
@@ -144,7 +145,7 @@ impl Listener {
                     let mut moved = 0;
                     while moved < BATCH {
                         let each = |peer, run: &[&[u8]]| self.datagrams(run, peer);
-                        match batch::recv_runs(socket.get_ref(), each) {
+                        match batch::recv_runs(socket.get_ref(), family, each) {
                             Ok(got) => {
                                 moved += got.datagrams.max(1);
                                 if got.drained {
@@ -590,6 +591,7 @@ async fn serve_kept(
     counted: Counted,
 ) {
     let shared = &counted.0;
+    let family = batch::Family::of_socket(socket.get_ref());
     while !assocs.is_empty() {
         let _ = async { socket.readable().await.is_ok() }
             .or(async {
@@ -620,7 +622,7 @@ async fn serve_kept(
             };
             // The listener's socket has UDP_GRO on: read through the batch
             // module, which splits coalesced groups at their segment size.
-            match batch::recv_runs(socket.get_ref(), each) {
+            match batch::recv_runs(socket.get_ref(), family, each) {
                 Ok(got) => {
                     moved += got.datagrams.max(1);
                     if got.drained {
