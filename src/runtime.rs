@@ -84,14 +84,14 @@ impl Runtime {
             let worker = std::thread::Builder::new()
                 .name(format!("oi-worker-{i}"))
                 .spawn(move || {
-                    // A task, as at `Runtime::block_on`. (Before `run`
-                    // polled its own future only when woken, the channel's
-                    // poll on every batch was about 100 instructions per
-                    // connection at two threads.)
-                    let task = ex.spawn(async move {
-                        let _ = stopped.recv().await;
-                    });
-                    reactor::block_on(reactor, ex.run(task))
+                    // `run` polls this future only when it was woken (the
+                    // stop), not on every batch of tasks.
+                    reactor::block_on(
+                        reactor,
+                        ex.run(async move {
+                            let _ = stopped.recv().await;
+                        }),
+                    )
                 })?;
             runtime.workers.push(worker);
         }
@@ -101,21 +101,18 @@ impl Runtime {
     /// Runs `future` to completion on executor 0, driving that executor's
     /// other tasks meanwhile.
     ///
-    /// The future is spawned as a task rather than passed to `Executor::run`.
-    /// `run` once re-polled its own future every time the executor yielded
-    /// (for the signal task, a failed read on the signal socket about 1,300
-    /// times per GiB forwarded); it now polls it only when woken, but with
-    /// the service's future passed to `run` directly,
-    /// `upgrade_udp::a_new_oi_that_dies_taking_them_leaves_both_with_the_old_one`
-    /// failed 2 of 6 runs (0 of 16 as a task). Not understood yet, so it
-    /// stays a task.
+    /// `future` is polled by `Executor::run` itself, only when it was woken
+    /// (and first), ahead of the tasks woken with it. It was a task for a
+    /// while, queued behind them: passed directly it showed a race in `oi
+    /// upgrade` (the service closed a UDP listener before the listener's
+    /// task had read its verdicts; `udp::listener`'s `Offering` now applies
+    /// them either way), which a queue order had hidden.
     pub fn block_on<T: Send + 'static>(
         &self,
         future: impl Future<Output = T> + Send + 'static,
     ) -> T {
         let ex = self.threads.executor(0).clone();
-        let task = ex.spawn(future);
-        reactor::block_on(self.reactor.clone(), ex.run(task))
+        reactor::block_on(self.reactor.clone(), ex.run(future))
     }
 
     /// Spawns a task on executor 0 (the one [`block_on`](Self::block_on) drives).

@@ -47,6 +47,7 @@ pub(crate) async fn serve(
         assocs: HashMap::new(),
         epoch: Instant::now(),
         kept: false,
+        offering: None,
     };
     listener.run().await
 }
@@ -85,6 +86,24 @@ struct Listener {
     /// they are served on ([`serve_kept`]) rather than ended. Never set
     /// when the new oi serves the rule, which reads the same socket.
     kept: bool,
+    /// An offer to the new oi whose verdicts are not all applied yet.
+    offering: Option<Offering>,
+}
+
+/// An offer's verdicts still to apply. Kept in the listener, not in
+/// `offer`'s locals: the service closes the listeners as soon as the
+/// hand-over ends, which may be before this task has run to read the
+/// verdicts (the service's task was woken after the listener's, but ran
+/// first: `upgrade_udp` tests then lost the kept association 1 run in 10).
+/// A listener closed with an offer here applies the verdicts in `drop`.
+struct Offering {
+    /// Each offered association's client, and the channel its verdict
+    /// comes on (`true`: the new oi took it), in the order offered.
+    answers: std::collections::VecDeque<(SocketAddr, async_channel::Receiver<bool>)>,
+    /// The paused tasks of the UDP→TCP associations offered, by client.
+    streams: HashMap<SocketAddr, Paused>,
+    /// The new oi took at least one association.
+    taken: bool,
 }
 
 impl Listener {
@@ -338,7 +357,7 @@ impl Listener {
         let started = park::now_secs();
         let mut parked = Vec::new();
         let mut answers = Vec::new();
-        let mut streams = self.pause_streams().await;
+        let streams = self.pause_streams().await;
         for (peer, paused) in &streams {
             let Some(a) = self.assocs.get(peer) else {
                 continue;
@@ -406,27 +425,91 @@ impl Listener {
         } else {
             self.shared.parking.park_many(ticket, parked)
         };
-        let mut taken = false;
-        for (peer, answer) in answers.into_iter().filter(|_| offered) {
-            // A closed channel (the hand-over gave up) means: it stays.
-            if matches!(answer.recv().await, Ok(true)) {
-                if let Some(paused) = streams.remove(&peer) {
-                    // The new oi holds the same open stream: its edges must
-                    // stop waking this process's threads.
-                    paused.stream.leave_epoll();
-                }
-                self.assocs.remove(&peer);
-                taken = true;
-            }
+        if !offered {
+            answers.clear();
         }
-        // Those kept pump on here, their unsent bytes first.
-        for (peer, paused) in streams {
+        self.offering = Some(Offering {
+            answers: answers.into(),
+            streams,
+            taken: false,
+        });
+        // Each verdict is applied as soon as it is read, with no await in
+        // between: a listener closed meanwhile finds the rest in `drop`.
+        // Bounded: every turn removes one answer.
+        while let Some(answer) = self.next_answer() {
+            // A closed channel (the hand-over gave up) means: it stays.
+            let taken = matches!(answer.recv().await, Ok(true));
+            self.apply_verdict(taken);
+        }
+        self.finish_offering()
+    }
+
+    /// The channel of the next verdict of the offer in flight.
+    fn next_answer(&self) -> Option<async_channel::Receiver<bool>> {
+        let o = self.offering.as_ref()?;
+        o.answers.front().map(|(_, answer)| answer.clone())
+    }
+
+    /// Applies the next verdict of the offer in flight: an association the
+    /// new oi took leaves the map without a log line (the new oi logs its
+    /// end); one it did not take stays.
+    fn apply_verdict(&mut self, taken: bool) {
+        let Some(o) = self.offering.as_mut() else {
+            return;
+        };
+        let Some((peer, _)) = o.answers.pop_front() else {
+            return;
+        };
+        if taken {
+            if let Some(paused) = o.streams.remove(&peer) {
+                // The new oi holds the same open stream: its edges must
+                // stop waking this process's threads.
+                paused.stream.leave_epoll();
+            }
+            self.assocs.remove(&peer);
+            o.taken = true;
+        }
+    }
+
+    /// Ends the offer in flight, all its verdicts applied: the UDP→TCP
+    /// associations kept pump on here, their unsent bytes first. `true`:
+    /// the new oi took some.
+    fn finish_offering(&mut self) -> bool {
+        let Some(o) = self.offering.take() else {
+            return false;
+        };
+        for (peer, paused) in o.streams {
             if let Some(a) = self.assocs.get_mut(&peer) {
                 a.resume_tcp(&self.ex, paused);
             }
         }
-        self.kept = !taken;
-        taken
+        self.kept = !o.taken;
+        o.taken
+    }
+
+    /// A listener closed during an offer: applies the verdicts its task
+    /// did not read. By the time the service closes the listeners after a
+    /// hand-over, every verdict has been sent or its channel closed; one
+    /// still undecided (the server stops in the middle of a hand-over)
+    /// leaves nothing kept, as before the offer.
+    fn settle_offering(&mut self) {
+        let mut undecided = false;
+        // Bounded: every turn removes one answer.
+        while let Some(answer) = self.next_answer() {
+            let taken = match answer.try_recv() {
+                Ok(taken) => taken,
+                Err(async_channel::TryRecvError::Closed) => false,
+                Err(async_channel::TryRecvError::Empty) => {
+                    undecided = true;
+                    false
+                }
+            };
+            self.apply_verdict(taken);
+        }
+        self.finish_offering();
+        if undecided {
+            self.kept = false;
+        }
     }
 
     /// `oi upgrade`: pauses every UDP→TCP association's task at its next
@@ -521,6 +604,9 @@ impl Drop for Listener {
     /// too. After `oi upgrade`, those the new oi did not take (it failed
     /// half-way, or lacks the rule) are served on by a task of their own.
     fn drop(&mut self) {
+        if self.offering.is_some() {
+            self.settle_offering();
+        }
         let live: HashMap<_, _> = self
             .assocs
             .drain()
