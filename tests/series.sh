@@ -8,6 +8,7 @@
 #
 #   tests/series.sh                 # 20 runs, 2 busy loops
 #   RUNS=5 BUSY=0 tests/series.sh   # 5 runs on an otherwise idle machine
+#   FILTER=dies_taking RUNS=10 tests/series.sh  # only the tests whose names match
 #
 # Each failed run's output is kept in $LOGS/run-N.log (LOGS: a new
 # directory under /tmp unless given).
@@ -16,6 +17,8 @@ cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-20}
 BUSY=${BUSY:-2}
+filter=()
+[ -n "${FILTER:-}" ] && filter=(-- "$FILTER")
 LOGS=${LOGS:-$(mktemp -d /tmp/oi-series.XXXXXX)}
 mkdir -p "$LOGS"
 
@@ -41,7 +44,7 @@ failed=0
 for ((run = 1; run <= RUNS; run++)); do
     start=$SECONDS
     load_before=$(cut -d' ' -f1 /proc/loadavg)
-    if cargo test --all-targets >"$LOGS/run-$run.log" 2>&1; then
+    if cargo test --all-targets "${filter[@]}" >"$LOGS/run-$run.log" 2>&1; then
         status=ok
         detail="$(grep -Eo '[0-9]+ passed' "$LOGS/run-$run.log" | awk '{ s += $1 } END { print s }') passed"
         rm -f "$LOGS/run-$run.log"

@@ -93,9 +93,11 @@ struct Listener {
 /// An offer's verdicts still to apply. Kept in the listener, not in
 /// `offer`'s locals: the service closes the listeners as soon as the
 /// hand-over ends, which may be before this task has run to read the
-/// verdicts (the service's task was woken after the listener's, but ran
-/// first: `upgrade_udp` tests then lost the kept association 1 run in 10).
-/// A listener closed with an offer here applies the verdicts in `drop`.
+/// verdicts (its thread is busy, or the service's future ran first: with
+/// the verdicts in `offer`'s locals, the four "dies taking" upgrade tests
+/// lost the association the old oi should keep in 6 of 8 runs beside two
+/// busy loops). A listener closed with an offer here applies the verdicts
+/// in `drop`.
 struct Offering {
     /// Each offered association's client, and the channel its verdict
     /// comes on (`true`: the new oi took it), in the order offered.
@@ -491,7 +493,7 @@ impl Listener {
     /// did not read. By the time the service closes the listeners after a
     /// hand-over, every verdict has been sent or its channel closed; one
     /// still undecided (the server stops in the middle of a hand-over)
-    /// leaves nothing kept, as before the offer.
+    /// leaves nothing kept: the associations end with the listener.
     fn settle_offering(&mut self) {
         let mut undecided = false;
         // Bounded: every turn removes one answer.
