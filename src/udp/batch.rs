@@ -525,14 +525,19 @@ fn send_one(
 mod tests {
     use super::*;
 
-    /// Sends `n` datagrams from `from` to `to`, then reads them back through
-    /// `recv_runs` as `family`; returns each datagram's sender and bytes.
-    fn through(from: &UdpSocket, to: &UdpSocket, family: Family) -> Vec<(SocketAddr, Vec<u8>)> {
-        let dest = to.local_addr().expect("address");
+    /// Sends three datagrams from `from` to `dest`, then reads what `to`
+    /// has through `recv_runs`, as `to`'s own family; returns each
+    /// datagram's sender and bytes.
+    fn three_through(
+        from: &UdpSocket,
+        dest: SocketAddr,
+        to: &UdpSocket,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
         for i in 0..3u8 {
             from.send_to(&[i; 5], dest).expect("send");
         }
         to.set_nonblocking(true).expect("nonblocking");
+        let family = Family::of_socket(to);
         let mut got = Vec::new();
         // Loopback delivers synchronously: all three are queued by now.
         for _ in 0..3 {
@@ -548,23 +553,21 @@ mod tests {
         got
     }
 
+    /// The three datagrams of [`three_through`], as sent by `peer`.
+    fn three_from(peer: SocketAddr) -> Vec<(SocketAddr, Vec<u8>)> {
+        (0..3u8).map(|i| (peer, vec![i; 5])).collect()
+    }
+
     #[test]
     fn each_family_reads_its_senders_addresses() {
-        let a = UdpSocket::bind("127.0.0.1:0").expect("bind v4");
-        let b = UdpSocket::bind("127.0.0.1:0").expect("bind v4");
-        assert_eq!(Family::of_socket(&b), Family::V4);
-        let got = through(&a, &b, Family::V4);
-        let peer = a.local_addr().expect("address");
-        let want: Vec<_> = (0..3u8).map(|i| (peer, vec![i; 5])).collect();
-        assert_eq!(got, want);
-
-        let a = UdpSocket::bind("[::1]:0").expect("bind v6");
-        let b = UdpSocket::bind("[::1]:0").expect("bind v6");
-        assert_eq!(Family::of_socket(&b), Family::V6);
-        let got = through(&a, &b, Family::V6);
-        let peer = a.local_addr().expect("address");
-        let want: Vec<_> = (0..3u8).map(|i| (peer, vec![i; 5])).collect();
-        assert_eq!(got, want);
+        for (bind, family) in [("127.0.0.1:0", Family::V4), ("[::1]:0", Family::V6)] {
+            let a = UdpSocket::bind(bind).expect("bind");
+            let b = UdpSocket::bind(bind).expect("bind");
+            assert_eq!(Family::of_socket(&b), family);
+            let dest = b.local_addr().expect("address");
+            let peer = a.local_addr().expect("address");
+            assert_eq!(three_through(&a, dest, &b), three_from(peer), "{bind}");
+        }
     }
 
     #[test]
@@ -572,33 +575,15 @@ mod tests {
         // An IPv6 socket on the IPv4-mapped loopback address: what a dual-stack
         // `[::]` rule receives from IPv4 clients, without leaving loopback.
         let b = UdpSocket::bind("[::ffff:127.0.0.1]:0").expect("bind v4-mapped");
-        let port = b.local_addr().expect("address").port();
         let a = UdpSocket::bind("127.0.0.1:0").expect("bind v4");
-        for i in 0..3u8 {
-            a.send_to(&[i; 5], ("127.0.0.1", port)).expect("send");
-        }
-        b.set_nonblocking(true).expect("nonblocking");
-        let mut got = Vec::new();
-        for _ in 0..3 {
-            let each = |peer: SocketAddr, run: &[&[u8]]| {
-                got.extend(run.iter().map(|d| (peer, d.to_vec())));
-            };
-            match recv_runs(&b, Family::of_socket(&b), each) {
-                Ok(r) if r.drained => break,
-                Ok(_) => {}
-                Err(e) => panic!("receive: {e}"),
-            }
-        }
+        let port = b.local_addr().expect("address").port();
+        let dest = SocketAddr::from(([127, 0, 0, 1], port));
         let v4 = a.local_addr().expect("address");
-        let mapped = SocketAddr::new(
-            match v4.ip() {
-                std::net::IpAddr::V4(ip) => ip.to_ipv6_mapped().into(),
-                ip => ip,
-            },
-            v4.port(),
-        );
-        let want: Vec<_> = (0..3u8).map(|i| (mapped, vec![i; 5])).collect();
-        assert_eq!(got, want);
+        let mapped = match v4.ip() {
+            std::net::IpAddr::V4(ip) => SocketAddr::new(ip.to_ipv6_mapped().into(), v4.port()),
+            std::net::IpAddr::V6(_) => v4,
+        };
+        assert_eq!(three_through(&a, dest, &b), three_from(mapped));
     }
 
     #[test]
