@@ -10,8 +10,9 @@
 # It gives the script a work directory ($WORK, kept with KEEP=1, else removed
 # at exit), a list of processes to stop at exit ($PIDS), free ports, the wait
 # for a listener, a process's CPU time and resident memory, loadgen's result
-# line, the open-file limit, and each forwarder's configuration for one port. BENCH names the script in messages; PORT_BASE is where its ports
-# start (scripts that may run side by side use different bases).
+# line, the open-file limit, and each forwarder's configuration for one port.
+# BENCH names the script in messages; PORT_BASE is where its ports start
+# (scripts that may run side by side use different bases).
 
 WORK=$(mktemp -d "/tmp/oi-${BENCH%.sh}.XXXXXX")
 PIDS=()
@@ -40,10 +41,11 @@ free_port() {
     next_port=$((next_port + 1))
 }
 
-# Waits (10 s at most) until something listens on port $1.
+# Waits until something listens on port $1: 10 s at most, or $2 seconds
+# (a forwarder under valgrind starts slower).
 wait_listening() {
-    local i
-    for ((i = 0; i < 500; i++)); do listening "$1" && return 0; sleep 0.02; done
+    local i tries=$(( ${2:-10} * 50 ))
+    for ((i = 0; i < tries; i++)); do listening "$1" && return 0; sleep 0.02; done
     echo "$BENCH: nothing listens on port $1" >&2; exit 1
 }
 

@@ -31,21 +31,13 @@ command -v valgrind >/dev/null || { echo "rtt_instructions.sh: valgrind is requi
 cargo build --release --quiet --bins --examples
 OI=${OI:-$PWD/target/release/oi}
 LOADGEN=$PWD/target/release/examples/loadgen
-WORK=$(mktemp -d /tmp/oi-rtt-ir.XXXXXX)
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+BENCH=rtt_instructions.sh
+PORT_BASE=12000
+. benches/lib.sh
+# A port the kernel picks (bound to port 0, then let go): `instructions` runs
+# in a command substitution, where lib.sh's `free_port` could not remember
+# the ports it gave.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-listening() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-wait_listening() {
-    local i
-    for ((i = 0; i < 1500; i++)); do listening "$1" && return 0; sleep 0.02; done
-    echo "rtt_instructions.sh: nothing listens on port $1" >&2; exit 1
-}
 BACKEND=$(port)
 "$LOADGEN" echo-server "127.0.0.1:$BACKEND" >/dev/null 2>&1 &
 PIDS+=($!)
@@ -80,7 +72,7 @@ instructions() {
     rm -f "$WORK"/cg.out.*
     valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out.%p" "${args[@]}" >"$WORK/$name.log" 2>&1 &
     local pid=$!
-    wait_listening "$p"
+    wait_listening "$p" 30
     if [[ $rtts == udp* ]]; then
         # "udpN": N seconds of iperf3 -u; datagrams received go to $WORK/datagrams.
         iperf3 -u -b 20M -l 1400 -c 127.0.0.1 -p "$p" -t "${rtts#udp}" -J \
