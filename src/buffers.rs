@@ -4,34 +4,84 @@
 //! A direction takes a buffer only while it has data in flight and gives it
 //! back once drained, so idle connections hold none, and steady-state traffic
 //! allocates nothing: buffers cycle through the pool.
+//!
+//! Each thread keeps one spare buffer of the pool it used last, outside the
+//! shared queue: a 64-byte round trip takes and gives a buffer twice, and the
+//! queue's push and pop cost 146 instructions a round trip of the 3,050 oi
+//! spent in user space (callgrind, docs/performance.md). So a pool holds at
+//! most `keep` free buffers in its queue plus one per thread that used it.
 
 use concurrent_queue::ConcurrentQueue;
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+
+/// A pool's free buffers, shared by every thread.
+type FreeQueue = ConcurrentQueue<Box<[u8]>>;
 
 /// Buffers of one size, recycled between connections.
 pub struct BufferPool {
     /// Size of every buffer, from `--buffer-size`.
     size: usize,
-    /// Free buffers; bounded so a burst of traffic does not pin memory forever.
-    free: ConcurrentQueue<Box<[u8]>>,
+    /// Free buffers; bounded so a burst of traffic does not pin memory
+    /// forever. In an `Arc` so a thread's spare can name its pool weakly.
+    free: Arc<FreeQueue>,
+}
+
+/// The one free buffer a thread keeps beside the shared queues.
+struct Spare {
+    /// The pool the buffer belongs to; weak, so a dropped pool's spare is
+    /// freed, not handed back, when the thread next gives another pool's.
+    owner: Weak<FreeQueue>,
+    /// The buffer, when the thread holds one.
+    buf: Option<Box<[u8]>>,
+}
+
+thread_local! {
+    /// This thread's spare buffer (see the module comment).
+    static SPARE: RefCell<Spare> = const {
+        RefCell::new(Spare {
+            owner: Weak::new(),
+            buf: None,
+        })
+    };
 }
 
 impl BufferPool {
-    /// A pool of `size`-byte buffers keeping at most `keep` free ones.
+    /// A pool of `size`-byte buffers keeping at most `keep` free ones in
+    /// its queue (and one per thread, see the module comment).
     pub fn new(size: usize, keep: usize) -> Self {
         BufferPool {
             size,
-            free: ConcurrentQueue::bounded(keep.max(1)),
+            free: Arc::new(ConcurrentQueue::bounded(keep.max(1))),
         }
     }
 
-    /// Takes a free buffer, or allocates one when the pool is empty.
+    /// Takes a free buffer: this thread's spare, else one from the queue,
+    /// else a new one.
     pub fn take(&self) -> Box<[u8]> {
-        self.free
-            .pop()
-            .unwrap_or_else(|_| vec![0u8; self.size].into_boxed_slice())
+        let mine = Arc::as_ptr(&self.free);
+        // `try_with`/`try_borrow_mut`: during a thread's exit, or from
+        // inside this same function, the queue serves instead.
+        let spare = SPARE
+            .try_with(|s| {
+                let mut s = s.try_borrow_mut().ok()?;
+                if std::ptr::eq(s.owner.as_ptr(), mine) {
+                    s.buf.take()
+                } else {
+                    None
+                }
+            })
+            .ok()
+            .flatten();
+        spare.unwrap_or_else(|| {
+            self.free
+                .pop()
+                .unwrap_or_else(|_| vec![0u8; self.size].into_boxed_slice())
+        })
     }
 
-    /// Free buffers waiting in the pool now (for the statistics).
+    /// Free buffers waiting in the pool's queue now (for the statistics;
+    /// the threads' spares are not counted).
     pub fn pooled(&self) -> usize {
         self.free.len()
     }
@@ -41,9 +91,30 @@ impl BufferPool {
         self.size
     }
 
-    /// Returns a buffer; dropped if the pool is full.
+    /// Returns a buffer: it becomes this thread's spare if the thread holds
+    /// none of this pool; else it goes to the queue, and is dropped if the
+    /// queue is full.
     pub fn give(&self, buf: Box<[u8]>) {
-        let _ = self.free.push(buf);
+        let mut buf = Some(buf);
+        let _ = SPARE.try_with(|s| {
+            let Ok(mut s) = s.try_borrow_mut() else {
+                return;
+            };
+            if !std::ptr::eq(s.owner.as_ptr(), Arc::as_ptr(&self.free)) {
+                // The spare belongs to another pool: back to it (when it
+                // still exists), and the thread's spare is this pool's now.
+                if let (Some(other), Some(queue)) = (s.buf.take(), s.owner.upgrade()) {
+                    let _ = queue.push(other);
+                }
+                s.owner = Arc::downgrade(&self.free);
+            }
+            if s.buf.is_none() {
+                s.buf = buf.take();
+            }
+        });
+        if let Some(buf) = buf {
+            let _ = self.free.push(buf);
+        }
     }
 }
 
@@ -65,8 +136,59 @@ mod tests {
     #[test]
     fn full_pool_drops_extra_buffers() {
         let pool = BufferPool::new(16, 1);
+        let given: Vec<_> = (0..3).map(|_| vec![0u8; 16].into_boxed_slice()).collect();
+        let ptrs: Vec<_> = given.iter().map(|b| b.as_ptr()).collect();
+        for buf in given {
+            pool.give(buf);
+        }
+        // The first became this thread's spare, the second filled the
+        // queue, the third was dropped.
+        assert_eq!(pool.pooled(), 1);
+        assert_eq!(pool.take().as_ptr(), ptrs[0]);
+        assert_eq!(pool.take().as_ptr(), ptrs[1]);
+        assert_eq!(pool.pooled(), 0);
+    }
+
+    #[test]
+    fn a_thread_spare_never_serves_another_pool() {
+        let small = BufferPool::new(16, 4);
+        let large = BufferPool::new(32, 4);
+        let a = small.take();
+        let ptr = a.as_ptr();
+        small.give(a);
+        assert_eq!(large.take().len(), 32);
+        // Giving to the other pool hands the spare back to its own queue.
+        large.give(vec![0; 32].into_boxed_slice());
+        assert_eq!(small.pooled(), 1);
+        let again = small.take();
+        assert_eq!((again.as_ptr(), again.len()), (ptr, 16));
+    }
+
+    #[test]
+    fn a_dropped_pools_spare_is_freed_not_kept() {
+        let gone = BufferPool::new(16, 4);
+        gone.give(gone.take());
+        drop(gone);
+        let pool = BufferPool::new(16, 4);
+        pool.give(vec![0; 16].into_boxed_slice());
+        assert_eq!(
+            pool.pooled(),
+            0,
+            "the given buffer is the thread's spare now"
+        );
+        SPARE.with(|s| assert!(s.borrow().owner.upgrade().is_some()));
+    }
+
+    #[test]
+    fn another_thread_takes_from_the_queue() {
+        let pool = Arc::new(BufferPool::new(16, 4));
         pool.give(vec![0; 16].into_boxed_slice());
         pool.give(vec![0; 16].into_boxed_slice());
-        assert_eq!(pool.free.len(), 1);
+        let queued = pool.pooled();
+        let other = Arc::clone(&pool);
+        let taken = std::thread::spawn(move || other.take().len())
+            .join()
+            .expect("taking thread");
+        assert_eq!((queued, taken, pool.pooled()), (1, 16, 0));
     }
 }
