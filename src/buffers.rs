@@ -144,8 +144,8 @@ mod tests {
         // The first became this thread's spare, the second filled the
         // queue, the third was dropped.
         assert_eq!(pool.pooled(), 1);
-        assert_eq!(pool.take().as_ptr(), ptrs[0]);
-        assert_eq!(pool.take().as_ptr(), ptrs[1]);
+        let (first, second) = (pool.take(), pool.take());
+        assert_eq!((first.as_ptr(), second.as_ptr()), (ptrs[0], ptrs[1]));
         assert_eq!(pool.pooled(), 0);
     }
 
