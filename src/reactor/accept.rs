@@ -33,11 +33,12 @@
 //!   in and idle, each publishing its state before looking at the others'.
 
 use super::{lock, Reactor, Readiness};
+use parking_lot::Mutex;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The span over which a thread's load is judged.

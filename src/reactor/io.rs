@@ -9,12 +9,13 @@
 
 use super::{current, lock, Reactor, Readiness};
 use futures_lite::{AsyncRead, AsyncWrite};
+use parking_lot::Mutex;
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 /// A descriptor's registration: its reactor, key and readiness.
