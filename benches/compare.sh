@@ -18,7 +18,10 @@
 # all direct runs.
 # Below the table: per-thread CPU of oi during -P8 (are connections spread
 # over the executor threads?) and the connection rate while an iperf3 -P1
-# flows through the same forwarder (does a busy connection block accept?).
+# flows through the same forwarder (does a busy connection block accept?),
+# once as it comes and once with the flow's two iperf3 endpoints under
+# SCHED_IDLE (chrt; skipped where it is refused), so that their CPU on this
+# machine's cores is told from the forwarder's.
 #
 # Environment knobs: SECS (iperf3 seconds, default 5), CONNRATE_SECS (3),
 # REALM (path of a realm binary: adds its row), RESULTS_OUT (file for the
@@ -60,6 +63,7 @@ free_port; IPERF_PORT=$PORT
 "$LOADGEN" echo-server "127.0.0.1:$ECHO_PORT" 2>"$WORK/echo.err" &
 PIDS+=($!)
 iperf3 -s -p "$IPERF_PORT" >"$WORK/iperf-server.log" 2>&1 &
+IPERF_SERVER=$!
 PIDS+=($!)
 wait_listening "$ECHO_PORT"
 wait_listening "$IPERF_PORT"
@@ -148,6 +152,24 @@ print(",".join(f"{n}:{(t - b.get(tid, (n, 0))[1]) / int(sys.argv[3]):.2f}s" for 
     record "$name" busy_conns_per_sec "$(result "$out.rate-busy" conns_per_sec)"
     read -r gbps _ < <(iperf_json "$out.bg.json")
     record "$name" busy_bg_gbps "$gbps"
+
+    # The same with the flow's two endpoints under SCHED_IDLE (the client
+    # started with chrt -i 0, the server switched for the run, every thread):
+    # they get only CPU nothing else wants, as if they ran on other machines,
+    # which is where a forwarder's bulk endpoints are. What is left of the
+    # drop is the forwarder's own (benches/accept_busy.sh's ENDS=idle).
+    if chrt -a -i -p 0 "$IPERF_SERVER" >/dev/null 2>&1; then
+        chrt -i 0 timeout $((SECS + 30)) iperf3 -c 127.0.0.1 -p "$iport" \
+            -t $((CONNRATE_SECS + 2)) -P 1 -J >"$out.bg-idle.json" 2>/dev/null &
+        bg=$!
+        sleep 1 # let the bulk flow reach full speed
+        "$LOADGEN" connrate "127.0.0.1:$eport" --secs "$CONNRATE_SECS" --conns "$WORKERS" >"$out.rate-busy-idle" || true
+        wait "$bg" || true
+        chrt -a -o -p 0 "$IPERF_SERVER" >/dev/null 2>&1 || true
+        record "$name" busy_idle_conns_per_sec "$(result "$out.rate-busy-idle" conns_per_sec)"
+        read -r gbps _ < <(iperf_json "$out.bg-idle.json")
+        record "$name" busy_idle_bg_gbps "$gbps"
+    fi
 
     if [[ -n $pid ]]; then
         local rss0 rss1 fifo=$WORK/$name.fifo i
@@ -337,14 +359,18 @@ print(f"iperf3 runs {secs} s each; ping-pong: 64 B request/response on one conne
       f"{sum(n.startswith('direct-') for n in res)} direct runs. "
       f"Load average before {load_before}, after {load_after}.")
 print()
-print("Accept while busy (conn/s with an iperf3 -P1 flowing through the same forwarder):")
-for row in rows:
-    busy, alone = num(row, "busy_conns_per_sec"), num(row, "conns_per_sec")
-    vs_direct = "" if row == d else (
-        f"; {100 * busy / ref(row, 'busy_conns_per_sec'):.0f}% of direct under the same load")
-    print(f"- {row}: {busy:.0f} conn/s ({100 * busy / alone:.0f}% of its rate without the bulk flow"
-          f"{vs_direct}), bulk flow {num(row, 'busy_bg_gbps'):.2f} Gbit/s")
-print()
+for key, title in (("busy", "Accept while busy (conn/s with an iperf3 -P1 flowing through the same forwarder):"),
+                   ("busy_idle", "The same, the flow's two iperf3 endpoints under SCHED_IDLE:")):
+    if not any(f"{key}_conns_per_sec" in res.get(row, {}) for row in rows):
+        continue
+    print(title)
+    for row in rows:
+        busy, alone = num(row, f"{key}_conns_per_sec"), num(row, "conns_per_sec")
+        vs_direct = "" if row == d else (
+            f"; {100 * busy / ref(row, f'{key}_conns_per_sec'):.0f}% of direct under the same load")
+        print(f"- {row}: {busy:.0f} conn/s ({100 * busy / alone:.0f}% of its rate without the bulk flow"
+              f"{vs_direct}), bulk flow {num(row, f'{key}_bg_gbps'):.2f} Gbit/s")
+    print()
 print("Forwarder CPU per thread during iperf3 -P8:")
 for row in rows:
     if row != d and "threads" in res.get(row, {}):
