@@ -5,11 +5,12 @@
 //! back once drained, so idle connections hold none, and steady-state traffic
 //! allocates nothing: buffers cycle through the pool.
 //!
-//! Each thread keeps one spare buffer of the pool it used last, outside the
-//! shared queue: a 64-byte round trip takes and gives a buffer twice, and the
-//! queue's push and pop cost 146 instructions a round trip of the 3,050 oi
-//! spent in user space (callgrind, docs/performance.md). So a pool holds at
-//! most `keep` free buffers in its queue plus one per thread that used it.
+//! Each thread keeps one spare buffer, of the pool it gave to last, outside
+//! the shared queue: a 64-byte round trip takes and gives a buffer twice,
+//! and `take` and `give` through the queue ran 292 of the 3,050 user-space
+//! instructions a round trip; with the spare, 144 (callgrind,
+//! docs/performance.md). So a pool's free buffers are at most `keep` in its
+//! queue plus at most one per thread.
 
 use concurrent_queue::ConcurrentQueue;
 use std::cell::RefCell;
@@ -165,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dropped_pools_spare_is_freed_not_kept() {
+    fn a_dropped_pools_spare_gives_way_to_the_next_pool() {
         let gone = BufferPool::new(16, 4);
         gone.give(gone.take());
         drop(gone);
@@ -176,7 +177,11 @@ mod tests {
             0,
             "the given buffer is the thread's spare now"
         );
-        SPARE.with(|s| assert!(s.borrow().owner.upgrade().is_some()));
+        SPARE.with(|s| {
+            let s = s.borrow();
+            assert!(std::ptr::eq(s.owner.as_ptr(), Arc::as_ptr(&pool.free)));
+            assert!(s.buf.is_some());
+        });
     }
 
     #[test]

@@ -198,7 +198,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
     family(
         enc,
         "oi_buffers_pooled",
-        "Free buffers waiting in each pool.",
+        "Free buffers waiting in each pool's queue (each thread keeps at most one more).",
         Gauge,
         &[
             (vec![("pool", "copy")], n(s.buffers_pooled)),
