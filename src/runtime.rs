@@ -107,10 +107,9 @@ impl Runtime {
     /// upgrade` (the service closed a UDP listener before the listener's
     /// task had read its verdicts; `udp::listener`'s `Offering` now applies
     /// them either way), which a queue order had hidden.
-    pub fn block_on<T: Send + 'static>(
-        &self,
-        future: impl Future<Output = T> + Send + 'static,
-    ) -> T {
+    /// The future need not be `Send` or `'static`: it runs on the calling
+    /// thread and is not spawned.
+    pub fn block_on<T>(&self, future: impl Future<Output = T>) -> T {
         let ex = self.threads.executor(0).clone();
         reactor::block_on(self.reactor.clone(), ex.run(future))
     }
@@ -282,6 +281,20 @@ mod tests {
             (0..n).map(|_| Arc::new(Executor::new())).collect(),
             Board::new(n),
         )
+    }
+
+    #[test]
+    fn block_on_runs_a_future_that_borrows_and_is_not_send() {
+        let runtime = Runtime::start(NonZeroUsize::MIN).expect("runtime");
+        let local = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = &local;
+        // A task spawned beside it still runs while the future waits on it.
+        let task = runtime.spawn(async { 41 });
+        let got = runtime.block_on(async move {
+            counted.set(task.await + 1);
+            counted.get()
+        });
+        assert_eq!((got, local.get()), (42, 42));
     }
 
     #[test]

@@ -54,8 +54,8 @@ pub(super) struct TimerQueue {
     next_id: u64,
 }
 
-/// Whether timer (`key`, `id`) is among `entries` (a separate function so the
-/// heap's sweep can ask while the heap itself is borrowed).
+/// Whether timer (`key`, `id`) is still pending: among `entries` (a free
+/// function, so the heap's sweep can ask while the heap itself is borrowed).
 fn pending(entries: &Slab<Entry>, key: usize, id: u64) -> bool {
     entries.get(key).is_some_and(|e| e.id == id)
 }
@@ -77,11 +77,6 @@ impl TimerQueue {
         (TimerId { key, id }, soonest)
     }
 
-    /// Whether timer (`key`, `id`) is still pending.
-    fn live(&self, key: usize, id: u64) -> bool {
-        pending(&self.entries, key, id)
-    }
-
     /// Replaces the waker of timer `t`; false if it is no longer pending.
     pub(super) fn update(&mut self, t: TimerId, waker: &Waker) -> bool {
         match self.entries.get_mut(t.key) {
@@ -97,7 +92,7 @@ impl TimerQueue {
 
     /// Cancels timer `t` if it is still pending.
     pub(super) fn remove(&mut self, t: TimerId) {
-        if !self.live(t.key, t.id) {
+        if !pending(&self.entries, t.key, t.id) {
             return;
         }
         self.entries.remove(t.key);
@@ -111,7 +106,7 @@ impl TimerQueue {
     /// The soonest pending deadline, discarding cancelled places above it.
     pub(super) fn next_deadline(&mut self) -> Option<Instant> {
         while let Some(&Reverse((at, key, id))) = self.order.peek() {
-            if self.live(key, id) {
+            if pending(&self.entries, key, id) {
                 return Some(at);
             }
             self.order.pop();
@@ -126,7 +121,7 @@ impl TimerQueue {
                 break;
             }
             self.order.pop();
-            if self.live(key, id) {
+            if pending(&self.entries, key, id) {
                 into.push(self.entries.remove(key).waker);
             }
         }
