@@ -32,7 +32,7 @@
 //! - Some thread always stays in: a thread leaves only when another one is
 //!   in and idle, each publishing its state before looking at the others'.
 
-use super::{lock, Reactor, Readiness};
+use super::{Reactor, Readiness};
 use parking_lot::Mutex;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use std::io;
@@ -117,7 +117,7 @@ impl Reactor {
         socket: Arc<dyn AsFd + Send + Sync>,
     ) -> io::Result<(u64, Arc<Mutex<Readiness>>)> {
         let (key, readiness) = self.new_source(false)?;
-        let mut a = lock(&self.accepting);
+        let mut a = self.accepting.lock();
         if !a.out {
             if let Err(e) = self.watch_shared(key, &socket) {
                 drop(a);
@@ -146,7 +146,7 @@ impl Reactor {
     /// Takes a shared listening socket out of this reactor for good (its
     /// accept loop ended; the socket may stay open elsewhere).
     pub(super) fn deregister_exclusive(&self, key: u64) {
-        let mut a = lock(&self.accepting);
+        let mut a = self.accepting.lock();
         if let Some(i) = a.sockets.iter().position(|l| l.key == key) {
             let l = a.sockets.swap_remove(i);
             if !a.out && !l.aside {
@@ -162,7 +162,7 @@ impl Reactor {
     /// its accept loop backs off after an error; [`step_back`](Self::step_back)
     /// puts it back. Costs two `epoll_ctl` per error, never per connection.
     pub(super) fn step_aside(&self, key: u64) {
-        let mut a = lock(&self.accepting);
+        let mut a = self.accepting.lock();
         let out = a.out;
         if let Some(l) = a.sockets.iter_mut().find(|l| l.key == key && !l.aside) {
             if !out {
@@ -176,7 +176,7 @@ impl Reactor {
     /// connection still queued is reported at once). Nothing to do for one
     /// that is in.
     pub(super) fn step_back(&self, key: u64) {
-        let mut a = lock(&self.accepting);
+        let mut a = self.accepting.lock();
         let out = a.out;
         if let Some(l) = a.sockets.iter_mut().find(|l| l.key == key && l.aside) {
             if !out {
@@ -220,7 +220,7 @@ impl Reactor {
         let Some(state) = board.states.get(*me) else {
             return;
         };
-        let mut a = lock(&self.accepting);
+        let mut a = self.accepting.lock();
         if !busy {
             if a.out {
                 for l in a.sockets.iter().filter(|l| !l.aside) {
@@ -338,7 +338,7 @@ mod tests {
     /// look (one turn without waiting).
     fn heard(reactor: &Reactor, readiness: &Mutex<Readiness>) -> bool {
         reactor.turn(false).expect("epoll_wait");
-        std::mem::take(&mut lock(readiness).readable)
+        std::mem::take(&mut readiness.lock().readable)
     }
 
     #[test]

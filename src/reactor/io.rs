@@ -7,7 +7,7 @@
 //! fails with `WouldBlock`, the next poll waits for a new edge (the same
 //! contract as async-io's `poll_readable`).
 
-use super::{current, lock, Reactor, Readiness};
+use super::{current, Reactor, Readiness};
 use futures_lite::{AsyncRead, AsyncWrite};
 use parking_lot::Mutex;
 use std::future::Future;
@@ -121,7 +121,7 @@ impl<T: AsFd> Async<T> {
     /// waiting for an edge that already came.
     pub(crate) fn assume_readable(&self) {
         if let Ok(reg) = self.registration() {
-            lock(&reg.readiness).readable = true;
+            reg.readiness.lock().readable = true;
         }
     }
 
@@ -139,7 +139,7 @@ impl<T: AsFd> Async<T> {
     /// whether it failed, without getsockopt(SO_ERROR).
     pub(crate) fn hung_up(&self) -> bool {
         match self.registration.get() {
-            Some(Ok(reg)) => lock(&reg.readiness).broken,
+            Some(Ok(reg)) => reg.readiness.lock().broken,
             _ => false,
         }
     }
@@ -219,7 +219,7 @@ fn poll_registered(
     write: bool,
     wait: &mut Wait,
 ) -> Poll<io::Result<()>> {
-    let mut r = lock(&reg.readiness);
+    let mut r = reg.readiness.lock();
     let i = usize::from(write);
     let ready = if write {
         std::mem::take(&mut r.writable) || r.broken
@@ -408,7 +408,7 @@ impl<T: AsFd> Ready<'_, T> {
         let Some(Ok(reg)) = self.io.registration.get() else {
             return;
         };
-        let mut r = lock(&reg.readiness);
+        let mut r = reg.readiness.lock();
         if let Some(others) = &mut r.others {
             let write = self.write;
             others.retain(|(d, w)| *d != write || !w.will_wake(&waker));

@@ -43,7 +43,12 @@ pub(crate) use io::{Async, SharedListener};
 pub(crate) use timer::Timer;
 use timer::{TimerId, TimerQueue};
 
-use parking_lot::{Mutex, MutexGuard};
+// parking_lot's locks, not std's, here and in `accept` and `io`: a readiness
+// lock is taken on every poll for readiness and every event, and std's lock
+// and unlock each ask whether the thread is panicking (for poisoning, which a
+// release build, aborting on panic, never sees): 207 of 2,978 user-space
+// instructions per 64 B round trip (callgrind, docs/performance.md).
+use parking_lot::Mutex;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::time::Timespec;
@@ -297,7 +302,7 @@ impl Reactor {
             ..Readiness::default()
         }));
         let key = {
-            let mut s = lock(&self.sources);
+            let mut s = self.sources.lock();
             let slot = match s.free.pop() {
                 Some(slot) => slot,
                 None => {
@@ -318,7 +323,7 @@ impl Reactor {
     /// the epoll set) or has been deleted from it.
     fn deregister(&self, key: u64) {
         let slot = (key & u64::from(u32::MAX)) as usize;
-        let mut s = lock(&self.sources);
+        let mut s = self.sources.lock();
         if let Some(entry) = s.slots.get_mut(slot) {
             entry.0 = entry.0.wrapping_add(1);
             entry.1 = None;
@@ -330,7 +335,7 @@ impl Reactor {
 
     /// Adds a timer firing at `at`; returns its id.
     fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> TimerId {
-        let (id, soonest) = lock(&self.timers).add(at, waker);
+        let (id, soonest) = self.timers.lock().add(at, waker);
         // Only a new soonest timer changes how long the driving thread may sleep.
         if soonest && !is_current(self) {
             self.interrupt();
@@ -340,12 +345,12 @@ impl Reactor {
 
     /// Replaces the waker of timer `id`; false if it is no longer pending.
     fn update_timer(&self, id: TimerId, waker: &Waker) -> bool {
-        lock(&self.timers).update(id, waker)
+        self.timers.lock().update(id, waker)
     }
 
     /// Removes timer `id` if it is still pending.
     fn remove_timer(&self, id: TimerId) {
-        lock(&self.timers).remove(id);
+        self.timers.lock().remove(id);
     }
 
     /// Asks the driving thread to go round again; writes the eventfd only if
@@ -411,7 +416,7 @@ impl Reactor {
                 continue;
             }
             let readiness = {
-                let s = lock(&self.sources);
+                let s = self.sources.lock();
                 let slot = (key & u64::from(u32::MAX)) as usize;
                 match s.slots.get(slot) {
                     Some((generation, Some(r))) if u64::from(*generation) == key >> 32 => r.clone(),
@@ -421,7 +426,7 @@ impl Reactor {
             };
             let flags = ev.flags;
             let broken = flags.intersects(EventFlags::ERR | EventFlags::HUP);
-            let mut r = lock(&readiness);
+            let mut r = readiness.lock();
             if !r.datagram {
                 r.broken |= broken;
                 r.read_closed |= broken || flags.contains(EventFlags::RDHUP);
@@ -443,13 +448,13 @@ impl Reactor {
 
     /// How long the driving thread may sleep: until the soonest timer (`None`: forever).
     fn next_timeout(&self) -> Option<Duration> {
-        let at = lock(&self.timers).next_deadline()?;
+        let at = self.timers.lock().next_deadline()?;
         Some(at.saturating_duration_since(Instant::now()))
     }
 
     /// Takes the wakers of every timer that is due.
     fn fire_timers(&self, into: &mut Vec<Waker>) {
-        let mut t = lock(&self.timers);
+        let mut t = self.timers.lock();
         if t.is_empty() {
             return;
         }
@@ -478,15 +483,6 @@ impl Drop for Entered {
         let previous = self.previous.take();
         CURRENT.with(|c| *c.borrow_mut() = previous);
     }
-}
-
-/// Locks `m`. parking_lot's locks, not std's: a readiness lock is taken on
-/// every poll for readiness and every event, and std's lock and unlock each ask
-/// whether the thread is panicking (for poisoning, which a release build,
-/// aborting on panic, never sees): 207 of 2,978 user-space instructions per
-/// 64 B round trip (callgrind, docs/performance.md).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock()
 }
 
 #[cfg(test)]
