@@ -41,15 +41,7 @@ wait_listening "$BACKEND"
 
 NAMES=() COMMANDS=()
 add() { NAMES+=("$1"); shift; COMMANDS+=("$*"); }
-add oi "$OI" -c @CONF@
-[[ -n ${OI_BASELINE:-} ]] && add baseline "$OI_BASELINE" -c @CONF@
-command -v rinetd >/dev/null && add rinetd rinetd -f -c @CONF@
-command -v haproxy >/dev/null && add haproxy haproxy -db -f @HAPROXY@
-if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
-    add realm "$REALM" -c @REALM@
-elif [[ -n ${REALM:-} ]]; then
-    echo "bulk_calls.sh: REALM=$REALM is not an executable; realm skipped" >&2
-fi
+each_forwarder add
 
 # One forwarder, one iperf3 run through it: appends "name cpu_seconds calls bytes".
 measure() {

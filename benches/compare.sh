@@ -86,8 +86,9 @@ try:
     print(r["bits_per_second"] / 1e9, r["bytes"])
 except Exception:
     print("nan 0")' "$1"; }
-# iperf3 client with a hard time limit, so a wedged forwarder cannot hang the run.
-iperf() { timeout $((SECS + 30)) iperf3 -c 127.0.0.1 "$@"; }
+# iperf3 client with a hard time limit, so a wedged forwarder cannot hang the
+# run; under SCHED_IDLE when IDLE_END is set for the call.
+iperf() { ${IDLE_END:+chrt -i 0} timeout $((SECS + 30)) iperf3 -c 127.0.0.1 "$@"; }
 
 RESULTS=$WORK/results
 : >"$RESULTS"
@@ -159,8 +160,7 @@ print(",".join(f"{n}:{(t - b.get(tid, (n, 0))[1]) / int(sys.argv[3]):.2f}s" for 
     # which is where a forwarder's bulk endpoints are. What is left of the
     # drop is the forwarder's own (benches/accept_busy.sh's ENDS=idle).
     if chrt -a -i -p 0 "$IPERF_SERVER" >/dev/null 2>&1; then
-        chrt -i 0 timeout $((SECS + 30)) iperf3 -c 127.0.0.1 -p "$iport" \
-            -t $((CONNRATE_SECS + 2)) -P 1 -J >"$out.bg-idle.json" 2>/dev/null &
+        IDLE_END=1 iperf -p "$iport" -t $((CONNRATE_SECS + 2)) -P 1 -J >"$out.bg-idle.json" 2>/dev/null &
         bg=$!
         sleep 1 # let the bulk flow reach full speed
         "$LOADGEN" connrate "127.0.0.1:$eport" --secs "$CONNRATE_SECS" --conns "$WORKERS" >"$out.rate-busy-idle" || true

@@ -48,15 +48,7 @@ start() {
     NAMES+=("$name") FPIDS+=($!) FPORTS+=("$port")
     wait_listening "$port"
 }
-start oi "$OI" -c @CONF@
-[[ -n ${OI_BASELINE:-} ]] && start baseline "$OI_BASELINE" -c @CONF@
-command -v rinetd >/dev/null && start rinetd rinetd -f -c @CONF@
-command -v haproxy >/dev/null && start haproxy haproxy -db -f @HAPROXY@
-if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
-    start realm "$REALM" -c @REALM@
-elif [[ -n ${REALM:-} ]]; then
-    echo "conn_rounds.sh: REALM=$REALM is not an executable; realm skipped" >&2
-fi
+each_forwarder start
 
 echo "load before=$(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/load"
 n=${#NAMES[@]}

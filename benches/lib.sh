@@ -10,7 +10,8 @@
 # It gives the script a work directory ($WORK, kept with KEEP=1, else removed
 # at exit), a list of processes to stop at exit ($PIDS), free ports, the wait
 # for a listener, a process's CPU time and resident memory, loadgen's result
-# line, the open-file limit, and each forwarder's configuration for one port.
+# line, the open-file limit, each forwarder's configuration for one port, and
+# the list of forwarders to compare (`each_forwarder`).
 # BENCH names the script in messages; PORT_BASE is where its ports start
 # (scripts that may run side by side use different bases).
 
@@ -94,4 +95,21 @@ forwarder() {
         a=${a//@HAPROXY@/$WORK/$name.haproxy.cfg}
         COMMAND+=("$a")
     done
+}
+
+# Calls `$1 NAME WORDS...` for each forwarder a script compares, in this
+# order: oi ($OI), an older oi (OI_BASELINE), rinetd and haproxy when
+# installed, realm (REALM, an executable); the words hold @CONF@, @HAPROXY@
+# or @REALM@ for `forwarder` to fill in.
+each_forwarder() {
+    local callback=$1
+    "$callback" oi "$OI" -c @CONF@
+    if [[ -n ${OI_BASELINE:-} ]]; then "$callback" baseline "$OI_BASELINE" -c @CONF@; fi
+    if command -v rinetd >/dev/null; then "$callback" rinetd rinetd -f -c @CONF@; fi
+    if command -v haproxy >/dev/null; then "$callback" haproxy haproxy -db -f @HAPROXY@; fi
+    if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
+        "$callback" realm "$REALM" -c @REALM@
+    elif [[ -n ${REALM:-} ]]; then
+        echo "$BENCH: REALM=$REALM is not an executable; realm skipped" >&2
+    fi
 }
