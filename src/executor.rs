@@ -33,12 +33,13 @@
 
 use async_task::{Runnable, Task};
 use concurrent_queue::ConcurrentQueue;
+use parking_lot::Mutex;
 use slab::Slab;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Tasks one poll of [`Executor::run`] runs before it asks to be polled
@@ -180,12 +181,6 @@ struct State {
 }
 
 impl State {
-    /// The live tasks; a panic while it was held (none can: the lock covers
-    /// slab operations only) does not make it unusable.
-    fn active(&self) -> MutexGuard<'_, Slab<Waker>> {
-        self.active.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// What identifies this executor in a thread's [`Local::owner`].
     fn address(&self) -> usize {
         std::ptr::from_ref(self) as usize
@@ -226,7 +221,7 @@ struct Finished {
 
 impl Drop for Finished {
     fn drop(&mut self) {
-        self.state.active().try_remove(self.index);
+        self.state.active.lock().try_remove(self.index);
     }
 }
 
@@ -277,7 +272,7 @@ impl Executor {
         &self,
         future: impl Future<Output = T> + Send + 'static,
     ) -> Task<T> {
-        let mut active = self.state.active();
+        let mut active = self.state.active.lock();
         let entry = active.vacant_entry();
         let finished = Finished {
             state: self.state.clone(),
@@ -351,7 +346,7 @@ impl Drop for Executor {
         // Wake every unfinished task (its schedule puts it on the queue),
         // then drop the queue's runnables: each drops its task's future,
         // and with it the sockets and timers it holds.
-        let wakers: Vec<Waker> = self.state.active().drain().collect();
+        let wakers: Vec<Waker> = self.state.active.lock().drain().collect();
         for waker in wakers {
             waker.wake();
         }
@@ -433,7 +428,7 @@ mod tests {
                 let order = order.clone();
                 ex.spawn(async move {
                     for round in 0..3 {
-                        order.lock().expect("order").push((round, i));
+                        order.lock().push((round, i));
                         futures_lite::future::yield_now().await;
                     }
                 })
@@ -459,7 +454,7 @@ mod tests {
         }));
         sender.join().expect("sender");
         assert_eq!(got, 9);
-        let order = order.lock().expect("order").clone();
+        let order = order.lock().clone();
         let mut sorted = order.clone();
         sorted.sort();
         assert_eq!(order, sorted, "rounds interleave in wake order");
@@ -551,6 +546,6 @@ mod tests {
         let ex = Executor::new();
         let t = ex.spawn(async { 5 });
         assert_eq!(futures_lite::future::block_on(ex.run(t)), 5);
-        assert_eq!(ex.state.active().len(), 0);
+        assert_eq!(ex.state.active.lock().len(), 0);
     }
 }

@@ -20,10 +20,11 @@
 //! not worth paying otherwise), so connections opened before a reload added
 //! that limit are not counted against it.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Which limit refused a connection (for the debug line; the log file says
 /// `limit-reached` for all of them).
@@ -233,19 +234,12 @@ impl RuleLimits {
     /// Client addresses with a per-client count now (for tests: the map's bound).
     #[cfg(test)]
     pub(crate) fn clients_tracked(&self) -> usize {
-        self.clients().len()
-    }
-
-    /// The per-client map. A panic while holding it cannot leave a count
-    /// half-updated (each update is one statement), so a poisoned lock is
-    /// used as it is.
-    fn clients(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+        self.clients.lock().len()
     }
 
     /// Counts a connection from `client` if it has fewer than `max` open.
     fn take_client(self: &Arc<Self>, client: IpAddr, max: usize) -> Option<ClientSlot> {
-        let mut clients = self.clients();
+        let mut clients = self.clients.lock();
         let n = clients.entry(client).or_insert(0);
         if *n >= max {
             if *n == 0 {
@@ -273,7 +267,7 @@ struct ClientSlot {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        let mut clients = self.limits.clients();
+        let mut clients = self.limits.clients.lock();
         if let Some(n) = clients.get_mut(&self.client) {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -30,10 +30,11 @@
 //! [`Limit`] (`None`), so the pump tests one `Option` per step and touches no
 //! bucket, no clock and no timer.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The smallest burst, in bytes: one 64 KiB read always fits.
@@ -247,7 +248,7 @@ impl RuleRates {
     /// whose bucket is full first; then any); when every one is held, the
     /// new client gets a pair of its own that is not remembered.
     pub fn client(&self, client: IpAddr, rate: u64) -> Arc<Pair> {
-        let mut map = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.clients.lock();
         if let Some(pair) = map.get(&client) {
             pair.set_rate(rate);
             return pair.clone();
@@ -273,7 +274,7 @@ impl RuleRates {
     /// anything (full buckets are as good as new ones).
     pub fn owed(&self, now: Instant) -> Owed {
         let pair = |p: &Pair| (p.up.owed(now), p.down.owed(now));
-        let map = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.clients.lock();
         let clients = map
             .iter()
             .map(|(ip, p)| (*ip, pair(p)))
@@ -291,7 +292,7 @@ impl RuleRates {
     pub fn carry_on(&self, owed: &Owed, now: Instant) {
         self.rule.up.owe(owed.rule.0, now);
         self.rule.down.owe(owed.rule.1, now);
-        let mut map = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.clients.lock();
         for (ip, (up, down)) in &owed.clients {
             if map.len() >= MAX_CLIENTS && !map.contains_key(ip) {
                 break;
@@ -305,10 +306,7 @@ impl RuleRates {
 
     /// Client addresses remembered now.
     pub fn clients(&self) -> usize {
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.clients.lock().len()
     }
 }
 

@@ -10,7 +10,7 @@
 //! ([`BackendPool::lease_of`]).
 
 use super::health::PROBE_DOWN;
-use super::{lock, now_ms, BackendPool};
+use super::{now_ms, BackendPool};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -46,7 +46,7 @@ impl BackendPool {
             })
             .collect();
         let affinity: Vec<Value> = self.affinity.as_ref().map_or_else(Vec::new, |a| {
-            lock(a)
+            a.lock()
                 .entries()
                 .into_iter()
                 .take(MOST_AFFINITY)
@@ -100,7 +100,7 @@ impl BackendPool {
         let Some(table) = &self.affinity else {
             return;
         };
-        let mut table = lock(table);
+        let mut table = table.lock();
         for e in carried["affinity"].as_array().unwrap_or(&none) {
             let client = e["client"].as_str().and_then(|c| c.parse().ok());
             let member = members.iter().find(|m| e["key"] == *m.key);

@@ -9,12 +9,13 @@
 //! dropped by a reload is forgotten on the next pass), and at most one
 //! pending "look up now" per backend.
 
-use super::{lock, BackendPool};
+use super::BackendPool;
+use parking_lot::Mutex;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How a name becomes addresses: getaddrinfo in production, a table in tests.
@@ -104,12 +105,12 @@ impl Refresher {
             return;
         }
         let id = {
-            let mut next = lock(&self.next_id);
+            let mut next = self.next_id.lock();
             *next = next.wrapping_add(1);
             *next
         };
         let sender = {
-            let mut slot = lock(&self.sender);
+            let mut slot = self.sender.lock();
             match &*slot {
                 Some(s) => s.clone(),
                 None => {
@@ -148,7 +149,7 @@ impl Refresher {
     /// Whether the thread was started (tests: pools of literal addresses start none).
     #[cfg(test)]
     pub(super) fn started(&self) -> bool {
-        lock(&self.sender).is_some()
+        self.sender.lock().is_some()
     }
 }
 
@@ -277,7 +278,7 @@ fn refresh(pool: &BackendPool, group: usize, lookup: &Lookup, on_change: &OnChan
     };
     let before = pool.addrs();
     {
-        let mut members = lock(&g.members);
+        let mut members = g.members.lock();
         let fresh = g.members_for(group, &found, &members);
         *members = fresh;
     }

@@ -32,9 +32,10 @@ pub(crate) use health::{reply, Change, Check, Reply};
 use crate::config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use affinity::Affinity;
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Consecutive connect failures after which a backend name is looked up
@@ -284,7 +285,7 @@ impl BackendPool {
                     members: Mutex::new(Vec::new()),
                 };
                 let members = group.members_for(i, &b.addrs, &[]);
-                *lock(&group.members) = members;
+                *group.members.lock() = members;
                 group
             })
             .collect();
@@ -321,7 +322,7 @@ impl BackendPool {
         old.retire();
         let old_members = old.members.load();
         for group in &self.groups {
-            let mut members = lock(&group.members);
+            let mut members = group.members.lock();
             for m in members.iter_mut() {
                 if let Some(o) = old_members.iter().find(|o| o.key == m.key) {
                     if self.check.is_none() {
@@ -426,7 +427,7 @@ impl BackendPool {
         let all: Vec<Arc<Member>> = self
             .groups
             .iter()
-            .flat_map(|g| lock(&g.members).clone())
+            .flat_map(|g| g.members.lock().clone())
             .collect();
         self.members.store(Arc::new(all));
         self.generation.fetch_add(1, Ordering::Relaxed);
@@ -457,13 +458,13 @@ impl BackendPool {
     fn pick(&self, members: &[Arc<Member>], client: IpAddr, now: u64, all_down: bool) -> usize {
         let ok = |m: &Member| all_down || m.eligible(now);
         if let Some(affinity) = &self.affinity {
-            if let Some(i) = lock(affinity).get(client, members, &ok) {
+            if let Some(i) = affinity.lock().get(client, members, &ok) {
                 return i;
             }
         }
         let i = match self.balance.algorithm {
             Algorithm::RoundRobin => {
-                let _turn = lock(&self.rotation);
+                let _turn = self.rotation.lock();
                 choose::round_robin(members, &ok)
             }
             Algorithm::LeastConn => {
@@ -475,7 +476,7 @@ impl BackendPool {
         };
         if let Some(affinity) = &self.affinity {
             if let Some(m) = members.get(i) {
-                lock(affinity).put(client, m);
+                affinity.lock().put(client, m);
             }
         }
         i
@@ -666,12 +667,6 @@ fn next_random(state: &AtomicU64) -> u64 {
     x ^= x >> 27;
     state.store(x, Ordering::Relaxed);
     x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-}
-
-/// Locks `m`, taking the data even if a holder panicked (nothing here can
-/// leave it half-updated in a way later connections would mind).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

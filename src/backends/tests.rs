@@ -236,7 +236,7 @@ fn affinity_table_evicts_the_least_recently_used_client() {
     for i in 0..1000u32 {
         let _ = p.attempts(IpAddr::from(i.to_be_bytes())).next();
     }
-    let len = p.affinity.as_ref().map(|a| lock(a).len());
+    let len = p.affinity.as_ref().map(|a| a.lock().len());
     assert_eq!(len, Some(100));
 }
 
@@ -293,8 +293,9 @@ fn table_lookup(table: Arc<Mutex<Vec<SocketAddr>>>, calls: mpsc::Sender<String>)
     let calls = Mutex::new(calls);
     Arc::new(
         move |name: &str, port: u16| -> io::Result<Vec<SocketAddr>> {
-            let _ = lock(&calls).send(name.to_string());
-            Ok(lock(&table)
+            let _ = calls.lock().send(name.to_string());
+            Ok(table
+                .lock()
                 .iter()
                 .map(|a| SocketAddr::new(a.ip(), port))
                 .collect())
@@ -326,7 +327,7 @@ fn repeated_connect_failures_look_the_name_up_again_and_new_connections_use_it()
         let _ = changed_tx.send(a.to_vec());
     });
     refresher.watch(&p, on_change);
-    *lock(&table) = vec![SocketAddr::from(([127, 0, 0, 9], 0))];
+    *table.lock() = vec![SocketAddr::from(([127, 0, 0, 9], 0))];
     let member = p.members()[0].clone();
     for _ in 0..FAILURES_BEFORE_LOOKUP {
         p.failed(&member);
@@ -374,7 +375,7 @@ fn names_are_looked_up_again_on_their_interval_and_failures_keep_the_old_address
         Ok("localhost")
     );
     // An empty answer keeps what there was.
-    lock(&table).clear();
+    table.lock().clear();
     assert_eq!(
         calls.recv_timeout(Duration::from_secs(10)).as_deref(),
         Ok("localhost")
@@ -382,7 +383,7 @@ fn names_are_looked_up_again_on_their_interval_and_failures_keep_the_old_address
     assert_eq!(p.members().len(), 2);
     // An address gone from DNS goes from the pool; the other keeps its member.
     let kept = p.members()[0].clone();
-    *lock(&table) = vec![SocketAddr::from(([127, 0, 0, 3], 0))];
+    *table.lock() = vec![SocketAddr::from(([127, 0, 0, 3], 0))];
     wait_addrs(&p, &[SocketAddr::from(([127, 0, 0, 3], 80))]);
     assert!(
         Arc::ptr_eq(&p.members()[0], &kept),

@@ -13,11 +13,13 @@
 pub(crate) use crate::edge::Origin;
 use async_channel::{Receiver, Sender};
 use atomic_waker::AtomicWaker;
+use parking_lot::{Condvar, Mutex};
+use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -220,10 +222,11 @@ impl Slot {
 /// What the lock guards.
 #[derive(Default)]
 struct Inner {
-    /// Every pumping connection's slot, by id.
-    slots: HashMap<u64, Arc<Slot>>,
-    /// The next id.
-    next: u64,
+    /// Every pumping connection's slot, by id: a slab, so entering and
+    /// leaving, once each per connection, hash nothing (a `HashMap` keyed
+    /// by a counter ran SipHash both times, about 300 instructions a
+    /// connection, issue 23).
+    slots: Slab<Arc<Slot>>,
     /// Set while a hand-over collects: only then does a pump park.
     collecting: bool,
     /// Paused connections, collected by the hand-over.
@@ -259,16 +262,16 @@ pub(crate) struct Parking {
 pub(crate) struct Ticket<'a> {
     /// Where it is registered.
     parking: &'a Parking,
-    /// Its id there.
-    id: u64,
+    /// Its key in the slots.
+    id: usize,
     /// Its flag and waker.
     pub(crate) slot: Arc<Slot>,
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        let mut inner = self.parking.lock();
-        if inner.slots.remove(&self.id).is_some() && self.slot.stop.load(Ordering::Acquire) {
+        let mut inner = self.parking.inner.lock();
+        if inner.slots.try_remove(self.id).is_some() && self.slot.stop.load(Ordering::Acquire) {
             // Ended instead of parking: the collector need not wait for it.
             inner.answered += 1;
         }
@@ -282,18 +285,12 @@ impl Drop for Ticket<'_> {
 }
 
 impl Parking {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Registers a pump.
     pub(crate) fn enter(&self) -> Ticket<'_> {
-        let mut inner = self.lock();
-        let id = inner.next;
-        inner.next = inner.next.wrapping_add(1);
+        let mut inner = self.inner.lock();
         // One that starts while a hand-over collects is not asked: it stays here.
         let slot = Arc::new(Slot::default());
-        inner.slots.insert(id, slot.clone());
+        let id = inner.slots.insert(slot.clone());
         Ticket {
             parking: self,
             id,
@@ -305,7 +302,7 @@ impl Parking {
     /// collecting any more (it resumes at once), else the verdict comes
     /// through the channel in `parked`.
     pub(crate) fn park(&self, ticket: &Ticket<'_>, parked: Parked) -> bool {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         ticket.slot.stop.store(false, Ordering::Release);
         if !inner.collecting {
             return false;
@@ -319,7 +316,7 @@ impl Parking {
     /// A UDP listener offers its associations, answering its stop once for
     /// all; as [`Parking::park`].
     pub(crate) fn park_many(&self, ticket: &Ticket<'_>, parked: Vec<Parked>) -> bool {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         ticket.slot.stop.store(false, Ordering::Release);
         if !inner.collecting {
             return false;
@@ -337,13 +334,13 @@ impl Parking {
     /// another port, beside the one on its way).
     pub(crate) fn hold(&self) -> Sender<()> {
         let (open, gate) = async_channel::bounded(1);
-        self.lock().gate = Some(gate);
+        self.inner.lock().gate = Some(gate);
         open
     }
 
     /// Waits until the hand-over (if any) has ended.
     pub(crate) async fn released(&self) {
-        let gate = self.lock().gate.clone();
+        let gate = self.inner.lock().gate.clone();
         if let Some(gate) = gate {
             let _ = gate.recv().await;
         }
@@ -351,7 +348,7 @@ impl Parking {
 
     /// New side: keeps a handed-over UDP association for its listener.
     pub(crate) fn stash(&self, offered: Offered) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner
             .stashed
             .entry(offered.rule.clone())
@@ -361,19 +358,19 @@ impl Parking {
 
     /// New side: the associations stashed for the listener of `rule`.
     pub(crate) fn unstash(&self, rule: &str) -> Vec<Offered> {
-        self.lock().stashed.remove(rule).unwrap_or_default()
+        self.inner.lock().stashed.remove(rule).unwrap_or_default()
     }
 
     /// New side: forgets every stashed association (the previous oi was
     /// not told this one took them: it keeps them).
     pub(crate) fn unstash_all(&self) {
-        self.lock().stashed.clear();
+        self.inner.lock().stashed.clear();
     }
 
     /// A pump or listener whose stop was asked with nothing to offer (a UDP
     /// listener without associations, a pump that ends): it answers.
     pub(crate) fn pass(&self, ticket: &Ticket<'_>) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         ticket.slot.stop.store(false, Ordering::Release);
         if inner.collecting {
             inner.answered += 1;
@@ -384,7 +381,7 @@ impl Parking {
     /// A pump whose stop was asked but which cannot park (its sockets could
     /// not be copied): it answers, and runs on.
     pub(crate) fn decline(&self, ticket: &Ticket<'_>) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         ticket.slot.stop.store(false, Ordering::Release);
         if inner.collecting {
             inner.answered += 1;
@@ -398,12 +395,12 @@ impl Parking {
     /// that answer later run on here.
     pub(crate) fn collect(&self, within: Duration) -> Vec<Parked> {
         let deadline = Instant::now() + within;
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner.collecting = true;
         inner.answered = 0;
         inner.declined = 0;
         let asked = inner.slots.len();
-        for slot in inner.slots.values() {
+        for slot in inner.slots.iter().map(|(_, slot)| slot) {
             slot.stop.store(true, Ordering::Release);
             slot.waker.wake();
         }
@@ -417,11 +414,7 @@ impl Parking {
                 );
                 break;
             }
-            inner = self
-                .changed
-                .wait_timeout(inner, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            self.changed.wait_for(&mut inner, deadline - now);
         }
         inner.collecting = false;
         if inner.declined > 0 {
@@ -431,7 +424,7 @@ impl Parking {
                 inner.declined
             );
         }
-        for slot in inner.slots.values() {
+        for slot in inner.slots.iter().map(|(_, slot)| slot) {
             slot.stop.store(false, Ordering::Release);
         }
         std::mem::take(&mut inner.parked)
@@ -448,7 +441,7 @@ pub(crate) fn now_secs() -> u64 {
 impl Parking {
     /// Old side: a new oi serves the listeners now (they are closing).
     pub(crate) fn set_handed(&self) {
-        self.lock().handed = true;
+        self.inner.lock().handed = true;
     }
 
     /// Old side: when a new oi serves now, counts a task that keeps
@@ -456,7 +449,7 @@ impl Parking {
     /// [`Parking::kept_ended`] (`false`: no hand-over; the associations
     /// end with their listener as before).
     pub(crate) fn keep_serving(&self) -> bool {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if inner.handed {
             inner.leftovers += 1;
         }
@@ -465,7 +458,7 @@ impl Parking {
 
     /// Old side: a task counted by [`Parking::keep_serving`] has ended.
     pub(crate) fn kept_ended(&self) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner.leftovers = inner.leftovers.saturating_sub(1);
         self.changed.notify_all();
     }
@@ -473,12 +466,9 @@ impl Parking {
     /// Old side: waits (blocking) until every task counted by
     /// [`Parking::keep_serving`] has ended.
     pub(crate) fn wait_leftovers(&self) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         while inner.leftovers > 0 {
-            inner = self
-                .changed
-                .wait(inner)
-                .unwrap_or_else(PoisonError::into_inner);
+            self.changed.wait(&mut inner);
         }
     }
 }

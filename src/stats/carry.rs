@@ -20,7 +20,7 @@
 //! get a burst past a limit.
 
 use super::counters::{get, CounterValues, Counters, COUNTERS};
-use super::{lock, RuleStats, Stats};
+use super::{RuleStats, Stats};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -31,7 +31,7 @@ impl Stats {
     /// Every rule's counters, its backends' and the process's, as the new
     /// oi reads them (see the module docs).
     pub(crate) fn carried(&self) -> Value {
-        let rules: Vec<Arc<RuleStats>> = lock(&self.rules).clone();
+        let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
         // Ended totals before the live list, as a snapshot reads them.
         let process_ended = self.process.ended_bytes();
         let ended: Vec<(u64, u64)> = rules.iter().map(|r| r.counters.ended_bytes()).collect();
@@ -80,11 +80,11 @@ impl Stats {
             }));
         }
         let totals = self.process.values(process_ended, all_from, all_to);
-        let (started, started_at) = *lock(&self.started);
+        let (started, started_at) = *self.started.lock();
         json!({
             "uptime_ns": nanos(started.elapsed()),
             "started_ns": since_epoch(started_at),
-            "last_reload_ns": since_epoch(*lock(&self.last_reload)),
+            "last_reload_ns": since_epoch(*self.last_reload.lock()),
             "process": {
                 "counters": encode(&totals),
                 "ended": [process_ended.0, process_ended.1],
@@ -109,7 +109,7 @@ impl Stats {
         ] {
             add_to(cell, carried[key].as_u64().unwrap_or(0));
         }
-        let rules: Vec<Arc<RuleStats>> = lock(&self.rules).clone();
+        let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
         let mut matched = 0;
         for c in carried["rules"].as_array().map_or(&[][..], Vec::as_slice) {
             let Some(r) = rules.iter().find(|r| c["name"] == *r.name) else {
@@ -146,7 +146,7 @@ impl Stats {
     /// is missing, or does not fit this process's clock, leaves its own.
     fn carry_clocks(&self, carried: &Value) {
         let ns = |key: &str| carried[key].as_u64().map(Duration::from_nanos);
-        let mut started = lock(&self.started);
+        let mut started = self.started.lock();
         if let Some(at) = ns("uptime_ns").and_then(|up| Instant::now().checked_sub(up)) {
             started.0 = started.0.min(at);
         }
@@ -156,7 +156,7 @@ impl Stats {
         drop(started);
         // Carried before this oi's service loop runs: it has not reloaded.
         if let Some(at) = ns("last_reload_ns").and_then(|d| UNIX_EPOCH.checked_add(d)) {
-            *lock(&self.last_reload) = at;
+            *self.last_reload.lock() = at;
         }
     }
 }

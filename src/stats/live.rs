@@ -8,11 +8,12 @@
 //! [`SHARDS`] threads to register), so they never wait for each other; a
 //! snapshot locks one shard at a time only to copy its pointers out.
 
-use super::{lock, BackendStats, RuleStats};
+use super::{BackendStats, RuleStats};
 use crate::peer::Peer;
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Shards of the live list: more than the executor threads of a typical host,
@@ -286,7 +287,7 @@ impl Live {
             }),
             server_name: OnceLock::new(),
         });
-        let slot = lock(&self.shards[shard]).insert(conn.clone());
+        let slot = self.shards[shard].lock().insert(conn.clone());
         // `SHARD` is under `SHARDS` (64): it fits.
         let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
@@ -296,7 +297,7 @@ impl Live {
     pub(super) fn list(&self) -> Vec<Arc<Conn>> {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
-            all.extend(lock(shard).entries().cloned());
+            all.extend(shard.lock().entries().cloned());
         }
         all
     }
@@ -413,7 +414,7 @@ impl Drop for Registered {
         // Out of the list first, then into the ended totals: a snapshot in
         // between sees a dip, which the reported maximum hides (module docs).
         if let Some(shard) = self.live().shards.get(self.shard as usize) {
-            lock(shard).remove(self.slot);
+            shard.lock().remove(self.slot);
         }
         let (from, to) = self.conn.bytes();
         let c = &self.conn;
@@ -470,7 +471,7 @@ mod tests {
         drop(b);
         drop(c);
         assert!(live.list().is_empty());
-        let shard = lock(&live.shards[SHARD.with(|s| *s)]);
+        let shard = live.shards[SHARD.with(|s| *s)].lock();
         assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
     }
 }

@@ -50,10 +50,3 @@ pub use rules::{BackendValues, RuleStats, RuleValues};
 pub use snapshot::{Pools, Snapshot, Stats};
 
 use counters::drop_one;
-use std::sync::Mutex;
-
-/// Locks, recovering from a poisoned lock: counters stay usable even if a
-/// thread panicked while holding one (only in debug builds: release aborts).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}

@@ -3,11 +3,12 @@
 
 use super::counters::{bump, get, CounterValues, Counters};
 use super::rules::{BackendStats, BackendValues, RuleStats, RuleValues};
-use super::{lock, ConnInfo, Live};
+use super::{ConnInfo, Live};
 use crate::config::Proto;
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Everything counted for the whole process; one per server, in [`crate::Shared`].
@@ -69,13 +70,13 @@ impl Stats {
                 backends.iter().map(|a| BackendStats::new(*a)).collect(),
             ),
         });
-        lock(&self.rules).push(rule.clone());
+        self.rules.lock().push(rule.clone());
         rule
     }
 
     /// Forgets a removed listener's counters (its open connections keep them).
     pub(crate) fn remove_rule(&self, rule: &Arc<RuleStats>) {
-        lock(&self.rules).retain(|r| !Arc::ptr_eq(r, rule));
+        self.rules.lock().retain(|r| !Arc::ptr_eq(r, rule));
     }
 
     /// Datagrams `accept-proxy` `/udp` listeners dropped since start,
@@ -93,7 +94,7 @@ impl Stats {
     pub fn reloaded(&self, ok: bool) {
         if ok {
             bump(&self.reloads_ok);
-            *lock(&self.last_reload) = SystemTime::now();
+            *self.last_reload.lock() = SystemTime::now();
         } else {
             bump(&self.reloads_failed);
         }
@@ -107,7 +108,7 @@ impl Stats {
         // the reported maximum hides) and never in both: read the other way
         // round, a connection listed and then ended was counted twice, and
         // the maximum kept the double count for good.
-        let rules: Vec<Arc<RuleStats>> = lock(&self.rules).clone();
+        let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
         let process_ended = self.process.ended_bytes();
         let ended: Vec<_> = rules
             .iter()
@@ -185,12 +186,12 @@ impl Stats {
             all_from = all_from.saturating_add(f);
             all_to = all_to.saturating_add(t);
         }
-        let (started, started_at) = *lock(&self.started);
+        let (started, started_at) = *self.started.lock();
         Snapshot {
             taken_at: SystemTime::now(),
             started_at,
             uptime: started.elapsed(),
-            last_reload: *lock(&self.last_reload),
+            last_reload: *self.last_reload.lock(),
             reloads_ok: get(&self.reloads_ok),
             reloads_failed: get(&self.reloads_failed),
             accept_errors: get(&self.accept_errors),

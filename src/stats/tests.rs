@@ -179,7 +179,7 @@ fn an_upgrade_carries_the_uptime_the_last_reload_and_what_the_shared_buckets_owe
     // The old oi has run an hour (its clocks set back as a carry would).
     let hour = std::time::Duration::from_secs(3600);
     {
-        let mut started = lock(&old.stats.started);
+        let mut started = old.stats.started.lock();
         started.0 = started.0.checked_sub(hour).expect("an hour fits");
         started.1 -= hour;
     }
