@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// How long a hand-over waits for every pump to reach a safe point: a pump
@@ -206,16 +206,24 @@ pub(crate) struct Slot {
 impl Slot {
     /// Whether a stop was asked for; registers the task to be woken when
     /// one is (checked after registering, so a stop in between is seen).
-    pub(crate) fn poll_stop(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.stop.load(Ordering::Acquire) {
-            return Poll::Ready(());
+    /// `told` is the waker registered last: the same task's waker is not
+    /// registered again, since `AtomicWaker::register` is two atomic
+    /// read-modify-writes, and a pump's task asks once per poll (issue 23).
+    /// A stop's wake takes the waker out of the slot, so `told` is cleared
+    /// when a stop is seen: the next wait registers again.
+    pub(crate) fn poll_stop(&self, cx: &mut Context<'_>, told: &mut Option<Waker>) -> Poll<()> {
+        if !self.stop.load(Ordering::Acquire) {
+            if told.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                return Poll::Pending;
+            }
+            self.waker.register(cx.waker());
+            if !self.stop.load(Ordering::Acquire) {
+                *told = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
         }
-        self.waker.register(cx.waker());
-        if self.stop.load(Ordering::Acquire) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        *told = None;
+        Poll::Ready(())
     }
 }
 
@@ -477,4 +485,64 @@ impl Parking {
 /// waits on the receiver (a closed channel means resume).
 pub(crate) fn verdict() -> (Sender<bool>, Receiver<bool>) {
     async_channel::bounded(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    /// Counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What `collect` does to one slot.
+    fn stop(slot: &Slot) {
+        slot.stop.store(true, Ordering::Release);
+        slot.waker.wake();
+    }
+
+    /// A pump whose task is already registered does not register again, yet
+    /// a stop's wake reaches it every time: after a first hand-over it
+    /// resumed from (the stop's wake took the waker out of the slot), a
+    /// second one must still wake it.
+    #[test]
+    fn a_stop_wakes_the_pump_again_after_one_it_resumed_from() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let slot = Slot::default();
+        let mut told = None;
+        for round in 1..=3 {
+            assert!(slot.poll_stop(&mut cx, &mut told).is_pending());
+            assert!(slot.poll_stop(&mut cx, &mut told).is_pending());
+            stop(&slot);
+            assert_eq!(
+                count.0.load(Ordering::SeqCst),
+                round,
+                "stop {round} woke the pump"
+            );
+            assert!(slot.poll_stop(&mut cx, &mut told).is_ready());
+            // Resumed: `park` (or `pass`, `decline`) lowers the flag.
+            slot.stop.store(false, Ordering::Release);
+        }
+    }
+
+    /// A stop raised before the first poll is seen by it, with nothing to wake.
+    #[test]
+    fn a_stop_before_the_first_poll_is_seen_at_once() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let slot = Slot::default();
+        stop(&slot);
+        assert!(slot.poll_stop(&mut cx, &mut None).is_ready());
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
 }

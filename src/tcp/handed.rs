@@ -9,7 +9,7 @@ use futures_lite::FutureExt;
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 impl From<HalfState> for Half {
     fn from(h: HalfState) -> Half {
@@ -47,6 +47,8 @@ struct Stoppable<'p, 'a> {
     inner: &'p mut Published<'a>,
     /// Its membership of the parking.
     ticket: &'p Ticket<'p>,
+    /// The waker its slot has (see [`park::Slot::poll_stop`]).
+    told: &'p mut Option<Waker>,
 }
 
 impl Future for Stoppable<'_, '_> {
@@ -57,7 +59,7 @@ impl Future for Stoppable<'_, '_> {
         if let Poll::Ready(o) = Pin::new(&mut *this.inner).poll(cx) {
             return Poll::Ready(Ran::Done(o));
         }
-        match this.ticket.slot.poll_stop(cx) {
+        match this.ticket.slot.poll_stop(cx, this.told) {
             Poll::Ready(()) => Poll::Ready(Ran::Stop),
             Poll::Pending => Poll::Pending,
         }
@@ -81,6 +83,7 @@ pub(super) fn run<'p, 'a, G>(
 ) -> impl Future<Output = Option<PumpOutcome>> + use<'p, 'a, G> {
     async move {
         let ticket = open.shared.parking.enter();
+        let mut told = None;
         loop {
             // Matched where it is awaited, not bound: a bound `Ran` would
             // be kept across the offer's await (32 bytes of every
@@ -88,6 +91,7 @@ pub(super) fn run<'p, 'a, G>(
             match (Stoppable {
                 inner: published,
                 ticket: &ticket,
+                told: &mut told,
             })
             .await
             {

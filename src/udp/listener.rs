@@ -142,7 +142,7 @@ impl Listener {
                         Wake::Sweep
                     })
                     .or(async {
-                        std::future::poll_fn(|cx| ticket.slot.poll_stop(cx)).await;
+                        std::future::poll_fn(|cx| ticket.slot.poll_stop(cx, &mut None)).await;
                         Wake::Stop
                     })
                     .await

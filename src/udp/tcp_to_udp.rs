@@ -238,7 +238,7 @@ async fn carry(
 /// Completes when a hand-over asks this connection to stop and neither
 /// direction holds bytes (polled last: after the directions have moved).
 async fn stop(ticket: &Ticket<'_>, busy: &Busy) -> End {
-    std::future::poll_fn(|cx| match ticket.slot.poll_stop(cx) {
+    std::future::poll_fn(|cx| match ticket.slot.poll_stop(cx, &mut None) {
         Poll::Ready(())
             if !busy.up.load(Ordering::Relaxed) && !busy.down.load(Ordering::Relaxed) =>
         {

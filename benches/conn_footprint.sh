@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# benches/conn_footprint.sh: the code one connection runs through, per
+# forwarder, from valgrind's callgrind: instructions, simulated first-level
+# instruction-cache misses, the 64-byte lines of code the connection path
+# needs (hot code), and atomic read-modify-writes. Figures that repeat run to
+# run, for the part of CPU per connection the kernel does not spend: on this
+# machine oi's user time per connection was 16-18 µs against rinetd's 10 with
+# fewer instructions, and these say why (docs/performance.md).
+#
+#   benches/conn_footprint.sh
+#   OI=/path/to/oi benches/conn_footprint.sh          # another oi build
+#   OI_BASELINE=/path/to/old/oi benches/conn_footprint.sh   # + a row for it (2 threads)
+#   OI=target/profiling/oi TOP=30 benches/conn_footprint.sh   # + oi's largest functions
+#
+# Each forwarder runs twice under callgrind (--cache-sim=yes --dump-instr=yes)
+# while loadgen connrate (connect, 64 B request/response, close; 2 workers)
+# runs through it for 1 and SECS seconds; the differences over the difference
+# in connections are per connection, free of start-up and shutdown
+# (benches/footprint.py). Needs valgrind, python3 and objdump; rinetd and
+# haproxy when installed.
+set -euo pipefail
+SECS=${SECS:-4}
+TOP=${TOP:-0}
+cd "$(dirname "$0")/.."
+for tool in valgrind python3 objdump; do
+    command -v "$tool" >/dev/null || { echo "conn_footprint.sh: $tool is required" >&2; exit 1; }
+done
+cargo build --release --quiet --bins --examples
+OI=${OI:-$PWD/target/release/oi}
+LOADGEN=$PWD/target/release/examples/loadgen
+BENCH=conn_footprint.sh
+PORT_BASE=13000
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+# A port the kernel picks (as rtt_instructions.sh: `run` is called in a
+# command substitution, where free_port could not remember its ports).
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+BACKEND=$(port)
+"$LOADGEN" echo-server "127.0.0.1:$BACKEND" >/dev/null 2>&1 &
+PIDS+=($!)
+wait_listening "$BACKEND"
+
+# Runs forwarder $1 (command: the rest, @CONF@/@CFG@ replaced) under
+# callgrind for $2 seconds of connections; the profile goes to
+# $WORK/$1.$2.out, the connections made to stdout.
+run() {
+    local name=$1 secs=$2; shift 2
+    local p a args=()
+    p=$(port)
+    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$p" "$BACKEND" >"$WORK/$name.conf"
+    printf 'global\n    maxconn 100\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\nlisten fwd\n    bind 127.0.0.1:%s\n    server b 127.0.0.1:%s\n' \
+        "$p" "$BACKEND" >"$WORK/$name.cfg"
+    for a in "$@"; do
+        a=${a//@CONF@/$WORK/$name.conf}
+        args+=("${a//@CFG@/$WORK/$name.cfg}")
+    done
+    rm -f "$WORK"/cg.*
+    valgrind --tool=callgrind --cache-sim=yes --dump-instr=yes \
+        --callgrind-out-file="$WORK/cg.%p" "${args[@]}" >"$WORK/$name.log" 2>&1 &
+    local pid=$!
+    wait_listening "$p" 30
+    "$LOADGEN" connrate "127.0.0.1:$p" --secs "$secs" --conns 2 | sed -n 's/.* ok=\([0-9]*\).*/\1/p'
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    # One process: forwarders that fork (none of these) would need merging.
+    mv "$(ls "$WORK"/cg.* | head -1)" "$WORK/$name.$secs.out"
+}
+
+printf '| forwarder | instructions | I1 misses | hot code, 64 B lines (KiB) | atomic read-modify-writes |\n|---|---|---|---|---|\n'
+row() {
+    local name=$1; shift
+    local a b
+    a=$(run "$name" 1 "$@")
+    b=$(run "$name" "$SECS" "$@")
+    local ir i1 lines rmw
+    read -r ir i1 lines rmw < <(python3 benches/footprint.py "$WORK/$name.1.out" "$WORK/$name.$SECS.out" \
+        "$(( ${b:-0} - ${a:-0} ))" "$TOP" 2>"$WORK/$name.top")
+    printf '| %s | %s | %s | %s (%s) | %s |\n' "$name" "$ir" "$i1" "$lines" \
+        "$(python3 -c "print(f'{$lines * 64 / 1024:.1f}')")" "$rmw"
+}
+row oi-t1 "$OI" --threads 1 -c @CONF@
+row oi-t2 "$OI" --threads 2 -c @CONF@
+[[ -n ${OI_BASELINE:-} ]] && row baseline-t2 "$OI_BASELINE" --threads 2 -c @CONF@
+command -v rinetd >/dev/null && row rinetd rinetd -f -c @CONF@
+command -v haproxy >/dev/null && row haproxy haproxy -db -f @CFG@
+echo
+echo "per connection: callgrind (all threads, one simulated 32 KiB I1), (${SECS} s - 1 s) of loadgen connrate with 2 workers;"
+echo "hot code: lines holding an instruction run at least once every two connections"
+if (( TOP > 0 )); then
+    echo; echo "oi-t2's functions with the most hot lines:"; cat "$WORK/oi-t2.top"
+fi
