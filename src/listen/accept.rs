@@ -113,7 +113,7 @@ async fn admit(
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
-    limits: Arc<RuleLimits>,
+    limits: Option<Arc<RuleLimits>>,
 ) -> Option<crate::tcp::Open<Held>> {
     let origin = if route.accept_proxy {
         match Box::pin(edge::accept_header(&client, peer, &route)).await {
@@ -145,17 +145,19 @@ async fn admit(
         shared.log.log(route.event(ip, refusal, Bytes::NONE));
         return None;
     }
-    let per_client = route.maxconn_per_client;
-    if let Err(which) = shared
-        .limits
-        .admit_client(&limits, &mut held, ip, per_client)
-    {
-        log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
-        stats.refused(Event::LimitReached);
-        shared
-            .log
-            .log(route.event(ip, Event::LimitReached, Bytes::NONE));
-        return None;
+    if let Some(limits) = &limits {
+        let per_client = route.maxconn_per_client;
+        if let Err(which) = shared
+            .limits
+            .admit_client(limits, &mut held, ip, per_client)
+        {
+            log::debug!("{peer}: {} reached on {}", which.as_str(), route.bind);
+            stats.refused(Event::LimitReached);
+            shared
+                .log
+                .log(route.event(ip, Event::LimitReached, Bytes::NONE));
+            return None;
+        }
     }
     // Accepted sockets inherit SO_KEEPALIVE from the listener; a rule
     // with `keepalive=off` clears it (one call, only on such rules).

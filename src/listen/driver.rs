@@ -51,9 +51,11 @@ pub(super) struct Admitted<P> {
     pub(super) shared: Arc<Shared>,
     /// The rule's counters.
     pub(super) stats: Arc<RuleStats>,
-    /// The rule's connection counts (the per-client limit is checked later,
-    /// once the client is known, e.g. after a PROXY header).
-    pub(super) limits: Arc<RuleLimits>,
+    /// The rule's connection counts, when it has a per-client limit (checked
+    /// later, once the client is known, e.g. after a PROXY header); `None`
+    /// spares the other connections an atomic add and subtract on a count
+    /// every thread writes (issue 23).
+    pub(super) limits: Option<Arc<RuleLimits>>,
     /// The thread's count and the limits' slot: both held until the
     /// connection's sockets are closed (see `accept::connection`).
     pub(super) guards: (Placed, Held),
@@ -131,13 +133,14 @@ impl<A: Acceptor> AcceptLoop<A> {
         let at = self.threads.pick(self.own);
         log::trace!("accepted on thread {}, runs on thread {at}", self.own);
         let placed = self.threads.place(at);
+        let limits = route.maxconn_per_client.map(|_| self.limits.clone());
         let task = A::serve(Admitted {
             stream,
             peer,
             route,
             shared: self.shared.clone(),
             stats: self.stats.clone(),
-            limits: self.limits.clone(),
+            limits,
             guards: (placed, held),
         });
         self.threads.executor(at).spawn(task).detach();

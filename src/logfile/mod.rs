@@ -274,6 +274,17 @@ impl LogHandle {
         })
     }
 
+    /// Sends the event `make` makes, making it only when a file takes lines:
+    /// for the lines every connection writes (opened, done). Without a log
+    /// file that skips two clock reads and the rule names' reference count,
+    /// an atomic add and subtract on a line every thread writes, per line
+    /// (issue 23).
+    pub fn log_with(&self, make: impl FnOnce() -> LogEvent) {
+        if self.tx.is_some() && self.queue.has_file.load(Ordering::Relaxed) {
+            self.log(make());
+        }
+    }
+
     /// Sends one event. Never blocks; dropped (and counted) when
     /// [`LOG_QUEUE_LINES`] lines already wait, or if the writer thread is gone.
     pub fn log(&self, ev: LogEvent) {

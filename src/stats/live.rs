@@ -263,13 +263,8 @@ impl Live {
         }
     }
 
-    /// Adds an entry; it stays until the guard drops.
-    pub(super) fn register(
-        &self,
-        rule: Arc<RuleStats>,
-        kind: ConnKind,
-        client: Peer,
-    ) -> Registered {
+    /// Adds an entry to its rule's live list; it stays until the guard drops.
+    pub(super) fn register(rule: Arc<RuleStats>, kind: ConnKind, client: Peer) -> Registered {
         let shard = SHARD.with(|s| *s);
         let started = epoch().elapsed().as_millis();
         let conn = Arc::new(Conn {
@@ -287,7 +282,7 @@ impl Live {
             }),
             server_name: OnceLock::new(),
         });
-        let slot = self.shards[shard].lock().insert(conn.clone());
+        let slot = conn.rule.live.shards[shard].lock().insert(conn.clone());
         // `SHARD` is under `SHARDS` (64): it fits.
         let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
@@ -461,12 +456,12 @@ mod tests {
         let stats = super::super::Stats::default();
         let rule = stats.add_rule("a:1/tcp".into(), crate::config::Proto::Tcp, &[]);
         let live = &rule.live;
-        let a = rule.register(ConnKind::Tcp, Peer::Unix);
-        let b = rule.register(ConnKind::Tcp, Peer::Unix);
+        let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
+        let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);
         assert_eq!(live.list().len(), 2);
         let slot_a = a.slot;
         drop(a);
-        let c = rule.register(ConnKind::Tcp, Peer::Unix);
+        let c = rule.clone().register(ConnKind::Tcp, Peer::Unix);
         assert_eq!(c.slot, slot_a, "a freed slot is taken first");
         drop(b);
         drop(c);

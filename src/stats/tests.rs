@@ -49,7 +49,7 @@ fn connections_count_while_open_and_bytes_add_up_after() {
     let stats = &shared.stats;
     let b = addr("127.0.0.1:2");
     let rule = stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
-    let conn = rule.register(ConnKind::Tcp, addr("127.0.0.1:9"));
+    let conn = rule.clone().register(ConnKind::Tcp, addr("127.0.0.1:9"));
     conn.connected(b);
     conn.publish(10, 20, ConnState::Open);
     let s = shared.snapshot();
@@ -132,14 +132,14 @@ fn counters_carried_by_an_upgrade_continue_where_they_were() {
     let b = addr("127.0.0.1:2");
     let rule = old.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
     let gone = old.stats.add_rule("gone:1/tcp".into(), Proto::Tcp, &[b]);
-    let ended = rule.register(ConnKind::Tcp, addr("127.0.0.1:9"));
+    let ended = rule.clone().register(ConnKind::Tcp, addr("127.0.0.1:9"));
     ended.connected(b);
     ended.publish(100, 200, ConnState::Open);
     drop(ended);
     rule.refused(Event::Denied);
     gone.refused(Event::Denied);
     // One connection open at the hand-over: the new oi takes it up.
-    let live = rule.register(ConnKind::Tcp, addr("127.0.0.1:10"));
+    let live = rule.clone().register(ConnKind::Tcp, addr("127.0.0.1:10"));
     live.connected(b);
     live.publish(7, 8, ConnState::Open);
     let before = old.snapshot();

@@ -106,11 +106,12 @@ pub(crate) async fn open<G>(
     // Listed and counted until the connection ends (after its sockets have
     // closed: locals drop in reverse order, and `Open` drops it after them).
     let live = stats.register(kind, peer);
+    let stats = live.rule();
     // A listener rules share by server name: the ClientHello picks the
     // rule (peeked, so every byte still reaches the backend).
     let (route, server_name) = match route.sni.clone() {
         None => (route, None),
-        Some(names) => match Box::pin(sni::choose(&client, &names, &stats, &live, peer)).await {
+        Some(names) => match Box::pin(sni::choose(&client, &names, stats, &live, peer)).await {
             Ok(routed) => routed,
             Err(name) => {
                 let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
@@ -126,7 +127,7 @@ pub(crate) async fn open<G>(
         line.server_name = server_name.clone();
         line
     };
-    shared.log.log(event(Event::Opened, Bytes::NONE));
+    shared.log.log_with(|| event(Event::Opened, Bytes::NONE));
     // Watched from now on: the wait for the backend's connect also
     // hears the client's first bytes (one `epoll_wait` per connection
     // fewer, benches/syscalls.sh).
@@ -294,9 +295,11 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
             from_client: outcome.from_client,
             to_client: outcome.to_client,
         };
-        let mut line = route.event(live.client().client(), ev, bytes);
-        line.server_name = live.server_name();
-        open.shared.log.log(line);
+        open.shared.log.log_with(|| {
+            let mut line = route.event(live.client().client(), ev, bytes);
+            line.server_name = live.server_name();
+            line
+        });
     }
 }
 

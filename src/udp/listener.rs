@@ -243,7 +243,9 @@ impl Listener {
                 // ACL check, rather than riding on the last one's.
             }
             if let Some(a) = self.assocs.remove(&peer) {
-                self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+                self.shared
+                    .log
+                    .log_with(|| a.log_event(Event::DoneLocalClosed));
             }
         }
         self.open(datagram, peer);
@@ -314,14 +316,16 @@ impl Listener {
             peer,
             origin,
             self.epoch,
-            self.stats.register(ConnKind::Udp, client),
+            self.stats.clone().register(ConnKind::Udp, client),
         );
         match opened {
             Ok(a) => {
                 // As rinetd writes it: the opened line counts the first datagram.
-                let mut line = a.log_event(Event::Opened);
-                line.from_client = payload.len() as u64;
-                self.shared.log.log(line);
+                self.shared.log.log_with(|| {
+                    let mut line = a.log_event(Event::Opened);
+                    line.from_client = payload.len() as u64;
+                    line
+                });
                 a.forward(payload);
                 self.assocs.insert(peer, a);
             }
@@ -345,7 +349,9 @@ impl Listener {
         if let Some(a) = oldest.and_then(|k| self.assocs.remove(&k)) {
             log::debug!("evicting the oldest-idle association of {}", a.route.bind);
             self.stats.udp_evicted();
-            self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+            self.shared
+                .log
+                .log_with(|| a.log_event(Event::DoneLocalClosed));
         }
     }
 
@@ -593,7 +599,7 @@ impl Listener {
         self.assocs.retain(|_, a| {
             let keep = !a.activity.ended() && a.activity.idle(now) < a.route.udp_timeout();
             if !keep {
-                log.log(a.log_event(Event::DoneLocalClosed));
+                log.log_with(|| a.log_event(Event::DoneLocalClosed));
             }
             keep
         });
@@ -627,7 +633,9 @@ impl Drop for Listener {
             return;
         }
         for (_, a) in live {
-            self.shared.log.log(a.log_event(Event::DoneLocalClosed));
+            self.shared
+                .log
+                .log_with(|| a.log_event(Event::DoneLocalClosed));
         }
     }
 }
@@ -726,7 +734,7 @@ async fn serve_kept(
         assocs.retain(|_, a| {
             let keep = !a.activity.ended() && a.activity.idle(now) < a.route.udp_timeout();
             if !keep {
-                shared.log.log(a.log_event(Event::DoneLocalClosed));
+                shared.log.log_with(|| a.log_event(Event::DoneLocalClosed));
             }
             keep
         });

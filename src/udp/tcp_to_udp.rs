@@ -67,9 +67,12 @@ pub(crate) async fn tcp_to_udp(
 ) {
     let peer = origin.client;
     let ip = client_ip(peer);
-    let activity = Activity::new(Instant::now(), stats.register(ConnKind::TcpToUdp, peer));
+    let activity = Activity::new(
+        Instant::now(),
+        stats.clone().register(ConnKind::TcpToUdp, peer),
+    );
     let event = |event| route.event(ip, event, activity.bytes());
-    shared.log.log(event(Event::Opened));
+    shared.log.log_with(|| event(Event::Opened));
     // Transparent: from the client's address, a port the kernel picks (the
     // client's TCP port may be in use by another UDP flow of the same client).
     let from = Some(SocketAddr::new(peer.ip(), 0)).filter(|_| route.transparent());
@@ -108,7 +111,7 @@ pub(crate) async fn tcp_to_udp(
     };
     let limits = (up.as_ref(), down.as_ref());
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
-        shared.log.log(event(end.event()));
+        shared.log.log_with(|| event(end.event()));
     }
 }
 
@@ -174,7 +177,7 @@ pub(crate) async fn tcp_to_udp_adopted(
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
         shared
             .log
-            .log(route.event(ip, end.event(), activity.bytes()));
+            .log_with(|| route.event(ip, end.event(), activity.bytes()));
     }
 }
 
