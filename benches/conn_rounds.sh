@@ -14,7 +14,9 @@
 # Every forwarder runs for the whole script (started once, to one echo
 # server); a round runs connrate through each for SECS seconds, WORKERS
 # workers (8, as compare.sh). CPU is utime+stime from /proc/PID/stat over the
-# run, in clock ticks (10 ms: about 1% of a 2 s round's CPU). Needs python3;
+# run, in clock ticks (10 ms: about 1% of a 2 s round's CPU), also shown
+# apart: user time is the forwarder's own code, system time mostly the
+# loopback TCP work its system calls do for both ends. Needs python3;
 # rinetd and haproxy are used when installed.
 set -euo pipefail
 
@@ -56,11 +58,11 @@ for ((round = 0; round < ROUNDS; round++)); do
     for ((k = 0; k < n; k++)); do
         i=$(( (round + k) % n )) # rotated, so no forwarder always runs first
         name=${NAMES[$i]} pid=${FPIDS[$i]}
-        before=$(cpu_ticks "$pid")
+        read -r user0 system0 < <(user_system_ticks "$pid")
         "$LOADGEN" connrate "127.0.0.1:${FPORTS[$i]}" --secs "$SECS" --conns "$WORKERS" \
             >"$WORK/$name.$round.rate" || true
-        after=$(cpu_ticks "$pid")
-        echo "$round $name $(result "$WORK/$name.$round.rate" conns_per_sec) $(result "$WORK/$name.$round.rate" ok) $((after - before))" >>"$WORK/results"
+        read -r user1 system1 < <(user_system_ticks "$pid")
+        echo "$round $name $(result "$WORK/$name.$round.rate" conns_per_sec) $(result "$WORK/$name.$round.rate" ok) $((user1 - user0)) $((system1 - system0))" >>"$WORK/results"
     done
 done
 echo "load after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/load"
@@ -68,14 +70,16 @@ echo "load after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/load"
 python3 - "$WORK/results" "$(getconf CLK_TCK)" "$SECS" "$WORKERS" "$WORK/load" <<'EOF'
 import statistics, sys
 path, tck, secs, workers, load = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-rate, cpu = {}, {}
+rate, cpu, user, system = {}, {}, {}, {}
 for line in open(path):
     parts = line.split()
-    if len(parts) != 5:
+    if len(parts) != 6:
         continue
-    r, name, per_sec, ok, ticks = int(parts[0]), parts[1], float(parts[2] or "nan"), float(parts[3] or 0), int(parts[4])
+    r, name, per_sec, ok = int(parts[0]), parts[1], float(parts[2] or "nan"), float(parts[3] or 0)
+    u, s = int(parts[4]), int(parts[5])
     rate.setdefault(name, {})[r] = per_sec
-    cpu.setdefault(name, {})[r] = ticks / tck * 1e6 / ok if ok else float("nan")
+    for into, ticks in ((cpu, u + s), (user, u), (system, s)):
+        into.setdefault(name, {})[r] = ticks / tck * 1e6 / ok if ok else float("nan")
 def summary(d):
     v = sorted(x for x in d.values() if x == x)
     if not v:
@@ -85,8 +89,8 @@ def summary(d):
 def wins(a, b, better):
     rounds = [r for r in a if r in b and a[r] == a[r] and b[r] == b[r]]
     return sum(better(a[r], b[r]) for r in rounds), len(rounds)
-print("| forwarder | connections per second | CPU µs per connection | oi's rounds ahead on the rate | on CPU |")
-print("|---|---|---|---|---|")
+print("| forwarder | connections per second | CPU µs per connection | of it user | of it system | oi's rounds ahead on the rate | on CPU |")
+print("|---|---|---|---|---|---|---|")
 for name in rate:
     if name == "oi":
         ahead = "", ""
@@ -94,7 +98,8 @@ for name in rate:
         w1, t1 = wins(rate["oi"], rate[name], lambda x, y: x >= y)
         w2, t2 = wins(cpu["oi"], cpu[name], lambda x, y: x <= y)
         ahead = f"{w1} of {t1}", f"{w2} of {t2}"
-    print(f"| {name} | {summary(rate[name])} | {summary(cpu[name])} | {ahead[0]} | {ahead[1]} |")
+    print(f"| {name} | {summary(rate[name])} | {summary(cpu[name])} | {summary(user[name])} "
+          f"| {summary(system[name])} | {ahead[0]} | {ahead[1]} |")
 loads = dict(l.strip().removeprefix("load ").split("=", 1) for l in open(load))
 print(f"\nEach cell: median (middle half of the rounds; all of them). {len(rate['oi'])} rounds of "
       f"{secs} s, {workers} workers, each forwarder in turn within a round (rotated); "

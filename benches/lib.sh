@@ -53,6 +53,9 @@ wait_listening() {
 # utime+stime of process $1, in clock ticks.
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
+# utime and stime of process $1, in clock ticks: two numbers.
+user_system_ticks() { awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"; }
+
 # Resident memory of process $1, in KiB.
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
