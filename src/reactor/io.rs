@@ -226,7 +226,7 @@ fn poll_registered(
     } else {
         std::mem::take(&mut r.readable) || r.read_closed
     };
-    let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.ticks[i]);
+    let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.tick(i));
     if ready || ticked {
         if write && r.out_armed {
             // The wait is over: stop hearing of every send (see `datagram`).
@@ -244,11 +244,15 @@ fn poll_registered(
         rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
         r.out_armed = true;
     }
-    let tick = r.ticks[i];
+    let tick = r.tick(i);
+    // The slot keeps its task after an edge (see `Readiness::edge`): the
+    // same task waits again without a clone, and another one takes the
+    // slot unless its task waits now.
+    let slot_waits = r.set_waits(i, true);
     let slot = if write { &mut r.writer } else { &mut r.reader };
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
-        Some(_) if !matches!(wait, Wait::Slot) => {
+        Some(_) if slot_waits && !matches!(wait, Wait::Slot) => {
             // Another task waits here: queue beside it (once per task).
             let others = r.others.get_or_insert_with(Box::default);
             if !others

@@ -97,17 +97,20 @@ pub(crate) struct Readiness {
     datagram: bool,
     /// A datagram socket's interest includes EPOLLOUT now.
     out_armed: bool,
-    /// Edges seen per direction (0 read, 1 write), wrapping: a waiter that
-    /// saw the tick move was woken by an edge, even if another waiter
-    /// consumed the flag first. One byte each, so the six flags and both
-    /// ticks share one word: `Readiness` is 48 bytes, not 56, and its `Arc`
-    /// a 80-byte heap chunk, not 96, for each of a connection's two sockets
-    /// (issue 23's idle memory). A waiter woken by an edge is polled long
-    /// before 256 more edges could bring the tick back round.
+    /// Per direction (0 read, 1 write): edges seen, in the low seven bits,
+    /// wrapping: a waiter that saw the tick move was woken by an edge, even
+    /// if another waiter consumed the flag first; and [`WAITS`], set while
+    /// the slot's task waits for an edge. One byte each, so the six flags
+    /// and both ticks share one word: `Readiness` is 48 bytes, not 56, and
+    /// its `Arc` a 80-byte heap chunk, not 96, for each of a connection's
+    /// two sockets (issue 23's idle memory). A waiter woken by an edge is
+    /// polled long before 128 more edges could bring the tick back round.
     ticks: [u8; 2],
-    /// The task waiting to read.
+    /// The task that reads, kept after an edge woke it: it waits again at
+    /// its next `WouldBlock`, and the same task's waker is not cloned
+    /// again (see [`Readiness::edge`]).
     reader: Option<Waker>,
-    /// The task waiting to write.
+    /// The task that writes, kept likewise.
     writer: Option<Waker>,
     /// Further waiters (`true`: to write) when the slot holds another task;
     /// boxed so the common one-waiter case costs one pointer, not a
@@ -116,17 +119,48 @@ pub(crate) struct Readiness {
     others: Option<Box<Vec<(bool, Waker)>>>,
 }
 
+/// The bit of a [`Readiness`] tick byte that says the slot's task waits.
+const WAITS: u8 = 0x80;
+
 impl Readiness {
-    /// Records an edge in one direction and moves its waiters into `wake`.
+    /// Direction `i`'s edge count (seven bits, wrapping).
+    fn tick(&self, i: usize) -> u8 {
+        self.ticks[i] & !WAITS
+    }
+
+    /// Whether direction `i`'s slot task waits for an edge; sets that it does
+    /// (`true`) or not.
+    fn set_waits(&mut self, i: usize, waits: bool) -> bool {
+        let was = self.ticks[i] & WAITS != 0;
+        self.ticks[i] = if waits {
+            self.ticks[i] | WAITS
+        } else {
+            self.ticks[i] & !WAITS
+        };
+        was
+    }
+
+    /// Records an edge in one direction and wakes its waiters: the slot's
+    /// task in place, by reference, if it waits (it keeps its place, so its
+    /// next wait clones nothing: a waker clone and a by-value wake were two
+    /// atomic read-modify-writes on the task per wait, the by-reference wake
+    /// is one; issue 23); queued ones through `wake`. The wake runs under
+    /// the reactor's locks: an executor's wake only queues the task (and
+    /// may write another thread's eventfd), and takes none of them.
     fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
         let i = usize::from(write);
-        self.ticks[i] = self.ticks[i].wrapping_add(1);
+        let waits = self.ticks[i] & WAITS;
+        self.ticks[i] = (self.ticks[i].wrapping_add(1) & !WAITS) | waits;
         if write {
             self.writable = true;
-            wake.extend(self.writer.take());
         } else {
             self.readable = true;
-            wake.extend(self.reader.take());
+        }
+        if self.set_waits(i, false) {
+            let slot = if write { &self.writer } else { &self.reader };
+            if let Some(w) = slot {
+                w.wake_by_ref();
+            }
         }
         if let Some(others) = &mut self.others {
             others.retain(|(w, waker)| {
@@ -554,6 +588,49 @@ mod tests {
             rx.recv().await.expect("sent");
             sender.join().expect("sender").expect("send");
         });
+    }
+
+    /// Counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn an_edge_wakes_the_slots_task_only_while_it_waits_and_keeps_it() {
+        let count = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let woken = || count.0.load(Ordering::SeqCst);
+        let mut r = Readiness {
+            reader: Some(Waker::from(count.clone())),
+            ..Readiness::default()
+        };
+        let mut queued = Vec::new();
+        // Waiting (a poll returned Pending): the edge wakes it, in place.
+        r.set_waits(0, true);
+        r.edge(false, &mut queued);
+        assert_eq!((woken(), queued.len()), (1, 0));
+        assert!(
+            r.reader.is_some(),
+            "the slot keeps its task for its next wait"
+        );
+        // Not waiting (it has not found WouldBlock since): no wake.
+        r.edge(false, &mut queued);
+        assert_eq!(woken(), 1, "an edge woke a task that was not waiting");
+        // Waiting again: woken again; the writer's edges never wake the reader.
+        r.set_waits(0, true);
+        r.edge(true, &mut queued);
+        assert_eq!(woken(), 1);
+        r.edge(false, &mut queued);
+        assert_eq!(woken(), 2);
+        // The edge count wraps at 128, below the waiting bit.
+        assert_eq!(r.tick(0), 3);
+        for _ in 0..128 {
+            r.edge(false, &mut queued);
+        }
+        assert_eq!((r.tick(0), r.ticks[0] & WAITS, woken()), (3, 0, 2));
     }
 
     #[test]
