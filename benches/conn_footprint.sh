@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# benches/conn_footprint.sh: the code one connection runs through, per
-# forwarder, from valgrind's callgrind: instructions, simulated first-level
-# instruction-cache misses, the 64-byte lines of code the connection path
-# needs (hot code), and atomic read-modify-writes. Figures that repeat run to
+# benches/conn_footprint.sh: the code one connection, and one 64 B round
+# trip, runs through, per forwarder, from valgrind's callgrind: instructions,
+# simulated first-level instruction-cache misses, the 64-byte lines of code
+# the path needs (hot code), and atomic read-modify-writes. Figures that repeat run to
 # run, for the part of CPU per connection the kernel does not spend: on this
 # machine oi's user time per connection was 16-18 µs against rinetd's 10 with
 # fewer instructions, and these say why (docs/performance.md).
@@ -16,7 +16,8 @@
 # while loadgen connrate (connect, 64 B request/response, close; 2 workers)
 # runs through it for 1 and SECS seconds; the differences over the difference
 # in connections are per connection, free of start-up and shutdown
-# (benches/footprint.py). Needs valgrind, python3 and objdump; rinetd and
+# (benches/footprint.py). Round trips the same way: 1,000 and 3,000 of
+# loadgen pingpong (64 B) on one connection. Needs valgrind, python3 and objdump; rinetd and
 # haproxy when installed.
 set -euo pipefail
 SECS=${SECS:-4}
@@ -41,10 +42,11 @@ PIDS+=($!)
 wait_listening "$BACKEND"
 
 # Runs forwarder $1 (command: the rest, @CONF@/@CFG@ replaced) under
-# callgrind for $2 seconds of connections; the profile goes to
-# $WORK/$1.$2.out, the connections made to stdout.
+# callgrind for load $2: "connN", N seconds of connections, or "rttN", N
+# round trips of 64 B on one connection; the profile goes to
+# $WORK/$1.$2.out, the connections or round trips made to stdout.
 run() {
-    local name=$1 secs=$2; shift 2
+    local name=$1 load=$2; shift 2
     local p a args=()
     p=$(port)
     printf '127.0.0.1 %s 127.0.0.1 %s\n' "$p" "$BACKEND" >"$WORK/$name.conf"
@@ -59,24 +61,34 @@ run() {
         --callgrind-out-file="$WORK/cg.%p" "${args[@]}" >"$WORK/$name.log" 2>&1 &
     local pid=$!
     wait_listening "$p" 30
-    "$LOADGEN" connrate "127.0.0.1:$p" --secs "$secs" --conns 2 | sed -n 's/.* ok=\([0-9]*\).*/\1/p'
+    if [[ $load == rtt* ]]; then
+        "$LOADGEN" pingpong "127.0.0.1:$p" --count "${load#rtt}" --warmup 0 --size 64 >/dev/null
+        echo "${load#rtt}"
+    else
+        "$LOADGEN" connrate "127.0.0.1:$p" --secs "${load#conn}" --conns 2 | sed -n 's/.* ok=\([0-9]*\).*/\1/p'
+    fi
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     # One process: forwarders that fork (none of these) would need merging.
-    mv "$(ls "$WORK"/cg.* | head -1)" "$WORK/$name.$secs.out"
+    mv "$(ls "$WORK"/cg.* | head -1)" "$WORK/$name.$load.out"
 }
 
-printf '| forwarder | instructions | I1 misses | hot code, 64 B lines (KiB) | atomic read-modify-writes |\n|---|---|---|---|---|\n'
+printf '| forwarder | per | instructions | I1 misses | hot code, 64 B lines (KiB) | atomic read-modify-writes |\n|---|---|---|---|---|---|\n'
+# One row per unit ($2: the short and the long load, as `run` takes them).
+unit_row() {
+    local name=$1 per=$2 short=$3 long=$4; shift 4
+    local a b ir i1 lines rmw
+    a=$(run "$name" "$short" "$@")
+    b=$(run "$name" "$long" "$@")
+    read -r ir i1 lines rmw < <(python3 benches/footprint.py "$WORK/$name.$short.out" "$WORK/$name.$long.out" \
+        "$(( ${b:-0} - ${a:-0} ))" "$TOP" 2>"$WORK/$name.$per.top")
+    printf '| %s | %s | %s | %s | %s (%s) | %s |\n' "$name" "$per" "$ir" "$i1" "$lines" \
+        "$(python3 -c "print(f'{$lines * 64 / 1024:.1f}')")" "$rmw"
+}
 row() {
     local name=$1; shift
-    local a b
-    a=$(run "$name" 1 "$@")
-    b=$(run "$name" "$SECS" "$@")
-    local ir i1 lines rmw
-    read -r ir i1 lines rmw < <(python3 benches/footprint.py "$WORK/$name.1.out" "$WORK/$name.$SECS.out" \
-        "$(( ${b:-0} - ${a:-0} ))" "$TOP" 2>"$WORK/$name.top")
-    printf '| %s | %s | %s | %s (%s) | %s |\n' "$name" "$ir" "$i1" "$lines" \
-        "$(python3 -c "print(f'{$lines * 64 / 1024:.1f}')")" "$rmw"
+    unit_row "$name" connection conn1 "conn$SECS" "$@"
+    unit_row "$name" "round trip" rtt1000 rtt3000 "$@"
 }
 row oi-t1 "$OI" --threads 1 -c @CONF@
 row oi-t2 "$OI" --threads 2 -c @CONF@
@@ -84,8 +96,9 @@ row oi-t2 "$OI" --threads 2 -c @CONF@
 command -v rinetd >/dev/null && row rinetd rinetd -f -c @CONF@
 command -v haproxy >/dev/null && row haproxy haproxy -db -f @CFG@
 echo
-echo "per connection: callgrind (all threads, one simulated 32 KiB I1), (${SECS} s - 1 s) of loadgen connrate with 2 workers;"
-echo "hot code: lines holding an instruction run at least once every two connections"
+echo "callgrind (all threads, one simulated 32 KiB I1); per connection: (${SECS} s - 1 s) of loadgen connrate"
+echo "with 2 workers; per round trip: (3000 - 1000) round trips of 64 B on one connection (loadgen pingpong);"
+echo "hot code: lines holding an instruction run at least once every two connections (round trips)"
 if (( TOP > 0 )); then
-    echo; echo "oi-t2's functions with the most hot lines:"; cat "$WORK/oi-t2.top"
+    echo; echo "oi-t2's functions with the most hot lines, per connection:"; cat "$WORK/oi-t2.connection.top"
 fi

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""benches/footprint.py: what one connection costs a forwarder in code, from
-two callgrind runs (--dump-instr=yes --cache-sim=yes) that differ only in how
-many connections went through. Used by benches/conn_footprint.sh.
+"""benches/footprint.py: what one connection (or one round trip) costs a
+forwarder in code, from two callgrind runs (--dump-instr=yes --cache-sim=yes)
+that differ only in how many went through. Used by benches/conn_footprint.sh.
 
-    footprint.py SHORT.out LONG.out CONNS [TOP]
+    footprint.py SHORT.out LONG.out UNITS [TOP]
 
-CONNS is how many more connections the long run made. Per connection, the
-difference of the two runs:
+UNITS is how many more connections (round trips) the long run made. Per
+unit, the difference of the two runs:
 
 - instructions: callgrind's Ir;
 - I1 misses: its simulated first-level instruction cache (the host's size,
   32 KiB on this machine);
 - hot code: the 64-byte lines of code holding an instruction run at least
-  once every two connections (what the per-connection path needs cached);
+  once every two units (what the path needs cached);
 - atomic read-modify-writes: instructions with a `lock` prefix or an `xchg`
   with memory (x86), found with objdump in each object that ran them. Each
   is a full barrier, and one on a line another core wrote moves that line.
@@ -99,7 +99,7 @@ def main():
     short, long_, conns = sys.argv[1], sys.argv[2], int(sys.argv[3])
     top = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     if conns <= 0:
-        sys.exit("footprint.py: the long run made no more connections than the short one")
+        sys.exit("footprint.py: the long run made no more than the short one")
     a, _ = load(short)
     b, func = load(long_)
     per = {k: (v[0] - a.get(k, [0, 0])[0], v[1] - a.get(k, [0, 0])[1]) for k, v in b.items()}
@@ -113,7 +113,8 @@ def main():
     for ob in {ob for ob, _ in per if ob}:
         at = atomics(ob)
         rmw += sum(d[0] for (o, addr), d in per.items() if o == ob and addr in at) / conns
-    print(f"{ir:.0f} {i1:.0f} {len(lines)} {rmw:.0f}")
+    # Rounded to whole numbers (a count a hair under zero is noise: 0).
+    print(f"{round(ir)} {round(i1)} {len(lines)} {round(rmw)}")
     if top:
         byfn = collections.defaultdict(set)
         for k in hot:

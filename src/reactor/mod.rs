@@ -433,7 +433,14 @@ impl Reactor {
             rustix::buffer::spare_capacity(&mut events),
             timeout.as_ref(),
         );
-        self.sleeping.store(false, Ordering::SeqCst);
+        if block {
+            // Release, not SeqCst (an `xchg`, an atomic read-modify-write,
+            // on every turn, blocking or not): a waker that still sees
+            // `true` writes the eventfd once more, which the next turn
+            // reads. No wake is lost: the SeqCst store before the wait and
+            // the look at `woken` after it see to that.
+            self.sleeping.store(false, Ordering::Release);
+        }
         match waited {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
