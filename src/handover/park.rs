@@ -490,17 +490,7 @@ pub(crate) fn verdict() -> (Sender<bool>, Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
-
-    /// Counts its wakes.
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::reactor::WakeCount as Count;
 
     /// What `collect` does to one slot.
     fn stop(slot: &Slot) {
@@ -514,7 +504,7 @@ mod tests {
     /// second one must still wake it.
     #[test]
     fn a_stop_wakes_the_pump_again_after_one_it_resumed_from() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let count = Arc::new(Count::default());
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
         let slot = Slot::default();
@@ -537,7 +527,7 @@ mod tests {
     /// A stop raised before the first poll is seen by it, with nothing to wake.
     #[test]
     fn a_stop_before_the_first_poll_is_seen_at_once() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let count = Arc::new(Count::default());
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
         let slot = Slot::default();

@@ -553,6 +553,19 @@ impl Drop for Entered {
     }
 }
 
+/// A waker that counts its wakes: for the tests of the reactor, its timers
+/// and the tasks that wait on them (the hand-over's stop slot).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct WakeCount(pub(crate) std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl std::task::Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,18 +627,9 @@ mod tests {
         });
     }
 
-    /// Counts its wakes.
-    struct Count(std::sync::atomic::AtomicUsize);
-
-    impl std::task::Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn an_edge_wakes_the_slots_task_only_while_it_waits_and_keeps_it() {
-        let count = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let count = Arc::new(WakeCount::default());
         let woken = || count.0.load(Ordering::SeqCst);
         let mut r = Readiness {
             reader: Some(Waker::from(count.clone())),

@@ -223,16 +223,9 @@ impl Drop for Timer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
-
     /// A waker that counts its wakes, one per timer.
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::reactor::WakeCount as Count;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn waker(n: &Arc<Count>) -> Waker {
         Waker::from(n.clone())
