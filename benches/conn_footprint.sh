@@ -33,32 +33,24 @@ BENCH=conn_footprint.sh
 PORT_BASE=13000
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
-# A port the kernel picks (as rtt_instructions.sh: `run` is called in a
-# command substitution, where free_port could not remember its ports).
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-BACKEND=$(port)
+# `run` is called in a command substitution: ports from lib.sh's kernel_port.
+BACKEND=$(kernel_port)
 "$LOADGEN" echo-server "127.0.0.1:$BACKEND" >/dev/null 2>&1 &
 PIDS+=($!)
 wait_listening "$BACKEND"
 
-# Runs forwarder $1 (command: the rest, @CONF@/@CFG@ replaced) under
+# Runs forwarder $1 (command: the rest, @CONF@/@HAPROXY@ replaced) under
 # callgrind for load $2: "connN", N seconds of connections, or "rttN", N
 # round trips of 64 B on one connection; the profile goes to
 # $WORK/$1.$2.out, the connections or round trips made to stdout.
 run() {
     local name=$1 load=$2; shift 2
-    local p a args=()
-    p=$(port)
-    printf '127.0.0.1 %s 127.0.0.1 %s\n' "$p" "$BACKEND" >"$WORK/$name.conf"
-    printf 'global\n    maxconn 100\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\nlisten fwd\n    bind 127.0.0.1:%s\n    server b 127.0.0.1:%s\n' \
-        "$p" "$BACKEND" >"$WORK/$name.cfg"
-    for a in "$@"; do
-        a=${a//@CONF@/$WORK/$name.conf}
-        args+=("${a//@CFG@/$WORK/$name.cfg}")
-    done
+    local p
+    p=$(kernel_port)
+    forwarder "$name" "$p" "$BACKEND" "$@"
     rm -f "$WORK"/cg.*
     valgrind --tool=callgrind --cache-sim=yes --dump-instr=yes \
-        --callgrind-out-file="$WORK/cg.%p" "${args[@]}" >"$WORK/$name.log" 2>&1 &
+        --callgrind-out-file="$WORK/cg.%p" "${COMMAND[@]}" >"$WORK/$name.log" 2>&1 &
     local pid=$!
     wait_listening "$p" 30
     if [[ $load == rtt* ]]; then
@@ -94,7 +86,7 @@ row oi-t1 "$OI" --threads 1 -c @CONF@
 row oi-t2 "$OI" --threads 2 -c @CONF@
 [[ -n ${OI_BASELINE:-} ]] && row baseline-t2 "$OI_BASELINE" --threads 2 -c @CONF@
 command -v rinetd >/dev/null && row rinetd rinetd -f -c @CONF@
-command -v haproxy >/dev/null && row haproxy haproxy -db -f @CFG@
+command -v haproxy >/dev/null && row haproxy haproxy -db -f @HAPROXY@
 echo
 echo "callgrind (all threads, one simulated 32 KiB I1); per connection: (${SECS} s - 1 s) of loadgen connrate"
 echo "with 2 workers; per round trip: (3000 - 1000) round trips of 64 B on one connection (loadgen pingpong);"

@@ -42,6 +42,11 @@ free_port() {
     next_port=$((next_port + 1))
 }
 
+# Prints a port the kernel picks (bound to port 0, then let go): for scripts
+# that need a port inside a command substitution, where `free_port` could not
+# remember the ports it gave. Needs python3.
+kernel_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 # Waits until something listens on port $1: 10 s at most, or $2 seconds
 # (a forwarder under valgrind starts slower).
 wait_listening() {

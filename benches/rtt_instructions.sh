@@ -34,10 +34,8 @@ LOADGEN=$PWD/target/release/examples/loadgen
 BENCH=rtt_instructions.sh
 PORT_BASE=12000
 . benches/lib.sh
-# A port the kernel picks (bound to port 0, then let go): `instructions` runs
-# in a command substitution, where lib.sh's `free_port` could not remember
-# the ports it gave.
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# `instructions` runs in a command substitution: ports from lib.sh's kernel_port.
+port() { kernel_port; }
 BACKEND=$(port)
 "$LOADGEN" echo-server "127.0.0.1:$BACKEND" >/dev/null 2>&1 &
 PIDS+=($!)
