@@ -55,11 +55,11 @@ wait_listening() {
     echo "$BENCH: nothing listens on port $1" >&2; exit 1
 }
 
-# utime+stime of process $1, in clock ticks.
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
-
 # utime and stime of process $1, in clock ticks: two numbers.
 user_system_ticks() { awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"; }
+
+# utime+stime of process $1, in clock ticks.
+cpu_ticks() { local user system; read -r user system < <(user_system_ticks "$1"); echo $((user + system)); }
 
 # Resident memory of process $1, in KiB.
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }

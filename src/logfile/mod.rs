@@ -278,16 +278,9 @@ impl LogHandle {
     /// for the lines every connection writes (opened, done). Without a log
     /// file that skips two clock reads and the rule names' reference count,
     /// an atomic add and subtract on a line every thread writes, per line
-    /// (issue 23).
-    pub fn log_with(&self, make: impl FnOnce() -> LogEvent) {
-        if self.tx.is_some() && self.queue.has_file.load(Ordering::Relaxed) {
-            self.log(make());
-        }
-    }
-
-    /// Sends one event. Never blocks; dropped (and counted) when
+    /// (issue 23). Never blocks; dropped (and counted) when
     /// [`LOG_QUEUE_LINES`] lines already wait, or if the writer thread is gone.
-    pub fn log(&self, ev: LogEvent) {
+    pub fn log_with(&self, make: impl FnOnce() -> LogEvent) {
         let Some(tx) = &self.tx else { return };
         if !self.queue.has_file.load(Ordering::Relaxed) {
             return;
@@ -297,9 +290,14 @@ impl LogHandle {
             q.lines.fetch_sub(1, Ordering::Relaxed);
             return q.dropped(1, "the writer is not keeping up with the file");
         }
-        if tx.send(Msg::Line(ev)).is_err() {
+        if tx.send(Msg::Line(make())).is_err() {
             q.lines.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Sends one event, as [`log_with`](Self::log_with).
+    pub fn log(&self, ev: LogEvent) {
+        self.log_with(|| ev);
     }
 
     /// Lines waiting for the writer right now (at most [`LOG_QUEUE_LINES`]).

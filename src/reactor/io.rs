@@ -248,7 +248,7 @@ fn poll_registered(
     // The slot keeps its task after an edge (see `Readiness::edge`): the
     // same task waits again without a clone, and another one takes the
     // slot unless its task waits now.
-    let slot_waits = r.set_waits(i, true);
+    let slot_waits = r.set_waits(i);
     let slot = if write { &mut r.writer } else { &mut r.reader };
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}

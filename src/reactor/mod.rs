@@ -128,15 +128,11 @@ impl Readiness {
         self.ticks[i] & !WAITS
     }
 
-    /// Whether direction `i`'s slot task waits for an edge; sets that it does
-    /// (`true`) or not.
-    fn set_waits(&mut self, i: usize, waits: bool) -> bool {
+    /// Marks direction `i`'s slot task as waiting for an edge; says whether
+    /// it already was ([`Readiness::edge`] clears the mark).
+    fn set_waits(&mut self, i: usize) -> bool {
         let was = self.ticks[i] & WAITS != 0;
-        self.ticks[i] = if waits {
-            self.ticks[i] | WAITS
-        } else {
-            self.ticks[i] & !WAITS
-        };
+        self.ticks[i] |= WAITS;
         was
     }
 
@@ -149,14 +145,16 @@ impl Readiness {
     /// may write another thread's eventfd), and takes none of them.
     fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
         let i = usize::from(write);
-        let waits = self.ticks[i] & WAITS;
-        self.ticks[i] = (self.ticks[i].wrapping_add(1) & !WAITS) | waits;
+        let waits = self.ticks[i] & WAITS != 0;
+        // The count moves on (a carry out of its seven bits lands in `WAITS`
+        // and goes with it), and the slot's task waits no more.
+        self.ticks[i] = self.ticks[i].wrapping_add(1) & !WAITS;
         if write {
             self.writable = true;
         } else {
             self.readable = true;
         }
-        if self.set_waits(i, false) {
+        if waits {
             let slot = if write { &self.writer } else { &self.reader };
             if let Some(w) = slot {
                 w.wake_by_ref();
@@ -637,7 +635,7 @@ mod tests {
         };
         let mut queued = Vec::new();
         // Waiting (a poll returned Pending): the edge wakes it, in place.
-        r.set_waits(0, true);
+        r.set_waits(0);
         r.edge(false, &mut queued);
         assert_eq!((woken(), queued.len()), (1, 0));
         assert!(
@@ -648,7 +646,7 @@ mod tests {
         r.edge(false, &mut queued);
         assert_eq!(woken(), 1, "an edge woke a task that was not waiting");
         // Waiting again: woken again; the writer's edges never wake the reader.
-        r.set_waits(0, true);
+        r.set_waits(0);
         r.edge(true, &mut queued);
         assert_eq!(woken(), 1);
         r.edge(false, &mut queued);
