@@ -28,7 +28,7 @@ for tool in iperf3 perf python3; do
     command -v "$tool" >/dev/null || { echo "bulk_calls.sh: $tool is required" >&2; exit 1; }
 done
 cargo build --release --bins >&2
-OI=$PWD/target/release/oi
+OI=${OI:-$PWD/target/release/oi}
 
 BENCH=bulk_calls.sh PORT_BASE=24000
 # shellcheck source=benches/lib.sh

@@ -3,6 +3,7 @@
 # by side in one run, printed as one markdown table (ratios to direct).
 #
 #   benches/compare.sh            # needs cargo, iperf3, python3; rinetd if installed
+#   OI=target/dist/release/oi benches/compare.sh   # the shipped, profile-guided build (dist/pgo-build.sh)
 #
 # Rows: direct, oi --splice=off, oi --splice=on, rinetd and haproxy (when
 # installed), an older oi (OI_BASELINE) and the original oxidinetd
@@ -46,7 +47,7 @@ for tool in iperf3 python3; do
     command -v "$tool" >/dev/null || { echo "compare.sh: $tool is required" >&2; exit 1; }
 done
 cargo build --release --examples --bins >&2
-OI=$PWD/target/release/oi
+OI=${OI:-$PWD/target/release/oi}
 LOADGEN=$PWD/target/release/examples/loadgen
 
 BENCH=compare.sh

@@ -10,6 +10,7 @@
 #   benches/conn_rounds.sh                           # oi, rinetd, haproxy; 15 rounds of 2 s
 #   ROUNDS=30 SECS=3 benches/conn_rounds.sh
 #   OI_BASELINE=/path/to/old/oi REALM=/tmp/realm/bin/realm benches/conn_rounds.sh
+#   OI=target/dist/release/oi benches/conn_rounds.sh    # the shipped, profile-guided build (dist/pgo-build.sh)
 #
 # Every forwarder runs for the whole script (started once, to one echo
 # server); a round runs connrate through each for SECS seconds, WORKERS
@@ -27,7 +28,7 @@ WORKERS=${WORKERS:-8}
 cd "$(dirname "$0")/.."
 command -v python3 >/dev/null || { echo "conn_rounds.sh: python3 is required" >&2; exit 1; }
 cargo build --release --bins --examples >&2
-OI=$PWD/target/release/oi
+OI=${OI:-$PWD/target/release/oi}
 LOADGEN=$PWD/target/release/examples/loadgen
 
 BENCH=conn_rounds.sh PORT_BASE=30000

@@ -24,7 +24,10 @@
 # built outside this tree from github.com/zhboner/realm: in its checkout,
 # `cargo install --path . --root /tmp/realm --no-default-features --features
 # default-ring`); without it realm's column says so. OI_BASELINE adds an
-# older oi's column (the "not worse than today's" rows need it).
+# older oi's column (the "not worse than today's" rows need it). OI is the
+# oi measured (default target/release/oi, a plain release build); the build
+# the package ships is profile-guided: dist/pgo-build.sh, then
+# OI=target/dist/release/oi (docs/performance.md).
 # Timed figures are noisy while other work runs: the load average at the
 # start and end of each part is printed under the table.
 # Needs what the three scripts need (iperf3, python3, strace, jq; rinetd and
@@ -61,7 +64,7 @@ for r in $(seq "$ROUNDS"); do
     echo "load after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/syscalls.$r.load"
     if command -v jq >/dev/null && command -v rinetd >/dev/null; then
         echo "== goals.sh round $r of $ROUNDS: udp.sh" >&2
-        ROUNDS=1 benches/udp.sh >"$OUT/udp.$r.tsv" 2>"$OUT/udp.$r.err" \
+        ROUNDS=1 benches/udp.sh ${OI:+"$OI"} >"$OUT/udp.$r.tsv" 2>"$OUT/udp.$r.err" \
             || echo "goals.sh: udp.sh failed in round $r" >&2
     else
         echo "goals.sh: udp.sh needs jq and rinetd; UDP row skipped" >&2

@@ -8,6 +8,7 @@
 #   OI_BASELINE=/path/to/old/oi benches/syscalls.sh   # adds an older build, for before/after
 #   REALM=/tmp/realm/bin/realm benches/syscalls.sh     # adds realm
 #   RESULTS_OUT=FILE: also writes "row key=value" lines (benches/goals.sh reads them)
+#   OI=target/dist/release/oi benches/syscalls.sh     # the shipped, profile-guided build (dist/pgo-build.sh)
 #
 # For each forwarder: one strace session with ROUNDS round trips of 64 bytes on
 # one connection (loadgen pingpong), one with CONN_SECS seconds of connect +
@@ -33,7 +34,7 @@ for tool in strace python3; do
     command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is required" >&2; exit 1; }
 done
 cargo build --release --examples --bins >&2
-OI=$PWD/target/release/oi
+OI=${OI:-$PWD/target/release/oi}
 LOADGEN=$PWD/target/release/examples/loadgen
 
 BENCH=syscalls.sh PORT_BASE=28000

@@ -4,13 +4,14 @@
 # (these machines build images but cannot run containers): it mounts the image
 # and, chrooted into it as the image's user, runs `oi --check` on the shipped
 # configuration and forwards one connection on loopback through the image's oi.
-# Usage: dist/container/build.sh [path/to/oi]     (default target/release/oi)
+# Usage: dist/container/build.sh [path/to/oi]     (default target/dist/release/oi,
+# the profile-guided build dist/pgo-build.sh makes, as the package ships)
 # Needs: buildah (Debian package), python3; root (buildah storage, chroot).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-oi=${1:-$top/target/release/oi}
-[ -x "$oi" ] || { echo "no binary at $oi: cargo build --release first" >&2; exit 1; }
+oi=${1:-$top/target/dist/release/oi}
+[ -x "$oi" ] || { echo "no binary at $oi: dist/pgo-build.sh first" >&2; exit 1; }
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$top/Cargo.toml" | head -n1)
 image=localhost/oi:$version
 

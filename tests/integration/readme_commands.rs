@@ -51,7 +51,7 @@ const COMMANDS: &[(&str, How)] = &[
     ),
     (
         "dist/build-deb.sh",
-        NotRun("needs cargo-deb and a release build (minutes)"),
+        NotRun("needs cargo-deb and three release builds (minutes); CI runs dist/pgo-build.sh, then dist/build-deb.sh --no-build, installs the package and checks it"),
     ),
     (
         "sudo apt install ./target/debian/oxidinetd_*.deb",
@@ -60,11 +60,15 @@ const COMMANDS: &[(&str, How)] = &[
     ("oi --check -c /etc/rinetd.conf", Run),
     ("oi convert -c /etc/rinetd.conf --to yaml", Run),
     (
-        "cargo build --release",
-        NotRun("a release build (minutes); the tests build the same code"),
+        "rustup component add llvm-tools",
+        NotRun("downloads a toolchain component into ~/.rustup; CI's .ci/run adds it"),
     ),
     (
-        "sudo install -m 755 target/release/oi /usr/sbin/oi",
+        "dist/pgo-build.sh",
+        NotRun("two release builds and a training run (minutes); CI runs it as written, for the package and the container image"),
+    ),
+    (
+        "sudo install -m 755 target/dist/release/oi /usr/sbin/oi",
         NotRun("writes /usr/sbin as root"),
     ),
     ("oi -c /etc/rinetd.conf", Serve),
