@@ -37,14 +37,12 @@ command -v python3 >/dev/null || { echo "pgo-build.sh: python3 is required (the 
 
 data=$PWD/target/pgo-profile
 rm -rf "$data"
-# The training load's client and echo backend.
-cargo build --release --locked --example loadgen
 # Build scripts are instrumented too and write their profiles while the
 # build runs: into build/, which is not used.
 RUSTFLAGS="-Cprofile-generate=$data/build" CARGO_TARGET_DIR=target/pgo-gen \
     cargo build --release --locked --bin oi
 LLVM_PROFILE_FILE="$data/run/oi-%p.profraw" \
-    python3 dist/pgo-train.py target/pgo-gen/release/oi target/release/examples/loadgen
+    python3 dist/pgo-train.py target/pgo-gen/release/oi
 "$profdata" merge -o "$data/oi.profdata" "$data/run"
 RUSTFLAGS="-Cprofile-use=$data/oi.profdata" CARGO_TARGET_DIR=target/dist \
     cargo build --release --locked --bin oi

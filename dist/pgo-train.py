@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """The load an instrumented oi runs for profile-guided optimisation.
 
-    dist/pgo-train.py OI LOADGEN
+    dist/pgo-train.py OI
 
 Run by dist/pgo-build.sh, between the instrumented build and the final one.
 OI is the instrumented binary; it writes its profile when it exits after
-SIGTERM. LOADGEN is examples/loadgen (release build).
+SIGTERM. The clients and echo backends are this script's own threads, so the
+package's build compiles nothing more for them (loadgen's release build was
+a third build of every dependency in CI).
 
 The profile decides which code the compiler lays out together and optimises
 for speed: code this run never reaches is treated as cold (placed apart,
 optimised for size). So it runs what a forwarder spends its time on, in about
 the proportions of a busy server: TCP connections with a small request and
-answer (loadgen connrate), 64 B round trips on one connection (loadgen
-pingpong), a bulk transfer both ways (the splice path), UDP round trips one
+answer, 64 B round trips on one connection, a bulk transfer both ways (the splice path), UDP round trips one
 datagram at a time and in bursts (recvmmsg batches, GSO sends), with a log
 file and an allow rule as most rinetd.conf files have. Everything binds to
 127.0.0.1, backends on port 0.
@@ -27,6 +28,9 @@ import tempfile
 import threading
 import time
 
+CONNECT_SECS = 3
+CONNECT_WORKERS = 4
+ROUND_TRIPS = 20_000
 BULK_BYTES = 512 * 1024 * 1024
 CHUNK = 256 * 1024
 UDP_ROUND_TRIPS = 20_000
@@ -40,6 +44,74 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tcp_echo(listener):
+    """Accepts connections until the listener is closed; echoes each in a
+    thread of its own until its client closes."""
+    def echo(conn):
+        with conn:
+            while True:
+                data = conn.recv(CHUNK)
+                if not data:
+                    return
+                conn.sendall(data)
+
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+
+def request(port, size=64):
+    """One connection: `size` bytes out, the same back, closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"c" * size)
+        got = 0
+        while got < size:
+            data = s.recv(size - got)
+            if not data:
+                raise OSError("closed early")
+            got += len(data)
+
+
+def connections(port):
+    """CONNECT_WORKERS threads making connections for CONNECT_SECS."""
+    made, failed = [0] * CONNECT_WORKERS, [0] * CONNECT_WORKERS
+    end = time.monotonic() + CONNECT_SECS
+
+    def work(i):
+        while time.monotonic() < end:
+            try:
+                request(port)
+                made[i] += 1
+            except OSError:
+                failed[i] += 1
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(CONNECT_WORKERS)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if sum(failed) > sum(made) // 10:
+        sys.exit(f"pgo-train: {sum(failed)} of {sum(made) + sum(failed)} connections failed")
+    return sum(made)
+
+
+def round_trips(port):
+    """ROUND_TRIPS of 64 B on one connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(ROUND_TRIPS):
+            s.sendall(b"r" * 64)
+            got = 0
+            while got < 64:
+                data = s.recv(64 - got)
+                if not data:
+                    sys.exit("pgo-train: round trips: closed early")
+                got += len(data)
 
 
 def udp_echo(sock):
@@ -120,15 +192,15 @@ def udp_load(port):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: pgo-train.py OI LOADGEN")
-    oi, loadgen = sys.argv[1], sys.argv[2]
+    if len(sys.argv) != 2:
+        sys.exit("usage: pgo-train.py OI")
+    oi = sys.argv[1]
     work = tempfile.mkdtemp(prefix="oi-pgo.")
-    echo = subprocess.Popen([loadgen, "echo-server", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
-    line = echo.stderr.readline()
-    if "listening on" not in line:
-        sys.exit(f"pgo-train: echo-server said {line!r}")
-    tcp_backend = int(line.rsplit(":", 1)[1])
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(128)
+    tcp_backend = tcp.getsockname()[1]
+    threading.Thread(target=tcp_echo, args=(tcp,), daemon=True).start()
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("127.0.0.1", 0))
     threading.Thread(target=udp_echo, args=(udp,), daemon=True).start()
@@ -150,18 +222,17 @@ def main():
     try:
         if proc.poll() is not None:
             sys.exit(f"pgo-train: oi did not start ({proc.returncode}), five times")
-        addr = f"127.0.0.1:{tcp_port}"
-        for args in (
-            ["connrate", addr, "--secs", "3", "--conns", "8"],
-            ["pingpong", addr, "--count", "20000", "--size", "64"],
-        ):
-            subprocess.run([loadgen, *args], check=True, stdout=subprocess.DEVNULL)
+        made = connections(tcp_port)
+        round_trips(tcp_port)
         bulk(tcp_port)
         udp_load(udp_port)
+        print(f"pgo-train: {made} connections, {ROUND_TRIPS} round trips of 64 B, "
+              f"{BULK_BYTES >> 20} MiB both ways, {UDP_ROUND_TRIPS} lone datagrams "
+              f"and {UDP_BURSTS} bursts of {BURST}", file=sys.stderr)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
-        echo.kill()
+        tcp.close()
         udp.close()
         shutil.rmtree(work, ignore_errors=True)
     if code != 0:
