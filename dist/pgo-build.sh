@@ -11,8 +11,8 @@
 # package ships (target/dist), compiled with the profile that run wrote. The
 # compiler then keeps the code a connection runs through together and the
 # rest apart: measured on this path, 20% fewer instructions and half the
-# instruction-cache misses per connection, and user time per connection
-# from 13 to 9 µs (docs/performance.md, "Profile-guided optimisation").
+# instruction-cache misses per connection, and a third less user time per
+# connection (docs/performance.md, "Issue 23: profile-guided optimisation").
 #
 # The profile needs llvm-profdata of the LLVM that rustc was built with
 # (rustup's llvm-tools component; a distribution's llvm-profdata of another

@@ -13,17 +13,18 @@ The profile decides which code the compiler lays out together and optimises
 for speed: code this run never reaches is treated as cold (placed apart,
 optimised for size). So it runs what a forwarder spends its time on, in about
 the proportions of a busy server: TCP connections with a small request and
-answer, 64 B round trips on one connection, a bulk transfer both ways (the splice path), UDP round trips one
-datagram at a time and in bursts (recvmmsg batches, GSO sends), with a log
-file and an allow rule as most rinetd.conf files have. Everything binds to
-127.0.0.1, backends on port 0.
+answer, 64 B round trips on one connection, a bulk transfer both ways (the
+splice path), UDP round trips one datagram at a time and in bursts (recvmmsg
+batches, GSO sends), with a log file and an allow rule as most rinetd.conf
+files have. Everything binds to 127.0.0.1, backends on port 0. Every wait is
+bounded: a broken oi fails the run with a message, never hangs it.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 import time
@@ -51,11 +52,14 @@ def tcp_echo(listener):
     thread of its own until its client closes."""
     def echo(conn):
         with conn:
-            while True:
-                data = conn.recv(CHUNK)
-                if not data:
-                    return
-                conn.sendall(data)
+            try:
+                while True:
+                    data = conn.recv(CHUNK)
+                    if not data:
+                        return
+                    conn.sendall(data)
+            except OSError:
+                return  # the client's side reports what went wrong
 
     while True:
         try:
@@ -142,13 +146,16 @@ def started(port, proc):
 
 def bulk(port):
     """Sends BULK_BYTES through oi to the echo backend and reads them back."""
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
     received = 0
 
     def read():
         nonlocal received
         while True:
-            data = s.recv(CHUNK)
+            try:
+                data = s.recv(CHUNK)
+            except OSError:
+                return  # counted short below
             if not data:
                 return
             received += len(data)
@@ -161,6 +168,7 @@ def bulk(port):
     s.shutdown(socket.SHUT_WR)
     reader.join(60)
     s.close()
+    reader.join(60)
     if received != BULK_BYTES:
         sys.exit(f"pgo-train: bulk echoed {received} of {BULK_BYTES} bytes")
 
@@ -171,24 +179,28 @@ def udp_load(port):
     s.settimeout(2)
     target = ("127.0.0.1", port)
     lost = 0
-    for _ in range(UDP_ROUND_TRIPS):
-        s.sendto(b"p" * 64, target)
+
+    def answer():
+        nonlocal lost
         try:
             s.recvfrom(2048)
+            return True
         except socket.timeout:
             lost += 1
+            if lost > 10:
+                sys.exit(f"pgo-train: {lost} UDP answers lost (2 s each)")
+            return False
+
+    for _ in range(UDP_ROUND_TRIPS):
+        s.sendto(b"p" * 64, target)
+        answer()
     for _ in range(UDP_BURSTS):
         for _ in range(BURST):
             s.sendto(b"b" * 1200, target)
         for _ in range(BURST):
-            try:
-                s.recvfrom(2048)
-            except socket.timeout:
-                lost += 1
+            if not answer():
                 break
     s.close()
-    if lost > UDP_ROUND_TRIPS // 10:
-        sys.exit(f"pgo-train: {lost} UDP answers lost")
 
 
 def main():
@@ -231,7 +243,12 @@ def main():
               f"and {UDP_BURSTS} bursts of {BURST}", file=sys.stderr)
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = "a kill after 30 s"
         tcp.close()
         udp.close()
         shutil.rmtree(work, ignore_errors=True)
