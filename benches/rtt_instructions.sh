@@ -34,15 +34,15 @@ LOADGEN=$PWD/target/release/examples/loadgen
 BENCH=rtt_instructions.sh
 PORT_BASE=12000
 . benches/lib.sh
-# `instructions` runs in a command substitution: ports from lib.sh's kernel_port.
-port() { kernel_port; }
-BACKEND=$(port)
+# `instructions` runs in a command substitution: ports from lib.sh's
+# kernel_port, not free_port.
+BACKEND=$(kernel_port)
 "$LOADGEN" echo-server "127.0.0.1:$BACKEND" >/dev/null 2>&1 &
 PIDS+=($!)
 wait_listening "$BACKEND"
 IPERF=""
 if command -v iperf3 >/dev/null; then
-    IPERF=$(port)
+    IPERF=$(kernel_port)
     iperf3 -s -p "$IPERF" >/dev/null 2>&1 &
     PIDS+=($!)
     wait_listening "$IPERF"
@@ -53,7 +53,7 @@ fi
 instructions() {
     local name=$1 rtts=$2; shift 2
     local p a args=()
-    p=$(port)
+    p=$(kernel_port)
     if [[ $rtts == udp* ]]; then
         # iperf3's control connection (TCP) and its datagrams, one port.
         printf '127.0.0.1 %s 127.0.0.1 %s\n127.0.0.1 %s/udp 127.0.0.1 %s/udp\n' \

@@ -223,7 +223,7 @@ impl Drop for Timer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    /// A waker that counts its wakes, one per timer.
+    // A waker that counts its wakes, one per timer.
     use crate::reactor::WakeCount as Count;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
