@@ -10,7 +10,7 @@
 #   benches/conn_footprint.sh
 #   OI=/path/to/oi benches/conn_footprint.sh          # another oi build
 #   OI_BASELINE=/path/to/old/oi benches/conn_footprint.sh   # + a row for it (2 threads)
-#   OI=target/profiling/oi TOP=30 benches/conn_footprint.sh   # + oi's largest functions
+#   OI=target/profiling/oi TOP=30 benches/conn_footprint.sh   # + oi's largest functions, and its atomics by function
 #
 # Each forwarder runs twice under callgrind (--cache-sim=yes --dump-instr=yes)
 # while loadgen connrate (connect, 64 B request/response, close; 2 workers)
@@ -92,5 +92,5 @@ echo "callgrind (all threads, one simulated 32 KiB I1); per connection: (${SECS}
 echo "with 2 workers; per round trip: (3000 - 1000) round trips of 64 B on one connection (loadgen pingpong);"
 echo "hot code: lines holding an instruction run at least once every two connections (round trips)"
 if (( TOP > 0 )); then
-    echo; echo "oi-t2's functions with the most hot lines, per connection:"; cat "$WORK/oi-t2.connection.top"
+    echo; echo "oi-t2's functions with the most hot lines, then the most atomic operations, per connection:"; cat "$WORK/oi-t2.connection.top"
 fi

@@ -17,8 +17,9 @@ unit, the difference of the two runs:
   with memory (x86), found with objdump in each object that ran them. Each
   is a full barrier, and one on a line another core wrote moves that line.
 
-With TOP, the TOP functions with the most hot lines (names need symbols: a
-profiling build, not the stripped release binary).
+With TOP, the TOP functions with the most hot lines, then the TOP with the
+most atomic read-modify-writes (names need symbols: a profiling build, not
+the stripped release binary; code inlined into a function counts as its).
 """
 
 import collections
@@ -110,9 +111,13 @@ def main():
     # callgrind gives addresses as each object's own (its load offset taken
     # off), which are objdump's.
     rmw = 0.0
+    rmw_fn = collections.Counter()
     for ob in {ob for ob, _ in per if ob}:
         at = atomics(ob)
-        rmw += sum(d[0] for (o, addr), d in per.items() if o == ob and addr in at) / conns
+        for (o, addr), d in per.items():
+            if o == ob and addr in at:
+                rmw += d[0] / conns
+                rmw_fn[func.get((o, addr))] += d[0] / conns
     # Rounded to whole numbers (a count a hair under zero is noise: 0).
     print(f"{round(ir)} {round(i1)} {len(lines)} {round(rmw)}")
     if top:
@@ -121,6 +126,9 @@ def main():
             byfn[func.get(k)].add(k[1] // 64)
         for f, s in sorted(byfn.items(), key=lambda x: -len(x[1]))[:top]:
             print(f"  {len(s):4d} lines  {f}", file=sys.stderr)
+        for f, n in rmw_fn.most_common(top):
+            if round(n):
+                print(f"  {round(n):4d} atomics  {f}", file=sys.stderr)
 
 
 if __name__ == "__main__":
