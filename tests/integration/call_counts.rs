@@ -236,33 +236,45 @@ fn a_connection_costs_no_more_system_calls_than_it_needs() {
     let why = || table(&calls, CONNECTIONS);
     // What one connection needs, one after another (benches/syscalls.sh
     // counts fewer per connection under load, where waits are shared):
-    // accept4, its epoll_ctl; socket, SO_KEEPALIVE, connect, its epoll_ctl;
-    // a read and a send each way; the client's end of data read, passed on
-    // (shutdown), the backend's read; two closes; five waits (the accept,
-    // the first bytes with the connect's completion, the reply, each end of
-    // data). 20 in all. The margin: the first bytes and the connect's
-    // completion may come in two waits, not one, when the client writes
-    // late. rinetd 0.73 makes 22 for the same connection (strace by hand).
-    assert!(
-        all <= 21.0,
-        "{all:.2} system calls per connection, over 21:\n{}",
-        why()
-    );
-    for (call, most) in [
+    // accept4 and its epoll_ctl; socket, SO_KEEPALIVE, connect and its
+    // epoll_ctl; a read and a send each way; the client's end of data read
+    // and passed on (shutdown), the backend's read; two closes; and at most
+    // five waits (the accept; the connect's completion with the first
+    // bytes; the reply; each end of data), fewer when events come
+    // together. 20 at most; rinetd 0.73 makes 23 for the same connection
+    // (strace by hand). Any other call is one this path does not need.
+    let most = [
         ("accept4", 1.0),
-        ("socket", 1.0),
-        ("connect", 1.0),
-        ("setsockopt", 1.0),
         ("epoll_ctl", 2.0),
+        ("socket", 1.0),
+        ("setsockopt", 1.0),
+        ("connect", 1.0),
+        ("read", 4.0),
+        ("sendto", 2.0),
         ("shutdown", 1.0),
         ("close", 2.0),
-    ] {
-        let n = per(&calls, call, CONNECTIONS);
+        ("epoll_pwait", 5.0),
+    ];
+    assert!(
+        all <= 20.0,
+        "{all:.2} system calls per connection, over 20:\n{}",
+        why()
+    );
+    for (call, count) in &calls {
+        let n = count.calls as f64 / CONNECTIONS as f64;
+        let bound = most
+            .iter()
+            .find(|(c, _)| c == call)
+            .map_or(0.0, |(_, m)| *m);
+        // A debug build's descriptor checks (see `total`) are not oi's.
+        if call == "fcntl" && cfg!(debug_assertions) {
+            continue;
+        }
         // The margin: oi's other threads' periodic work (async-io's timer
-        // re-armed once in a run, say), a call in a hundred connections.
+        // re-armed once in a run, say), a call in twenty connections.
         assert!(
-            n <= most + 0.05,
-            "{call}: {n:.2} per connection, over {most}:\n{}",
+            n <= bound + 0.05,
+            "{call}: {n:.2} per connection, over {bound}:\n{}",
             why()
         );
     }
