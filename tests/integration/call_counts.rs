@@ -34,34 +34,47 @@ struct Count {
 
 /// strace attached to a running oi, counting its calls (`-c`) in every thread.
 struct Traced {
-    /// The strace process; interrupted by [`Traced::finish`].
-    strace: Child,
+    /// The strace process; interrupted by [`Traced::finish`], killed if
+    /// the test fails before that.
+    strace: Option<Child>,
     /// Where strace writes its summary when it detaches.
     out: PathBuf,
 }
 
 impl Traced {
-    /// Attaches to every thread of `pid` and returns once each one is traced.
+    /// Attaches to every thread of `pid` and returns once each one is
+    /// traced; fails with strace's own message if it cannot attach.
     fn attach(pid: u32, dir: &Path) -> Traced {
         let out = dir.join("strace.out");
-        let strace = Command::new("strace")
+        let err = dir.join("strace.err");
+        let mut strace = Command::new("strace")
             .args(["-f", "-qq", "-c", "-o"])
             .arg(&out)
             .args(["-p", &pid.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&err).expect("strace's stderr file"))
             .spawn()
             .expect("start strace");
-        wait_until("strace traces every thread of oi", || all_traced(pid));
-        Traced { strace, out }
+        wait_until("strace traces every thread of oi", || {
+            if let Ok(Some(status)) = strace.try_wait() {
+                let said = std::fs::read_to_string(&err).unwrap_or_default();
+                panic!("strace could not attach to oi ({status}): {said}");
+            }
+            all_traced(pid)
+        });
+        Traced {
+            strace: Some(strace),
+            out,
+        }
     }
 
     /// Detaches (SIGINT) and returns the calls counted, by name.
     fn finish(mut self) -> BTreeMap<String, Count> {
-        let pid = rustix::process::Pid::from_raw(self.strace.id() as i32).expect("strace's pid");
+        let mut strace = self.strace.take().expect("strace runs until finish");
+        let pid = rustix::process::Pid::from_raw(strace.id() as i32).expect("strace's pid");
         rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("interrupt strace");
-        let status = self.strace.wait().expect("wait for strace");
+        let status = strace.wait().expect("wait for strace");
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
         // strace writes its summary and then ends by the same signal.
         let interrupted = std::os::unix::process::ExitStatusExt::signal(&status) == Some(2);
@@ -70,6 +83,15 @@ impl Traced {
             "strace failed ({status}): {text}"
         );
         summary(&text)
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        if let Some(mut strace) = self.strace.take() {
+            let _ = strace.kill();
+            let _ = strace.wait();
+        }
     }
 }
 
@@ -140,9 +162,9 @@ fn total(calls: &BTreeMap<String, Count>, units: usize) -> f64 {
     (calls.values().map(|c| c.calls).sum::<u64>() - debug_checks) as f64 / units as f64
 }
 
-/// oi with one rule from `listen` (port, with `/udp` for UDP) to `backend`,
-/// at one thread (at two, which thread takes a connection is the kernel's
-/// choice; the calls per connection are the same).
+/// oi forwarding `rule` (rinetd.conf lines) at one thread (at two, which
+/// thread takes a connection is the kernel's choice; the calls per
+/// connection are the same).
 fn start_oi(dir: &Path, rule: &str) -> OiProcess {
     let conf = dir.join("oi.conf");
     write_atomic(&conf, rule);
@@ -283,8 +305,9 @@ fn a_connection_costs_no_more_system_calls_than_it_needs() {
 
 /// TCP sockets `pid` holds that are not listening: its connections' two
 /// ends, the client's and the backend's. From the sockets' inodes in
-/// `/proc/PID/fd` and the table of `/proc/PID/net/tcp` (state `0A` is
-/// LISTEN), so nothing else the process holds counts.
+/// `/proc/PID/fd` and the table of `/proc/PID/net/tcp` (IPv4, as every
+/// address here; state `0A` is LISTEN), so nothing else the process holds
+/// counts.
 fn connections(pid: u32) -> usize {
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
     let connected: std::collections::HashSet<&str> = table
