@@ -171,6 +171,14 @@ fn start_oi(dir: &Path, rule: &str) -> OiProcess {
     OiProcess::start(dir, &conf, &["--threads", "1"])
 }
 
+/// oi forwarding a TCP port of its own to an echo backend; the port.
+fn tcp_to_echo(dir: &Path) -> (OiProcess, u16) {
+    let echo = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let rule = format!("127.0.0.1 {port} 127.0.0.1 {}\n", echo.port());
+    (start_oi(dir, &rule), port)
+}
+
 /// Whether strace is here (CI installs it; elsewhere the test says it skipped).
 fn strace_present() -> bool {
     tool_present("strace", "-V", "strace")
@@ -191,12 +199,7 @@ fn a_64_byte_round_trip_costs_six_system_calls() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let echo = echo_backend("127.0.0.1:0");
-    let port = free_port();
-    let oi = start_oi(
-        dir.path(),
-        &format!("127.0.0.1 {port} 127.0.0.1 {}\n", echo.port()),
-    );
+    let (oi, port) = tcp_to_echo(dir.path());
     let mut client = connect(local(port));
     // Warm-up: the connection set up, and the second write's TCP_NODELAY
     // made (a one-off per connection, not a cost per message).
@@ -237,12 +240,7 @@ fn a_connection_costs_no_more_system_calls_than_it_needs() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let echo = echo_backend("127.0.0.1:0");
-    let port = free_port();
-    let oi = start_oi(
-        dir.path(),
-        &format!("127.0.0.1 {port} 127.0.0.1 {}\n", echo.port()),
-    );
+    let (oi, port) = tcp_to_echo(dir.path());
     let pid = oi.child.id();
     // Warm-up: one connection, so buffers and the live list are allocated.
     round_trip(&mut connect(local(port)));
