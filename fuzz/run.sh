@@ -130,7 +130,7 @@ build() {
     # library is then a unit of its own, never mistaken for the tests'
     # uninstrumented one.
     local optimised=()
-    for package in oxidinetd oxidinetd-fuzz; do
+    for package in oi-wire oi-config oxidinetd-fuzz; do
         optimised+=(--config "profile.dev.package.$package.opt-level=3")
         optimised+=(--config "profile.dev.package.$package.codegen-units=1")
     done
@@ -152,7 +152,7 @@ build() {
         cp -a "$OI_FUZZ_DEPS_FROM/debug/deps" "$OI_FUZZ_DEPS_FROM/debug/build" \
             "$OI_FUZZ_DEPS_FROM/debug/.fingerprint" "$CARGO_TARGET_DIR/debug/"
     fi
-    local crates="oxidinetd" t
+    local crates="oi_wire oi_config" t
     for t in "$here"/fuzz_targets/*.rs; do
         crates+=" $(basename "$t" .rs)"
     done

@@ -1,11 +1,8 @@
 //! `oi --check`: load and resolve the configuration, show what would run, like `nginx -t`.
 
-use crate::config::services::Services;
-use crate::config::{
-    self, plural, AclRules, Balance, Config, ConfigErrors, Endpoint, Host, Pattern, Port, Proto,
-    ResolvedConfig, ResolvedRule, Shown,
-};
-use std::fmt::Write;
+use oi_config::report::{format_warning, report};
+use oi_config::services::Services;
+use oi_config::{self, plural, Config, ConfigErrors, Proto, ResolvedConfig, Shown};
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,7 +18,7 @@ use std::process::ExitCode;
 /// and a log or pid file that cannot be written (oi runs on without it).
 pub fn run(path: &Path, quiet: bool) -> ExitCode {
     let file = path.display().to_string();
-    let result = config::load_partial(path).and_then(|(parsed, syntax)| {
+    let result = oi_config::load_partial(path).and_then(|(parsed, syntax)| {
         for w in &parsed.warnings {
             eprintln!("{}", format_warning(&file, w));
         }
@@ -39,7 +36,8 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             let n = parsed.omitted_warnings;
             eprintln!("{file}: warning: and {n} more warning{}", plural(n));
         }
-        let resolved = config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file));
+        let resolved =
+            oi_config::resolve(parsed, &Services::system()).map_err(|e| e.with_file(&file));
         match (syntax, resolved) {
             (None, resolved) => resolved,
             // One pass: the lines that parsed have their names looked up
@@ -85,7 +83,7 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
 /// A warning for each unix socket listener that allow/deny lines (its own
 /// or global ones) would restrict: a unix client has no address to match,
 /// so they do not apply to it, as in rinetd-uv.
-fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<config::ConfigError> {
+fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<oi_config::ConfigError> {
     let global = &resolved.config.global_acl;
     resolved
         .rules
@@ -97,7 +95,7 @@ fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<config::ConfigError> {
                 (false, true) => "its allow/deny lines",
                 _ => "the global allow/deny lines",
             };
-            config::ConfigError {
+            oi_config::ConfigError {
                 file: r.rule.file.clone(),
                 line: r.rule.line,
                 column: 0,
@@ -117,8 +115,8 @@ fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
     let mut errors = syntax.errors;
     errors.extend(names.errors);
     errors.sort_by(|a, b| (a.file.as_deref(), a.line).cmp(&(b.file.as_deref(), b.line)));
-    let over = errors.len().saturating_sub(config::MAX_ERRORS);
-    errors.truncate(config::MAX_ERRORS);
+    let over = errors.len().saturating_sub(oi_config::MAX_ERRORS);
+    errors.truncate(oi_config::MAX_ERRORS);
     ConfigErrors {
         file: syntax.file,
         errors,
@@ -137,7 +135,10 @@ fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
 /// the first rule a later one overlaps is the earliest of the kinds that can
 /// cover it or that it covers. A scan of every earlier rule made `--check`
 /// quadratic: 20k/40k/80k rules took 0.3/1.4/6.2 s (`benches/check.sh`).
-fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<config::ConfigError> {
+fn overlapping_listeners(
+    resolved: &ResolvedConfig,
+    dual_stack: bool,
+) -> Vec<oi_config::ConfigError> {
     use std::collections::HashMap;
     /// Index of the first rule of each kind: IPv4 wildcard, IPv6 wildcard,
     /// IPv4 address, IPv6 address.
@@ -178,7 +179,7 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
         firsts[kind(later_ip)].get_or_insert(i);
         let earlier = first.map(|e| &resolved.rules[e]);
         if let Some(earlier) = earlier {
-            errors.push(config::ConfigError {
+            errors.push(oi_config::ConfigError {
                 file: later.rule.file.clone(),
                 line: later.rule.line,
                 column: 0,
@@ -191,7 +192,7 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
                 more: 0,
             });
         }
-        if errors.len() >= config::MAX_ERRORS {
+        if errors.len() >= oi_config::MAX_ERRORS {
             break;
         }
     }
@@ -214,18 +215,18 @@ fn overlapping_listeners(resolved: &ResolvedConfig, dual_stack: bool) -> Vec<con
 /// `proxy=v1` on a rule with a `/udp` side is an error of the parsers, not
 /// a warning here: oi could only send version 2, which is not what the file
 /// asks for.
-fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
+fn edge_warnings(cfg: &Config) -> Vec<oi_config::ConfigError> {
     let mut out = Vec::new();
     for r in &cfg.rules {
         let mut warn = |message: String| {
             // A port range's rules share their line: one warning for the line.
-            let same_line = |w: &config::ConfigError| {
+            let same_line = |w: &oi_config::ConfigError| {
                 w.line == r.line && w.file == r.file && w.message == message
             };
             if out.iter().rev().take(3).any(same_line) {
                 return;
             }
-            out.push(config::ConfigError {
+            out.push(oi_config::ConfigError {
                 file: r.file.clone(),
                 line: r.line,
                 column: 0,
@@ -266,9 +267,12 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
         }
         if r.bind.proto == Proto::Udp {
             // The connection limits: the table's TCP-listener settings.
-            let limits = config::settings::SETTINGS
+            let limits = oi_config::settings::SETTINGS
                 .iter()
-                .filter(|s| s.applies.contains(&config::settings::Applies::TcpListener))
+                .filter(|s| {
+                    s.applies
+                        .contains(&oi_config::settings::Applies::TcpListener)
+                })
                 .filter(|s| s.conf != Some("sni"));
             if r.options.sni.is_some() {
                 warn(
@@ -278,7 +282,7 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
             }
             for setting in limits {
                 let name = setting.name();
-                if config::settings::is_set(setting, &r.options) {
+                if oi_config::settings::is_set(setting, &r.options) {
                     warn(format!(
                         "option '{name}' limits TCP connections; ignored on a /udp listener \
                          (its associations are capped by maxassoc)"
@@ -286,7 +290,7 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
                 }
             }
         }
-        if out.len() >= config::MAX_ERRORS {
+        if out.len() >= oi_config::MAX_ERRORS {
             break;
         }
     }
@@ -298,7 +302,7 @@ fn edge_warnings(cfg: &Config) -> Vec<config::ConfigError> {
 /// every client of such a rule would need (for IP_TRANSPARENT); `--check` run as the service's user sees what the
 /// service would. The routing for replies (ip rule, ip route, nftables) is
 /// the host's and is not checked: the README gives it.
-fn transparent_warnings(cfg: &Config, net_admin: Option<bool>) -> Vec<config::ConfigError> {
+fn transparent_warnings(cfg: &Config, net_admin: Option<bool>) -> Vec<oi_config::ConfigError> {
     if net_admin != Some(false) {
         return Vec::new();
     }
@@ -334,11 +338,11 @@ fn mptcp_enabled() -> Option<bool> {
 /// A warning for the first `mptcp` rule (other than `mptcp=off`) when
 /// the kernel has MPTCP off or lacks it (`enabled`: `Some(false)`): such
 /// rules run on plain TCP.
-fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<config::ConfigError> {
+fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<oi_config::ConfigError> {
     if enabled != Some(false) {
         return Vec::new();
     }
-    let on = |r: &&config::Rule| r.options.mptcp.is_some_and(|m| m != config::Mptcp::Off);
+    let on = |r: &&oi_config::Rule| r.options.mptcp.is_some_and(|m| m != oi_config::Mptcp::Off);
     cfg.rules
         .iter()
         .find(on)
@@ -355,8 +359,8 @@ fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<config::ConfigErro
 }
 
 /// A warning about rule `r` as `--check` prints it: its line, and its listener.
-fn rule_warning(r: &config::Rule, message: String) -> config::ConfigError {
-    config::ConfigError {
+fn rule_warning(r: &oi_config::Rule, message: String) -> oi_config::ConfigError {
+    oi_config::ConfigError {
         file: r.file.clone(),
         line: r.line,
         column: 0,
@@ -413,232 +417,13 @@ fn writable(path: &Path) -> Result<(), String> {
     access(target, Access::WRITE_OK).map_err(|e| io::Error::from(e).to_string())
 }
 
-/// `FILE:LINE: warning: message: 'text'`.
-pub fn format_warning(file: &str, w: &config::ConfigError) -> String {
-    let mut shown = w.clone();
-    shown.message = format!("warning: {}", w.message);
-    ConfigErrors::format_one(file, &shown)
-}
-
-/// What `--check` prints on stdout for a valid configuration.
-pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
-    let mut out = String::new();
-    let c = &resolved.config;
-    let global = &c.global_acl;
-    for inc in &c.includes {
-        let from = inc
-            .from
-            .as_deref()
-            .map_or_else(|| file.to_string(), |f| Shown(f).to_string());
-        let files = inc
-            .files
-            .iter()
-            .map(|f| Shown(f).to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let files = if files.is_empty() {
-            "no files".to_string()
-        } else {
-            files
-        };
-        let _ = writeln!(
-            out,
-            "{from}:{}: include {} -> {files}",
-            inc.line,
-            Shown(&inc.pattern)
-        );
-    }
-    // Rules sharing a listener by server name follow the one that binds it.
-    for (r, carrier) in resolved
-        .rules
-        .iter()
-        .flat_map(|c| c.with_routed().map(move |r| (r, c)))
-    {
-        let rule = &r.rule;
-        match rule.file.as_deref() {
-            Some(included) => write!(out, "{}:{}: ", Shown(included), rule.line),
-            None => write!(out, "{file}:{}: ", rule.line),
-        }
-        .unwrap_or(());
-        if let Some(name) = &rule.name {
-            let _ = write!(out, "{}: ", Shown(name));
-        }
-        let bind = side(&rule.bind, r.bind.ip().as_slice());
-        let _ = write!(out, "{bind} -> {}", backends(r));
-        let options = rule.options.to_string();
-        if !options.is_empty() {
-            let _ = write!(out, " {options}");
-        }
-        if let Some(src) = r.src {
-            if r.backends.len() == 1 && !matches!(rule.options.src, Some(Host::Ip(_))) {
-                let _ = write!(out, " (src {src})");
-            }
-        }
-        if rule.bind.unix().is_some() {
-            out.push_str(" (unix socket clients: allow/deny do not apply)");
-        } else {
-            let _ = write!(out, " {}", acl_summary(global, &rule.acl));
-        }
-        if !carrier.sni.is_empty() || carrier.server_name().is_some() {
-            out.push_str(match r.server_name() {
-                Some(_) => " (by TLS server name)",
-                None => " (TLS server names no rule matches, none, or not TLS)",
-            });
-        }
-        if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
-            let _ = write!(out, " (included from {chain})");
-        }
-        out.push('\n');
-    }
-    if let Some(log) = &c.logfile {
-        let format = if c.logcommon {
-            "common log format"
-        } else {
-            "tab-separated"
-        };
-        let path = log.to_string_lossy();
-        let _ = writeln!(out, "logfile {} ({format})", Shown(&path));
-    }
-    if let Some(pid) = &c.pidlogfile {
-        let path = pid.to_string_lossy();
-        let _ = writeln!(out, "pidlogfile {}", Shown(&path));
-    }
-    globals_report(&mut out, c);
-    let n: usize = resolved.rules.iter().map(|r| 1 + r.sni.len()).sum();
-    let _ = writeln!(out, "configuration OK ({n} rule{})", plural(n));
-    out
-}
-
-/// Where the rules after `-> ` go: one side as before for a plain rule, or
-/// `pool (ALGORITHM, health ...): a weight 2, b` for several backends or a
-/// YAML pool.
-fn backends(r: &ResolvedRule) -> String {
-    let rule = &r.rule;
-    let first = &rule.backends[0];
-    let plain = r.backends.len() == 1
-        && rule.balance == Balance::default()
-        && first.name.is_none()
-        && first.weight == 1
-        && first.src.is_none()
-        && first.dns_refresh.is_none();
-    if plain || r.backends.is_empty() {
-        return side(rule.connect(), &r.connect);
-    }
-    let list = r
-        .pool()
-        .map(|(backend, b)| {
-            let mut one = side(&backend.endpoint, &b.addrs);
-            if let Some(name) = &backend.name {
-                one = format!("{} = {one}", Shown(name));
-            }
-            let _ = write!(one, " weight {}", backend.weight);
-            if let Some(src) = b.src {
-                let _ = write!(one, " src {src}");
-            }
-            if let config::Host::Name(_) = backend.endpoint.host {
-                match r.dns_refresh(backend) {
-                    Some(t) => {
-                        let _ = write!(one, " dns-refresh {}s", t.as_secs());
-                    }
-                    None => one.push_str(" dns-refresh off"),
-                }
-                if let Some(filter) = r.expansion() {
-                    let _ = write!(one, " expanded ({filter})");
-                }
-            }
-            one
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!("pool ({}): {list}", rule.balance)
-}
-
-/// `conf.d/a.conf:3 <- main.conf:7`: the include lines that brought `file`
-/// in, innermost first; `None` for the main file.
-fn include_chain(c: &Config, file: Option<&str>, main: &str) -> Option<String> {
-    let mut links = Vec::new();
-    let mut current = file?;
-    // Each step goes one level out; the depth limit bounds the walk.
-    for _ in 0..=config::MAX_INCLUDE_DEPTH {
-        let Some(inc) = c
-            .includes
-            .iter()
-            .find(|i| i.files.iter().any(|f| &**f == current))
-        else {
-            break;
-        };
-        let from = inc.from.as_deref().unwrap_or(main);
-        links.push(format!("{}:{}", Shown(from), inc.line));
-        match inc.from.as_deref() {
-            Some(outer) => current = outer,
-            None => break,
-        }
-    }
-    Some(links.join(" <- "))
-}
-
-/// One line per global setting the file sets that the option table has a
-/// `--check` text for, saying what oi does with it.
-fn globals_report(out: &mut String, c: &Config) {
-    for (what, does) in config::settings::globals_set(c) {
-        let _ = writeln!(out, "{what}: {does}");
-    }
-}
-
-/// One side: `10.0.0.1:80/tcp`, or `name:service/tcp (addr, addr)` when names were resolved.
-fn side(end: &Endpoint, addrs: &[SocketAddr]) -> String {
-    if end.unix().is_some() {
-        return end.to_string();
-    }
-    let list = addrs
-        .iter()
-        .map(SocketAddr::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
-    let named = matches!(end.host, Host::Name(_)) || matches!(end.port, Port::Service(_));
-    if named {
-        format!("{}:{}/{} ({list})", end.host_text, end.port, end.proto)
-    } else {
-        format!("{list}/{}", end.proto)
-    }
-}
-
-/// `allow a, b; deny c (+ global: ...)`, or `allow all` when nothing restricts the rule.
-fn acl_summary(global: &AclRules, rule: &AclRules) -> String {
-    let (g, r) = (acl_text(global), acl_text(rule));
-    match (g.is_empty(), r.is_empty()) {
-        (true, true) => "allow all".to_string(),
-        (true, false) => r,
-        (false, true) => format!("global: {g}"),
-        (false, false) => format!("{r} (+ global: {g})"),
-    }
-}
-
-/// `allow a, b; deny c`, empty for an empty set.
-fn acl_text(acl: &AclRules) -> String {
-    let join = |v: &[Pattern]| {
-        v.iter()
-            .map(|p| p.text.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut parts = Vec::new();
-    if !acl.allow.is_empty() {
-        parts.push(format!("allow {}", join(&acl.allow)));
-    }
-    if !acl.deny.is_empty() {
-        parts.push(format!("deny {}", join(&acl.deny)));
-    }
-    parts.join("; ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn resolved(text: &str) -> ResolvedConfig {
-        let parsed = config::parse(text).expect("valid");
-        config::resolve(parsed, &Services::parse("")).expect("resolves")
+        let parsed = oi_config::parse(text).expect("valid");
+        oi_config::resolve(parsed, &Services::parse("")).expect("resolves")
     }
 
     /// (line, message) of each overlap found.
@@ -726,102 +511,9 @@ mod tests {
         assert!(unwritable_files(&resolved(&text))[0].contains("it is a directory"));
     }
 
-    #[test]
-    fn report_lines() {
-        let text = concat!(
-            "allow 127.*\n",
-            "127.0.0.1 8080 127.0.0.2 80 [timeout=30]\n",
-            "allow 10.*\n",
-            "deny 10.0.0.9\n",
-            "[::1] 53/udp ::1 5353/udp\n",
-            "127.0.0.1 www 127.0.0.1 81\n",
-            "logfile /tmp/x.log\n",
-            "logcommon\n",
-        );
-        let parsed = config::parse(text).expect("valid");
-        let services = Services::parse("http 80/tcp www\n");
-        let resolved = config::resolve(parsed, &services).expect("resolves");
-        assert_eq!(
-            report("f.conf", &resolved),
-            "f.conf:2: 127.0.0.1:8080/tcp -> 127.0.0.2:80/tcp [timeout=30] allow 10.*; deny 10.0.0.9 (+ global: allow 127.*)\n\
-             f.conf:5: [::1]:53/udp -> [::1]:5353/udp global: allow 127.*\n\
-             f.conf:6: 127.0.0.1:www/tcp (127.0.0.1:80) -> 127.0.0.1:81/tcp global: allow 127.*\n\
-             logfile /tmp/x.log (common log format)\n\
-             configuration OK (3 rules)\n"
-        );
-    }
-
-    #[test]
-    fn report_pools_names_and_globals() {
-        let yaml = "global:\n  listen_backlog: 128\n  pool_min_free: 4\nrules:\n  - name: web\n    bind: 127.0.0.1:8080\n    connect:\n      - {dest: '127.0.0.2:80', weight: 3, name: a}\n      - {dest: '127.0.0.3:80', src: 127.0.0.9}\n    load_balancing: {algorithm: iphash, affinity_ttl: 60}\n";
-        let parsed = config::parse_yaml(yaml).expect("valid");
-        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
-        assert_eq!(
-            report("oi.yaml", &resolved),
-            "oi.yaml:6: web: 127.0.0.1:8080/tcp -> pool (iphash, health 3 failures, recovery 30s, affinity 60s (max 10000)): a = 127.0.0.2:80/tcp weight 3, 127.0.0.3:80/tcp weight 1 src 127.0.0.9 allow all\n\
-             listen-backlog 128: the accept queue of every TCP listener socket\n\
-             pool-min-free 4: ignored; oi's buffer pools size themselves\n\
-             configuration OK (1 rule)\n"
-        );
-    }
-
-    #[test]
-    fn report_shows_how_backend_names_are_refreshed_and_expanded() {
-        let yaml = "global:\n  dns_refresh: 120\nrules:\n  - name: web\n    bind: 127.0.0.1:8080\n    connect:\n      - {dest: 'localhost:80', dns_refresh: 0}\n      - localhost:81\n";
-        let parsed = config::parse_yaml(yaml).expect("valid");
-        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
-        let out = report("oi.yaml", &resolved);
-        assert!(out.contains(":80/tcp (127.0.0.1:80"), "{out}");
-        assert!(
-            out.contains(" weight 1 dns-refresh off expanded (ipv4), localhost:81/tcp"),
-            "{out}"
-        );
-        assert!(
-            out.contains(" weight 1 dns-refresh 120s expanded (ipv4) allow all"),
-            "{out}"
-        );
-        assert!(
-            out.contains("dns-refresh 120s: how often backend names are looked up again"),
-            "{out}"
-        );
-    }
-
-    #[test]
-    fn report_include_chains() {
-        let mut source = config::MemIncludes {
-            main: "a.conf".into(),
-            files: vec![
-                ("conf.d/b.conf".into(), "\ninclude c.conf\n".into()),
-                ("c.conf".into(), "127.0.0.1 8080 127.0.0.2 80\n".into()),
-            ],
-        };
-        let parsed =
-            config::parse_with_includes("include conf.d/*.conf\n", &mut source).expect("valid");
-        let resolved = config::resolve(parsed, &Services::parse("")).expect("resolves");
-        assert_eq!(
-            report("a.conf", &resolved),
-            "a.conf:1: include conf.d/*.conf -> conf.d/b.conf\n\
-             conf.d/b.conf:2: include c.conf -> c.conf\n\
-             c.conf:1: 127.0.0.1:8080/tcp -> 127.0.0.2:80/tcp allow all (included from conf.d/b.conf:2 <- a.conf:1)\n\
-             configuration OK (1 rule)\n"
-        );
-    }
-
-    #[test]
-    fn acl_summaries() {
-        let none = AclRules::default();
-        assert_eq!(acl_summary(&none, &none), "allow all");
-        let parsed = config::parse("deny 1.2.3.4\n").expect("valid");
-        assert_eq!(
-            acl_summary(&parsed.global_acl, &none),
-            "global: deny 1.2.3.4"
-        );
-        assert_eq!(acl_summary(&none, &parsed.global_acl), "deny 1.2.3.4");
-    }
-
     /// (line, message) of each edge warning for `text` (rinetd.conf).
     fn edge(text: &str) -> Vec<(usize, String)> {
-        let parsed = config::parse(text).expect("valid");
+        let parsed = oi_config::parse(text).expect("valid");
         edge_warnings(&parsed)
             .into_iter()
             .map(|w| (w.line, w.message))
@@ -889,7 +581,7 @@ mod tests {
         let text = "0.0.0.0 8000 127.0.0.1 9000\n\
                     0.0.0.0 8001 127.0.0.1 9001 [transparent]\n\
                     0.0.0.0 8002/udp 127.0.0.1 9002/udp [transparent=on]\n";
-        let parsed = config::parse(text).expect("valid");
+        let parsed = oi_config::parse(text).expect("valid");
         let warnings = transparent_warnings(&parsed, Some(false));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert_eq!(warnings[0].line, 2);
@@ -901,7 +593,7 @@ mod tests {
         // With the capability, or where it cannot be seen: nothing to say.
         assert!(transparent_warnings(&parsed, Some(true)).is_empty());
         assert!(transparent_warnings(&parsed, None).is_empty());
-        let plain = config::parse("0.0.0.0 8000 127.0.0.1 9000\n").expect("valid");
+        let plain = oi_config::parse("0.0.0.0 8000 127.0.0.1 9000\n").expect("valid");
         assert!(transparent_warnings(&plain, Some(false)).is_empty());
     }
 
@@ -910,7 +602,7 @@ mod tests {
         let text = "0.0.0.0 8000 127.0.0.1 9000 [mptcp=off]\n\
                     0.0.0.0 8001 127.0.0.1 9001 [mptcp=listen]\n\
                     0.0.0.0 8002 127.0.0.1 9002 [mptcp]\n";
-        let parsed = config::parse(text).expect("valid");
+        let parsed = oi_config::parse(text).expect("valid");
         let warnings = mptcp_warnings(&parsed, Some(false));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert_eq!(warnings[0].line, 2);
@@ -966,7 +658,7 @@ mod tests {
             "    accept_proxy: true\n",
             "    maxconn: 3\n",
         );
-        let parsed = config::parse_yaml(yaml).expect("valid");
+        let parsed = oi_config::parse_yaml(yaml).expect("valid");
         let found: Vec<String> = edge_warnings(&parsed)
             .iter()
             .map(|w| format_warning("oi.yaml", w))
@@ -983,14 +675,5 @@ mod tests {
             found[1]
         );
         assert!(found[1].ends_with(": '127.0.0.1 53/udp'"), "{}", found[1]);
-    }
-
-    #[test]
-    fn warning_format() {
-        let parsed = config::parse("1.2.3.4 80 1.2.3.4 81 [timeout=5]").expect("valid");
-        assert_eq!(
-            format_warning("f", &parsed.warnings[0]),
-            "f:1: warning: option 'timeout' only applies to UDP; ignored on this TCP rule: '1.2.3.4 80 1.2.3.4 81 [timeout=5]'"
-        );
     }
 }

@@ -10,11 +10,11 @@
 //! '--connect-timeout <DURATION>': ...`). [`RunOptions::from_cli`] then only
 //! maps the parsed values onto what the service runs with.
 
-use crate::config::SpliceMode;
 use crate::observe::{ObserveSettings, Query, StatusFormat};
 use crate::shared::Settings;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, Subcommand};
+use oi_config::SpliceMode;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -228,7 +228,7 @@ pub struct RunOptions {
     /// Only check the configuration (`--check`).
     pub check: bool,
     /// Print the configuration in this format and exit (`oi convert`).
-    pub convert: Option<crate::config::Format>,
+    pub convert: Option<oi_config::Format>,
     /// With `--check`, print nothing on success (`-q`).
     pub quiet: bool,
     /// Fork to the background (`--daemon`, or started as `rinetd`), unless `-f`.
@@ -249,10 +249,10 @@ pub struct RunOptions {
     /// set (`--buffer-size`, `--status-file`, `--metrics`, `--socket`, ...),
     /// stored as the globals they override: the top layer of
     /// `config::settings::resolve_globals`.
-    pub flags: crate::config::Globals,
+    pub flags: oi_config::Globals,
     /// The flags that override rule options (`--connect-timeout`, `--splice`),
     /// as options: the top layer of `config::settings::resolve`.
-    pub command_line: crate::config::RuleOptions,
+    pub command_line: oi_config::RuleOptions,
     /// `oi status` or `oi connections`: ask a running oi, then exit.
     pub client: Option<ClientQuery>,
     /// `--user`: who to become after binding (see `privileges`).
@@ -266,8 +266,8 @@ impl RunOptions {
     /// `buffersize` when `--buffer-size` was not given (the one order of
     /// `config::settings`). Read at start only: the buffer pools are sized
     /// once, so a reload does not change it.
-    pub fn settings_with(&self, globals: &crate::config::Globals) -> Settings {
-        let g = crate::config::settings::resolve_globals(&self.flags, globals);
+    pub fn settings_with(&self, globals: &oi_config::Globals) -> Settings {
+        let g = oi_config::settings::resolve_globals(&self.flags, globals);
         let mut s = self.settings.clone();
         if let Some(b) = g.buffer_size {
             s.buffer_size = b;
@@ -278,14 +278,14 @@ impl RunOptions {
     /// The watching settings: the command line's, then the configuration's
     /// `statusfile`, `statusinterval`, `statusformat`, `statsloginterval`,
     /// `metrics` and `controlsocket` for what it left out, then the defaults.
-    pub fn observe_with(&self, globals: &crate::config::Globals) -> ObserveSettings {
+    pub fn observe_with(&self, globals: &oi_config::Globals) -> ObserveSettings {
         let mut file = globals.clone();
         // YAML `status.enabled: false` turns the file's own status file off;
         // `--status-file` still writes one.
         if file.status_enabled == Some(false) {
             file.status_file = None;
         }
-        let g = crate::config::settings::resolve_globals(&self.flags, &file);
+        let g = oi_config::settings::resolve_globals(&self.flags, &file);
         let d = ObserveSettings::default();
         ObserveSettings {
             status_file: g.status_file,
@@ -311,11 +311,11 @@ impl RunOptions {
             .unwrap_or(NonZeroUsize::MIN);
         let convert = match &cli.command {
             Some(Ask::Convert { to }) => Some(match to.as_deref() {
-                Some("yaml") => crate::config::Format::Yaml,
-                Some(_) => crate::config::Format::Conf,
+                Some("yaml") => oi_config::Format::Yaml,
+                Some(_) => oi_config::Format::Conf,
                 // The other format than the file's.
-                None if crate::config::is_yaml(&cli.conf_file) => crate::config::Format::Conf,
-                None => crate::config::Format::Yaml,
+                None if oi_config::is_yaml(&cli.conf_file) => oi_config::Format::Conf,
+                None => oi_config::Format::Yaml,
             }),
             _ => None,
         };
@@ -338,7 +338,7 @@ impl RunOptions {
                 half_close_idle: cli.half_close_timeout,
                 splice: cli.splice.unwrap_or_default(),
             },
-            command_line: crate::config::RuleOptions {
+            command_line: oi_config::RuleOptions {
                 connect_timeout: cli.connect_timeout,
                 splice: cli.splice,
                 ..Default::default()
@@ -355,7 +355,7 @@ impl RunOptions {
                     control_socket: cli.socket.clone(),
                 }
             },
-            flags: crate::config::Globals {
+            flags: oi_config::Globals {
                 buffer_size: cli.buffer_size.map(|b| b as usize),
                 status_file: cli.status_file.clone(),
                 status_interval: cli.status_interval,
@@ -478,7 +478,7 @@ mod tests {
 
     #[test]
     fn buffersize_in_the_configuration_applies_unless_the_flag_is_given() {
-        let globals = crate::config::Globals {
+        let globals = oi_config::Globals {
             buffer_size: Some(8192),
             ..Default::default()
         };
@@ -492,18 +492,18 @@ mod tests {
     #[test]
     fn flags_that_override_rule_options_are_given_only_when_written() {
         let o = parse(&[]).expect("defaults");
-        assert_eq!(o.command_line, crate::config::RuleOptions::default());
+        assert_eq!(o.command_line, oi_config::RuleOptions::default());
         let o = parse(&["--connect-timeout", "3s", "--splice", "off"]).expect("flags");
         assert_eq!(o.command_line.connect_timeout, Some(Duration::from_secs(3)));
         assert_eq!(o.command_line.splice, Some(SpliceMode::Off));
         // The rule's option loses to them (config::settings::resolve).
-        let rule = crate::config::RuleOptions {
+        let rule = oi_config::RuleOptions {
             connect_timeout: Some(Duration::from_secs(9)),
             splice: Some(SpliceMode::On),
             ..Default::default()
         };
-        let g = crate::config::Globals::default();
-        let r = crate::config::settings::resolve(&o.command_line, &rule, &g, Default::default());
+        let g = oi_config::Globals::default();
+        let r = oi_config::settings::resolve(&o.command_line, &rule, &g, Default::default());
         assert_eq!(r.connect_timeout, Some(Duration::from_secs(3)));
         assert_eq!(r.splice, Some(SpliceMode::Off));
     }

@@ -1,8 +1,8 @@
 //! Outgoing TCP connections to a rule's backend.
 
 use crate::backends::{BackendPool, Lease};
-use crate::reactor::{Async, Timer};
 use futures_lite::FutureExt;
+use oi_runtime::reactor::{Async, Timer};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};

@@ -2,17 +2,17 @@
 //! upstream sends before its client's bytes (`accept-proxy`), read in the
 //! accept path before the ACL check, and the header oi writes to a backend
 //! before the first client byte (`proxy=v1|v2`), written by `tcp::open`
-//! between connect and the pump. The protocol itself is [`crate::proxy`].
+//! between connect and the pump. The protocol itself is [`oi_wire::proxy`].
 //!
 //! `accept-proxy` on a `/udp` listener (an oi extension) is the datagram
 //! form: every datagram from a trusted source starts with a version 2 header,
 //! which [`accept_datagram_header`] checks and strips.
 
 use crate::logfile::Event;
-use crate::proxy::{self, Header, Parsed, ProxyVersion, Transport, HEADER_MAX};
-use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
 use futures_lite::{AsyncWriteExt, FutureExt};
+use oi_runtime::reactor::{Async, Timer};
+use oi_wire::proxy::{self, Header, Parsed, ProxyVersion, Transport, HEADER_MAX};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;

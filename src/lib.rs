@@ -13,19 +13,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod acl;
+// The crates below the daemon, under the names the binary, the tests and the
+// benches have always used.
+pub use oi_config as config;
+pub use oi_config::acl;
+pub use oi_wire::{client_hello, proxy};
+
 mod backends;
 mod bounds;
 mod buffers;
 pub mod check;
 pub mod cli;
-pub mod client_hello;
-pub mod config;
 mod connect;
 mod daemon;
 mod diagnostics;
 mod edge;
-mod executor;
 mod handover;
 mod limits;
 mod listen;
@@ -37,11 +39,8 @@ mod peer;
 mod pipes;
 mod privileges;
 mod probe;
-pub mod proxy;
 pub mod rate;
-mod reactor;
 mod route;
-mod runtime;
 mod safe_fs;
 mod service;
 mod shared;
@@ -58,10 +57,10 @@ pub use buffers::BufferPool;
 pub use edge::HEADER_TIMEOUT as PROXY_HEADER_TIMEOUT;
 pub use listen::{bind, bind_all, serve, BoundSocket, Command, TcpGroup, UnixSocket};
 pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
+pub use oi_runtime::{Runtime, SLACK};
 pub use peer::{Client, Peer, UNIX_CLIENT};
 pub use pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};
 pub use route::Route;
-pub use runtime::{Runtime, SLACK};
 pub use service::run;
 pub use shared::{Settings, Shared, UDP_QUEUE_TOTAL};
 pub use tcp::splice::{use_splice, AUTO_SPLICES};

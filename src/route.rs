@@ -5,15 +5,15 @@
 //! one, and each connection keeps the route it started with, so its last log
 //! line still names its own rule.
 
-use crate::acl::{self, Verdict};
 use crate::backends::BackendPool;
-use crate::client_hello::{best_match, NamePattern};
-use crate::config::{
+use crate::logfile::{Event, LogEvent, RuleNames};
+use oi_config::acl::{self, Verdict};
+use oi_config::{
     AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, SpliceMode,
     UnixAddr, DEFAULT_MAX_ASSOC, DEFAULT_UDP_TIMEOUT,
 };
-use crate::logfile::{Event, LogEvent, RuleNames};
-use crate::proxy::ProxyVersion;
+use oi_wire::client_hello::{best_match, NamePattern};
+use oi_wire::proxy::ProxyVersion;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -127,8 +127,8 @@ impl Route {
         let pool = Arc::new(BackendPool::new(&rule));
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
         let send_proxy = settings.proxy.map(|v| match v {
-            crate::config::ProxyHeader::V1 => ProxyVersion::V1,
-            crate::config::ProxyHeader::V2 => ProxyVersion::V2,
+            oi_config::ProxyHeader::V1 => ProxyVersion::V1,
+            oi_config::ProxyHeader::V2 => ProxyVersion::V2,
         });
         let accept_proxy = settings.accept_proxy.unwrap_or(false);
         // Global `trust-proxy` patterns first, then the rule's, as allow/deny.
@@ -303,7 +303,7 @@ impl Route {
     pub fn connect_timeout(&self, default: Duration) -> Duration {
         match self.settings.connect_timeout {
             None => default,
-            Some(t) if t.is_zero() => Duration::from_secs(crate::config::MAX_CONNECT_TIMEOUT_SECS),
+            Some(t) if t.is_zero() => Duration::from_secs(oi_config::MAX_CONNECT_TIMEOUT_SECS),
             Some(t) => t,
         }
     }

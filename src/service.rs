@@ -7,7 +7,6 @@
 //! once every listener's loops run.
 
 use crate::cli::RunOptions;
-use crate::config::{self, ResolvedConfig};
 use crate::daemon;
 use crate::diagnostics;
 use crate::handover;
@@ -16,12 +15,13 @@ use crate::logfile::{Format, LogHandle};
 use crate::notify;
 use crate::observe::{Given, Observer, UpgradeAsk};
 use crate::route::Route;
-use crate::runtime::Runtime;
 use crate::shared::Shared;
 use crate::watch::Watcher;
 use async_channel::{Receiver, Sender};
 use async_signal::{Signal, Signals};
 use futures_lite::{FutureExt, StreamExt};
+use oi_config::ResolvedConfig;
+use oi_runtime::Runtime;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // its first look with this, so a change made while oi was starting is
     // not lost (a few reads of what the load reads anyway).
     let loaded = crate::watch::digest(&conf);
-    let cfg = match config::load_resolved(&conf) {
+    let cfg = match oi_config::load_resolved(&conf) {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
             let e = e.with_file(&file).to_string();
@@ -269,7 +269,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
 /// The socket is `--socket`, else the `controlsocket` line of `-c FILE`.
 fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
     let from_config = || {
-        config::load(conf_file)
+        oi_config::load(conf_file)
             .ok()
             .and_then(|c| c.globals.control_socket)
     };
@@ -309,15 +309,15 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
 }
 
 /// `oi convert`: the file (with its includes) in the format `to`, on stdout.
-fn convert(conf_file: &std::path::Path, to: config::Format) -> ExitCode {
+fn convert(conf_file: &std::path::Path, to: oi_config::Format) -> ExitCode {
     let source = conf_file.display().to_string();
-    match config::load(conf_file) {
+    match oi_config::load(conf_file) {
         Ok(c) => {
             print!(
                 "{}",
                 match to {
-                    config::Format::Yaml => config::convert::to_yaml(&c, &source),
-                    config::Format::Conf => config::convert::to_conf(&c, &source),
+                    oi_config::Format::Yaml => oi_config::convert::to_yaml(&c, &source),
+                    oi_config::Format::Conf => oi_config::convert::to_conf(&c, &source),
                 }
             );
             ExitCode::SUCCESS
@@ -435,9 +435,9 @@ fn log_format(cfg: &ResolvedConfig) -> Format {
 }
 
 /// Whether to reload when the files change: `--watch`, else the file's
-/// `watch`, else off (the one order of `config::settings`).
-fn watch_wanted(flags: &config::Globals, file: &config::Globals) -> bool {
-    config::settings::resolve_globals(flags, file)
+/// `watch`, else off (the one order of `oi_config::settings`).
+fn watch_wanted(flags: &oi_config::Globals, file: &oi_config::Globals) -> bool {
+    oi_config::settings::resolve_globals(flags, file)
         .watch
         .unwrap_or(false)
 }
@@ -464,10 +464,10 @@ struct Service {
     /// How long open connections may run on after SIGTERM.
     drain: Duration,
     /// The command line's flags that override rule options, applied to every reload too.
-    command_line: config::RuleOptions,
+    command_line: oi_config::RuleOptions,
     /// The command line's flags that override globals (`--watch`), for
     /// deciding after each reload whether to watch the files.
-    flags: config::Globals,
+    flags: oi_config::Globals,
     /// The file watcher, while `--watch` or the file's `watch on` asks for one.
     watcher: Option<Watcher>,
     /// Given to each watcher: it sends here when the files change.
@@ -827,14 +827,14 @@ impl Service {
         // any rule is built: building 32,768 rules to refuse them left 9 MiB
         // with the allocator.
         let loaded = smol::unblock(move || {
-            let parsed = config::load_within(&path, Some(listen::rules_budget()))?;
+            let parsed = oi_config::load_within(&path, Some(listen::rules_budget()))?;
             let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
             if let Err(refused) = listen::check_budget(&file, counted) {
                 return Ok(Err(refused));
             }
-            let services = config::services::Services::system();
+            let services = oi_config::services::Services::system();
             let shown = path.display().to_string();
-            config::resolve(parsed, &services)
+            oi_config::resolve(parsed, &services)
                 .map(Ok)
                 .map_err(|e| e.with_file(&shown))
         });

@@ -4,11 +4,11 @@
 use crate::backends::Refresher;
 use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
-use crate::config::SpliceMode;
 use crate::limits::GlobalLimit;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
 use crate::stats::{Pools, RuleStats, Snapshot, Stats};
+use oi_config::SpliceMode;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

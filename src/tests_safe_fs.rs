@@ -4,8 +4,8 @@
 //! followed, blocked on or removed. A module of its own (test builds only),
 //! so the sites it drives (daemon, observe, unix) are not imports of `safe_fs`.
 
-use crate::config::UnixAddr;
 use crate::safe_fs::open_append;
+use oi_config::UnixAddr;
 use rustix::fs::Mode;
 use std::io::Write;
 use std::os::unix::fs::{symlink, FileTypeExt, PermissionsExt};

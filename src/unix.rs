@@ -28,8 +28,8 @@
 //!   unix clients (`listen/unix.rs` skips it; the parsers warn).
 //! - `take_error`: `SO_ERROR` exists on every socket.
 
-use crate::config::UnixAddr;
-use crate::reactor::{Async, Timer};
+use oi_config::UnixAddr;
+use oi_runtime::reactor::{Async, Timer};
 use rustix::io::Errno;
 use rustix::net::{SocketAddrUnix, SocketFlags};
 use std::io;

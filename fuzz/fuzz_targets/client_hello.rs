@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::client_hello::{best_match, parse, Hello, NamePattern};
+use oi_wire::client_hello::{best_match, parse, Hello, NamePattern};
 
 fuzz_target!(|data: &[u8]| {
     let whole = parse(data);

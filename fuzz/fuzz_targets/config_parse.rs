@@ -11,8 +11,8 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::config::services::Services;
-use oxidinetd::config::{self, Host, MAX_ERRORS};
+use oi_config::services::Services;
+use oi_config::{self as config, Host, MAX_ERRORS};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Generous bound on one listed error's bytes: a constant message, two quoted
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     for w in &parsed.warnings {
-        let shown = oxidinetd::check::format_warning("f.conf", w);
+        let shown = oi_config::report::format_warning("f.conf", w);
         check_report(&shown, 1);
     }
     for rule in &parsed.rules {
@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
             IpAddr::V6(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped()),
         ];
         for c in clients {
-            let _ = oxidinetd::acl::check(&parsed.global_acl, &rule.acl, c);
+            let _ = oi_config::acl::check(&parsed.global_acl, &rule.acl, c);
         }
     }
     // Host names would go to DNS: slow, and not what is being fuzzed. Keep
@@ -84,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
     });
     match config::resolve(offline, &Services::parse(SERVICES)) {
         Ok(resolved) => {
-            let _ = oxidinetd::check::report("f.conf", &resolved);
+            let _ = oi_config::report::report("f.conf", &resolved);
         }
         Err(errors) => check_report(&errors.to_string(), errors.errors.len()),
     }

@@ -1,5 +1,5 @@
 //! Arbitrary bytes as the request line a local client sends to the control
-//! socket, through `oxidinetd::observe::request::control_request`. Besides
+//! socket, through `oi_wire::request::control_request`. Besides
 //! "never panics", it checks that anything it accepts starts with `status`
 //! or `connections` as a word, and that JSON is only ever asked for by `json`;
 //! and, through `upgrade_request`, that an upgrade is only read from a line
@@ -9,8 +9,8 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::observe::request::{control_request, upgrade_request};
-use oxidinetd::observe::Query;
+use oi_wire::request::{control_request, upgrade_request};
+use oi_wire::request::Query;
 
 fuzz_target!(|data: &[u8]| {
     if let Some((query, json)) = control_request(data) {

@@ -1,5 +1,5 @@
 //! Arbitrary bytes as the request head a scraper (or anyone who reaches the
-//! metrics port) sends, through `oxidinetd::observe::request::metrics_request`.
+//! metrics port) sends, through `oi_wire::request::metrics_request`.
 //! Besides "never panics", it checks the decision depends on the request
 //! line only: the same line with other headers after it decides the same.
 
@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::observe::request::{metrics_request, MetricsRequest};
+use oi_wire::request::{metrics_request, MetricsRequest};
 
 fuzz_target!(|data: &[u8]| {
     let decided = metrics_request(data);

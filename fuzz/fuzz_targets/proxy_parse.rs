@@ -1,4 +1,4 @@
-//! Arbitrary bytes through the PROXY protocol decoder (`oxidinetd::proxy`),
+//! Arbitrary bytes through the PROXY protocol decoder (`oi_wire::proxy`),
 //! as the accept path feeds it: whatever prefix of the stream has arrived.
 //!
 //! Besides "never panics", it checks what the accept path relies on: a
@@ -12,7 +12,7 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::proxy::{self, Header, Parsed, HEADER_MAX};
+use oi_wire::proxy::{self, Header, Parsed, HEADER_MAX};
 
 fuzz_target!(|data: &[u8]| {
     let parsed = proxy::parse(data);

@@ -10,8 +10,8 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oxidinetd::config::services::Services;
-use oxidinetd::config::{self, Host, MAX_ERRORS};
+use oi_config::services::Services;
+use oi_config::{self as config, Host, MAX_ERRORS};
 
 /// Generous bound on one listed error's bytes (see config_parse.rs).
 const MAX_ERROR_BYTES: usize = 2048;
@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
     });
     match config::resolve(offline, &Services::parse(SERVICES)) {
         Ok(resolved) => {
-            let _ = oxidinetd::check::report("f.yaml", &resolved);
+            let _ = oi_config::report::report("f.yaml", &resolved);
         }
         Err(errors) => check_report(&errors.to_string(), errors.errors.len()),
     }

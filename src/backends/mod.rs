@@ -29,9 +29,9 @@ pub(crate) use dns::Refresher;
 pub(crate) use dns::{Lookup, OnChange};
 pub(crate) use health::{reply, Change, Check, Reply};
 
-use crate::config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use affinity::Affinity;
 use arc_swap::ArcSwap;
+use oi_config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -595,7 +595,7 @@ fn check_of(rule: &ResolvedRule) -> Option<Arc<Check>> {
     let o = rule.settings();
     let bytes = |t: &Option<String>| {
         t.as_deref()
-            .and_then(|t| crate::config::settings::unescape(t).ok())
+            .and_then(|t| oi_config::settings::unescape(t).ok())
             .unwrap_or_default()
     };
     Some(Arc::new(Check {

@@ -1,7 +1,7 @@
 //! The pool's choices, health and refresh, without sockets.
 
 use super::*;
-use crate::config::{parse_yaml, resolve, services::Services};
+use oi_config::{parse_yaml, resolve, services::Services};
 use std::collections::HashMap;
 use std::io;
 use std::sync::mpsc;

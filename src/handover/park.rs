@@ -490,7 +490,16 @@ pub(crate) fn verdict() -> (Sender<bool>, Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reactor::WakeCount as Count;
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 
     /// What `collect` does to one slot.
     fn stop(slot: &Slot) {

@@ -4,15 +4,15 @@
 //! between TCP→TCP ([`crate::tcp`]) and TCP→UDP ([`crate::udp`]).
 
 use super::driver::{Acceptor, Admitted};
-use crate::config::Proto;
 use crate::edge::{self, Origin};
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::peer::Client;
-use crate::reactor::{Async, SharedListener};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
+use oi_config::Proto;
+use oi_runtime::reactor::{Async, SharedListener};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};

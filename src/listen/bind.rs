@@ -3,7 +3,7 @@
 //! address back.
 
 use super::Inherited;
-use crate::config::{BindAddr, Proto, ResolvedConfig, ResolvedRule};
+use oi_config::{BindAddr, Proto, ResolvedConfig, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
@@ -34,7 +34,7 @@ pub struct UnixSocket {
     /// The listener, and the file it made.
     pub(crate) bound: crate::unix::UnixBound,
     /// Where it listens: the listener's identity across reloads.
-    pub(crate) addr: crate::config::UnixAddr,
+    pub(crate) addr: oi_config::UnixAddr,
 }
 
 impl BoundSocket {

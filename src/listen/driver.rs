@@ -2,19 +2,19 @@
 //! its kind accepts a client and serves it once admitted; everything between
 //! is written here once: the connection limits ([`crate::limits`]), the
 //! refusal (its counter and log line), placement on a thread
-//! ([`crate::runtime`]), the spawn, which accept errors are benign, and the
+//! ([`oi_runtime`]), the spawn, which accept errors are benign, and the
 //! [`Backoff`] while accepting fails. A new listener kind (TLS peeking,
 //! MPTCP, ...) is one `Acceptor` impl.
 
 use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::peer::{Client, Peer};
-use crate::reactor::{Async, Timer};
 use crate::route::{Bytes, Route};
-use crate::runtime::{Placed, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
+use oi_runtime::reactor::{Async, Timer};
+use oi_runtime::{Placed, Threads};
 use std::future::Future;
 use std::io;
 use std::net::TcpStream;

@@ -15,7 +15,7 @@
 
 use super::bind::{BoundSocket, TcpGroup, UnixSocket};
 use super::ListenerKey;
-use crate::config::{BindAddr, Proto, UnixAddr};
+use oi_config::{BindAddr, Proto, UnixAddr};
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketType};
 use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -129,7 +129,7 @@ impl Inherited {
             shown(&first.name)
         );
         let file = match (&key.0, first.file) {
-            (BindAddr::Unix(crate::config::UnixAddr::Path(path)), Some(id)) => {
+            (BindAddr::Unix(oi_config::UnixAddr::Path(path)), Some(id)) => {
                 match crate::unix::SocketFile::adopt(path, id) {
                     Ok(f) => Some(f),
                     Err(e) => {
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_group_of_listeners_on_one_address_serves_one_rule() {
-        let first = super::super::bind(&crate::config::ResolvedRule::between(
+        let first = super::super::bind(&oi_config::ResolvedRule::between(
             "127.0.0.1:0".parse().expect("literal"),
             Proto::Tcp,
             "127.0.0.1:9".parse().expect("literal"),

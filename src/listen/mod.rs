@@ -10,9 +10,9 @@
 //! executor runs its own accept loop on each TCP listener's one socket,
 //! which every thread's epoll watches with `EPOLLEXCLUSIVE` (the kernel
 //! wakes one idle thread per connection; a busy thread leaves the socket
-//! until it catches up: `crate::reactor`'s `accept`), and runs the
+//! until it catches up: `oi_runtime::reactor`'s `accept`), and runs the
 //! connections it accepts, handing one to another thread when its own is
-//! busy or runs too many more (see [`crate::runtime`]). An `SO_REUSEPORT`
+//! busy or runs too many more (see [`oi_runtime`]). An `SO_REUSEPORT`
 //! group passed in keeps one loop per member. The first executor also runs
 //! the UDP listeners.
 //!
@@ -31,17 +31,17 @@ pub(crate) use bind::bind_all_with;
 pub use bind::{bind, bind_all, BoundSocket, TcpGroup, UnixSocket};
 pub(crate) use inherit::Inherited;
 
-use crate::config::{BindAddr, Proto, ResolvedConfig};
 use crate::limits::RuleLimits;
-use crate::reactor::Async;
 use crate::route::Route;
-use crate::runtime::{Runtime, Threads};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
 use async_task::Task;
 use driver::AcceptLoop;
+use oi_config::{BindAddr, Proto, ResolvedConfig};
+use oi_runtime::reactor::Async;
+use oi_runtime::{Runtime, Threads};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -426,7 +426,7 @@ impl Listeners {
                 self.spawn_tcp(g.first, g.rest, stored, route, stats, limits)
             }
             BoundSocket::Unix(socket) => {
-                if matches!(socket.addr, crate::config::UnixAddr::Abstract(_)) {
+                if matches!(socket.addr, oi_config::UnixAddr::Abstract(_)) {
                     crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
                 }
                 let listener = Arc::new(Async::new(socket.bound.listener)?);
@@ -561,7 +561,7 @@ impl Listeners {
         let mut loops = Vec::with_capacity(n);
         // Every handle first, so a failure leaves nothing running.
         for own in 0..n {
-            let listener = crate::reactor::SharedListener::new(socket.clone())?;
+            let listener = oi_runtime::reactor::SharedListener::new(socket.clone())?;
             loops.push(AcceptLoop {
                 acceptor: accept::TcpAcceptor {
                     listener: accept::TcpSocket::Shared(listener),
@@ -807,9 +807,9 @@ fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AclRules, ResolvedConfig, ResolvedRule};
     use crate::logfile::LogHandle;
     use crate::shared::Settings;
+    use oi_config::{AclRules, ResolvedConfig, ResolvedRule};
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::num::NonZeroUsize;

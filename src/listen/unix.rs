@@ -5,10 +5,10 @@
 //! `--check` say so); the socket file's mode is the access control.
 
 use super::driver::{Acceptor, Admitted};
-use crate::config::Proto;
 use crate::peer::{Client, Peer};
-use crate::reactor::Async;
 use crate::unix::SocketFile;
+use oi_config::Proto;
+use oi_runtime::reactor::Async;
 use std::future::Future;
 use std::io;
 use std::net::TcpStream;

@@ -7,11 +7,11 @@
 
 use super::format;
 use super::limits;
-use super::request::{self, Query};
 use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
+use oi_wire::request::{self, Query};
 use smol::LocalExecutor;
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -26,7 +26,7 @@ use std::time::Duration;
 /// (another oi) is not, nor anything else at the path. The returned file is
 /// removed when dropped, only if the path still names the socket bound here.
 pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::unix::SocketFile)> {
-    let addr = crate::config::UnixAddr::Path(path.to_path_buf());
+    let addr = oi_config::UnixAddr::Path(path.to_path_buf());
     let bound = crate::unix::bind(&addr, Some(0o600), BACKLOG)?;
     let file = bound
         .file

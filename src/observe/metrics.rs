@@ -11,12 +11,12 @@
 //! bounds on what a client can make it hold (see [`super::limits`]).
 
 use super::limits;
-use super::request;
 use super::slots::{Slot, Slots};
 use crate::shared::Shared;
 use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
+use oi_wire::request;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -397,8 +397,8 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Proto;
     use crate::stats::{BackendValues, CounterValues};
+    use oi_config::Proto;
     use std::time::{Duration, SystemTime};
 
     /// Counters that differ from each other, so a field written under the

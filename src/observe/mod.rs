@@ -13,13 +13,12 @@ pub mod format;
 mod limits;
 mod metrics;
 mod page;
-pub mod request;
 mod slots;
 mod status_file;
 
 pub(crate) use control::UpgradeAsk;
 pub use control::{ask, ask_upgrade};
-pub use request::Query;
+pub use oi_wire::request::Query;
 
 use crate::shared::Shared;
 use async_io::{Async, Timer};
@@ -35,7 +34,7 @@ use std::time::Duration;
 
 /// The status file's format: the configuration's type, so `statusformat`
 /// and `--status-format` are one value.
-pub use crate::config::StatusFormat;
+pub use oi_config::StatusFormat;
 
 /// The status file's default interval (`statusinterval`), as rinetd-uv's.
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);

@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn slots_are_reused_and_freed() {
         let stats = super::super::Stats::default();
-        let rule = stats.add_rule("a:1/tcp".into(), crate::config::Proto::Tcp, &[]);
+        let rule = stats.add_rule("a:1/tcp".into(), oi_config::Proto::Tcp, &[]);
         let live = &rule.live;
         let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
         let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);

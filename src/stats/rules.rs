@@ -4,7 +4,7 @@
 use super::counters::{bump, CounterCells, CounterValues, Counters};
 use super::{ConnKind, ConnectFailure, Live, Registered};
 use crate::backends::BackendPool;
-use crate::config::Proto;
+use oi_config::Proto;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 use super::counters::{bump, get, CounterValues, Counters};
 use super::rules::{BackendStats, BackendValues, RuleStats, RuleValues};
 use super::{ConnInfo, Live};
-use crate::config::Proto;
+use oi_config::Proto;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,8 +1,8 @@
 //! Counting, end to end: open, bytes, refusals, failures, removal.
 
 use super::*;
-use crate::config::Proto;
 use crate::logfile::Event;
+use oi_config::Proto;
 use std::net::SocketAddr;
 
 /// The process's counters, and a snapshot of them with empty pools: the

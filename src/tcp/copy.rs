@@ -3,7 +3,7 @@
 use super::mover::{Fault, Meter, Step, SMALL_BURST};
 use crate::buffers::BufferPool;
 use crate::pipes::Pipe;
-use crate::reactor::Async;
+use oi_runtime::reactor::Async;
 use std::io;
 use std::net::TcpStream;
 use std::task::{ready, Context, Poll};

@@ -22,9 +22,9 @@ use super::throttle::Throttle;
 use crate::buffers::BufferPool;
 use crate::pipes::PipePool;
 use crate::rate::Limit;
-use crate::reactor::{Async, Timer};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
+use oi_runtime::reactor::{Async, Timer};
 use std::future::Future;
 use std::io;
 use std::net::{Shutdown, TcpStream};
@@ -450,7 +450,7 @@ impl Pump<'_> {
             Poll::Pending => None,
             Poll::Ready(Ok(Moved::BudgetSpent)) => {
                 *yielded = true;
-                crate::reactor::note_budget_spent();
+                oi_runtime::reactor::note_budget_spent();
                 None
             }
             Poll::Ready(Ok(Moved::Finished)) => {

@@ -14,11 +14,11 @@
 //! slow sender costs at most about 170 peeks over the 10 s, and a hello in
 //! one segment — what clients send — costs one peek and no timer.
 
-use crate::client_hello::{self, Hello};
-use crate::reactor::{Async, Timer};
 use crate::route::{Route, ServerNames};
 use crate::stats::{Registered, RuleStats};
 use futures_lite::FutureExt;
+use oi_runtime::reactor::{Async, Timer};
+use oi_wire::client_hello::{self, Hello};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;

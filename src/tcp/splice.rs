@@ -44,9 +44,9 @@
 //! socket again, so no byte is lost or reordered.
 
 use super::mover::{Fault, Meter, Step, SMALL_BURST};
-use crate::config::SpliceMode;
 use crate::pipes::{Pipe, PipePool};
-use crate::reactor::Async;
+use oi_config::SpliceMode;
+use oi_runtime::reactor::Async;
 use rustix::io::Errno;
 use rustix::pipe::{splice, SpliceFlags};
 use std::io;

@@ -4,7 +4,7 @@
 //! `Option<Box<Throttle>>` is `None` and costs one test per step.
 
 use crate::rate::Limit;
-use crate::reactor::Timer;
+use oi_runtime::reactor::Timer;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Context;

@@ -6,18 +6,18 @@ use super::udp_to_tcp::{self, Control, Pause, Paused};
 use super::{batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH};
 use crate::backends::Lease;
 use crate::bounds::{ByteBudget, Charge};
-use crate::config::Proto;
 use crate::edge::Origin;
-use crate::executor::Executor;
 use crate::logfile::{Event, LogEvent};
-use crate::proxy::Encoded;
 use crate::rate::Limit;
-use crate::reactor::Async;
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnState, Registered};
 use async_task::Task;
 use futures_lite::FutureExt;
+use oi_config::Proto;
+use oi_runtime::executor::Executor;
+use oi_runtime::reactor::Async;
+use oi_wire::proxy::Encoded;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
@@ -328,7 +328,7 @@ impl Association {
         };
         let got = async { t.parked.recv().await.ok() }
             .or(async {
-                crate::reactor::Timer::at(deadline).await;
+                oi_runtime::reactor::Timer::at(deadline).await;
                 None
             })
             .await;
@@ -682,7 +682,7 @@ async fn udp_replies(
         }
         more = dropped > 0 || moved >= BATCH;
         if dropped == 0 && more {
-            crate::reactor::note_budget_spent();
+            oi_runtime::reactor::note_budget_spent();
             futures_lite::future::yield_now().await;
         }
     }

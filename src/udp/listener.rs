@@ -5,15 +5,15 @@ use super::assoc::Association;
 use super::udp_to_tcp::Paused;
 use super::{batch, is_transient, BATCH};
 use crate::edge::{self, Origin};
-use crate::executor::Executor;
 use crate::handover::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::logfile::Event;
-use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use futures_lite::FutureExt;
+use oi_runtime::executor::Executor;
+use oi_runtime::reactor::{Async, Timer};
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -183,7 +183,7 @@ impl Listener {
                     }
                     more = moved >= BATCH;
                     if more {
-                        crate::reactor::note_budget_spent();
+                        oi_runtime::reactor::note_budget_spent();
                         futures_lite::future::yield_now().await;
                     }
                 }

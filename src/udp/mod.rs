@@ -33,9 +33,9 @@ pub(crate) use tcp_to_udp::{tcp_to_udp, tcp_to_udp_adopted};
 
 use crate::backends::{BackendPool, Lease};
 use crate::edge::Origin;
-use crate::proxy::{self, Encoded, ProxyVersion, Transport};
-use crate::reactor::Async;
 use crate::route::Route;
+use oi_runtime::reactor::Async;
+use oi_wire::proxy::{self, Encoded, ProxyVersion, Transport};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr, UdpSocket};

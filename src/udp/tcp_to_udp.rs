@@ -20,12 +20,12 @@ use crate::buffers::BufferPool;
 use crate::edge::Origin;
 use crate::handover::park::{self, HalfState, Offered, Parked, Ticket};
 use crate::logfile::Event;
-use crate::proxy::Encoded;
 use crate::rate::Limit;
-use crate::reactor::{Async, Timer};
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
+use oi_runtime::reactor::{Async, Timer};
+use oi_wire::proxy::Encoded;
 
 use futures_lite::{AsyncWriteExt, FutureExt};
 use std::io::{self, Read};

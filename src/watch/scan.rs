@@ -13,7 +13,7 @@
 //! file itself, each hop of its target, and each symlinked directory in
 //! those paths) makes its name in its directory one that matters.
 
-use crate::config::{self, FsIncludes, IncludeSource, IncludedFile};
+use oi_config::{FsIncludes, IncludeSource, IncludedFile};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -78,12 +78,12 @@ pub(super) fn scan(main: &Path) -> Scan {
     std::fs::canonicalize(main)
         .map_err(|e| e.to_string())
         .hash(&mut rec.hasher);
-    let text = config::read_limited(main).map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = oi_config::read_limited(main).map(|b| String::from_utf8_lossy(&b).into_owned());
     text.hash(&mut rec.hasher);
     rec.files += 1;
-    if let (Ok(text), false) = (&text, config::is_yaml(main)) {
+    if let (Ok(text), false) = (&text, oi_config::is_yaml(main)) {
         // Only what the parser reads matters here, not whether it parses.
-        let _ = config::parse_with_includes(text, &mut rec);
+        let _ = oi_config::parse_with_includes(text, &mut rec);
     }
     Scan {
         digest: rec.hasher.finish(),
@@ -174,7 +174,7 @@ impl Recorder {
         let mut dir = PathBuf::new();
         for part in full.components() {
             if let Component::Normal(p) = part {
-                if config::has_wildcards(&p.to_string_lossy()) {
+                if oi_config::has_wildcards(&p.to_string_lossy()) {
                     break;
                 }
             }
@@ -192,7 +192,7 @@ impl IncludeSource for Recorder {
 
     fn expand(&mut self, from: &IncludedFile, pattern: &str) -> Result<Vec<IncludedFile>, String> {
         let found = self.inner.expand(from, pattern);
-        if config::has_wildcards(pattern) {
+        if oi_config::has_wildcards(pattern) {
             let dir = Path::new(&from.name).parent().unwrap_or(Path::new(""));
             self.note_glob(&dir.join(pattern));
         }

@@ -1,0 +1,758 @@
+//! A per-thread reactor under the executors (`crate::executor`): one epoll per executor
+//! thread, sockets registered once, edge-triggered, and timers kept in the
+//! thread's own queue (issue 23).
+//!
+//! # Why not async-io's reactor
+//!
+//! async-io has one reactor for the process. Its epoll interest is oneshot,
+//! so every readiness event costs an `epoll_ctl` to re-arm, and every wait
+//! costs a `timerfd_settime`, an `epoll_ctl` for the timerfd, an eventfd read
+//! and an `epoll_ctl` for the eventfd (the `polling` crate's wait path).
+//! `strace -f` of a 64-byte ping-pong through oi counted 16.1 system calls
+//! per round trip, of which 4 are the reads and writes that move the bytes
+//! (docs/performance.md, "Wait path").
+//!
+//! Here each executor thread blocks in [`block_on`] on its own epoll:
+//!
+//! - a socket is added once (`EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET`)
+//!   the first time it is polled, and removed by the kernel when it closes:
+//!   no `epoll_ctl` per event, none per close;
+//! - timers live in the thread's own queue ([`timer::TimerQueue`]) and the
+//!   soonest becomes the `epoll_wait` timeout: no timerfd;
+//! - a waker running on the thread that runs the task only sets a flag; the
+//!   eventfd is written only when another thread wakes a sleeping one.
+//!
+//! A thread with no reactor of its own (tests, the health-check thread)
+//! registers on a process-wide fallback reactor driven by a thread of its
+//! own, `oi-reactor`, which wakes tasks across threads, as async-io does.
+//!
+//! The data path uses this reactor: TCP listeners, client and backend
+//! sockets, unix stream sockets carried as `TcpStream`, and UDP sockets
+//! (listeners, associations, TCP->UDP streams; registered for reading only,
+//! see [`Readiness::datagram`]). Signals, the control socket, the metrics
+//! endpoint and health checks stay on async-io, whose own thread drives them.
+
+mod accept;
+mod block_on;
+mod io;
+mod timer;
+
+pub use accept::Board;
+pub use block_on::block_on;
+pub use io::{Async, SharedListener};
+pub use timer::Timer;
+use timer::{TimerId, TimerQueue};
+
+// parking_lot's locks, not std's, here and in `accept` and `io`: a readiness
+// lock is taken on every poll for readiness and every event, and std's lock
+// and unlock each ask whether the thread is panicking (for poisoning, which a
+// release build, aborting on panic, never sees): 207 of 2,978 user-space
+// instructions per 64 B round trip (callgrind, docs/performance.md).
+use parking_lot::Mutex;
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::time::Timespec;
+use std::cell::{Cell, RefCell};
+use std::io as stdio;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// The epoll key of the reactor's own eventfd (sources use slab keys below it).
+const WAKE_KEY: u64 = u64::MAX;
+
+/// Events taken from the kernel per `epoll_wait`.
+const EVENTS_PER_WAIT: usize = 256;
+
+/// Readiness of one registered descriptor, and the tasks waiting on it.
+///
+/// One waiter per direction in the slots, as async-io's `poll_readable`: on
+/// the TCP path each socket has one task reading it and one writing it. A
+/// UDP listener has several writers (every association's reply task sends
+/// from it): waiters of [`Async::readable`]/[`Async::writable`] that find
+/// the slot taken by another task queue in `others`, and every waiter an
+/// edge wakes sees it through the direction's tick.
+#[derive(Default)]
+pub struct Readiness {
+    /// An edge reported readability that no poll has consumed yet.
+    readable: bool,
+    /// An edge reported writability that no poll has consumed yet.
+    writable: bool,
+    /// The peer has shut down its sending side (RDHUP or HUP): reading
+    /// returns EOF from now on. Kept, never consumed: a short read may have
+    /// taken the last bytes with the FIN behind them, and no edge comes after.
+    /// Never set on a datagram socket.
+    read_closed: bool,
+    /// The socket failed or hung up (ERR or HUP): every operation returns
+    /// at once from now on. Kept, never consumed. Never set on a datagram
+    /// socket, whose errors belong to one datagram each (an ICMP error is
+    /// read once by the next receive, and the socket goes on).
+    broken: bool,
+    /// A datagram socket: errors are not sticky, and writability is
+    /// watched only while a writer waits (`out_armed`), because a UDP
+    /// socket with EPOLLOUT in its interest reports an edge after every
+    /// send, which would wake the thread once more per datagram.
+    datagram: bool,
+    /// A datagram socket's interest includes EPOLLOUT now.
+    out_armed: bool,
+    /// Per direction (0 read, 1 write): edges seen, in the low seven bits,
+    /// wrapping: a waiter that saw the tick move was woken by an edge, even
+    /// if another waiter consumed the flag first; and [`WAITS`], set while
+    /// the slot's task waits for an edge. One byte each, so the six flags
+    /// and both ticks share one word: `Readiness` is 48 bytes, not 56, and
+    /// its `Arc` a 80-byte heap chunk, not 96, for each of a connection's
+    /// two sockets (issue 23's idle memory). A waiter woken by an edge is
+    /// polled long before 128 more edges could bring the tick back round.
+    ticks: [u8; 2],
+    /// The task that reads, kept after an edge woke it: it waits again at
+    /// its next `WouldBlock`, and the same task's waker is not cloned
+    /// again (see [`Readiness::edge`]).
+    reader: Option<Waker>,
+    /// The task that writes, kept likewise.
+    writer: Option<Waker>,
+    /// Further waiters (`true`: to write) when the slot holds another task;
+    /// boxed so the common one-waiter case costs one pointer, not a
+    /// `Vec`'s three words, in every connection's two sockets.
+    #[allow(clippy::box_collection)]
+    others: Option<Box<Vec<(bool, Waker)>>>,
+}
+
+/// The bit of a [`Readiness`] tick byte that says the slot's task waits.
+const WAITS: u8 = 0x80;
+
+impl Readiness {
+    /// Direction `i`'s edge count (seven bits, wrapping).
+    fn tick(&self, i: usize) -> u8 {
+        self.ticks[i] & !WAITS
+    }
+
+    /// Marks direction `i`'s slot task as waiting for an edge; says whether
+    /// it already was ([`Readiness::edge`] clears the mark).
+    fn set_waits(&mut self, i: usize) -> bool {
+        let was = self.ticks[i] & WAITS != 0;
+        self.ticks[i] |= WAITS;
+        was
+    }
+
+    /// Records an edge in one direction and wakes its waiters: the slot's
+    /// task in place, by reference, if it waits (it keeps its place, so its
+    /// next wait clones nothing: a waker clone and a by-value wake were two
+    /// atomic read-modify-writes on the task per wait, the by-reference wake
+    /// is one; issue 23); queued ones through `wake`. The wake runs under
+    /// the reactor's locks: an executor's wake only queues the task (and
+    /// may write another thread's eventfd), and takes none of them.
+    fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
+        let i = usize::from(write);
+        let waits = self.ticks[i] & WAITS != 0;
+        // The count moves on (a carry out of its seven bits lands in `WAITS`
+        // and goes with it), and the slot's task waits no more.
+        self.ticks[i] = self.ticks[i].wrapping_add(1) & !WAITS;
+        if write {
+            self.writable = true;
+        } else {
+            self.readable = true;
+        }
+        if waits {
+            let slot = if write { &self.writer } else { &self.reader };
+            if let Some(w) = slot {
+                w.wake_by_ref();
+            }
+        }
+        if let Some(others) = &mut self.others {
+            others.retain(|(w, waker)| {
+                if *w == write {
+                    wake.push(waker.clone());
+                }
+                *w != write
+            });
+        }
+    }
+}
+
+/// The reactor's registered descriptors, by slot; a key is slot and generation.
+#[derive(Default)]
+struct Sources {
+    /// Each slot's generation and, while in use, its readiness.
+    slots: Vec<(u32, Option<Arc<Mutex<Readiness>>>)>,
+    /// Slots free for reuse.
+    free: Vec<u32>,
+}
+
+/// One epoll instance with its eventfd, registered sources and timers.
+pub struct Reactor {
+    /// The epoll instance.
+    epoll: OwnedFd,
+    /// Written by another thread to interrupt a wait.
+    wake: OwnedFd,
+    /// What each epoll key refers to.
+    sources: Mutex<Sources>,
+    /// Pending timers.
+    timers: Mutex<TimerQueue>,
+    /// Whether any timer is pending, stored under `timers`' lock after each
+    /// change: a turn with none (a connection's steady traffic sets none)
+    /// takes that lock neither before nor after its wait, four atomic
+    /// read-modify-writes fewer per turn (issue 23).
+    timers_pending: AtomicBool,
+    /// Set while the driving thread is (about to be) in `epoll_wait` with
+    /// no timeout shorter than its timers: others must write the eventfd.
+    sleeping: AtomicBool,
+    /// Set when a waker or a new timer needs the driving thread to go round again.
+    woken: AtomicBool,
+    /// The runtime's board of busy threads and this thread's index on it;
+    /// `None` for a reactor outside a runtime (tests, the fallback).
+    seat: Option<(Arc<Board>, usize)>,
+    /// Listening sockets shared with the other threads (see [`accept`]).
+    accepting: Mutex<accept::Accepting>,
+}
+
+thread_local! {
+    /// The reactor this thread drives, if it runs one (executor threads do).
+    static CURRENT: RefCell<Option<Arc<Reactor>>> = const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// The event buffer and waker list of [`Reactor::turn`] on this thread,
+    /// reused (empty between turns; taken out while a turn runs).
+    static SCRATCH: Cell<(Vec<epoll::Event>, Vec<Waker>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
+thread_local! {
+    /// A pump on this thread spent its whole byte budget in one poll, or a
+    /// UDP task its batch, since the last load verdict
+    /// ([`accept::Load::note`]): the thread carries a flow that wants more
+    /// than it gets.
+    static BUDGET_SPENT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Records that a task on this thread spent its budget in one poll (a TCP
+/// pump its bytes, a UDP listener or association its batch of datagrams).
+pub fn note_budget_spent() {
+    BUDGET_SPENT.with(|b| b.set(true));
+}
+
+/// Whether a task on this thread spent its budget since the last
+/// [`take_budget_spent`], leaving the mark.
+fn budget_spent() -> bool {
+    BUDGET_SPENT.with(Cell::get)
+}
+
+/// Whether a task on this thread spent its budget since the last call.
+fn take_budget_spent() -> bool {
+    BUDGET_SPENT.with(|b| b.replace(false))
+}
+
+/// The fallback reactor for threads that drive none, with its thread.
+static FALLBACK: OnceLock<Arc<Reactor>> = OnceLock::new();
+
+/// The reactor sources and timers created on this thread register with.
+pub fn current() -> Arc<Reactor> {
+    if let Some(r) = CURRENT.with(|c| c.borrow().clone()) {
+        return r;
+    }
+    FALLBACK
+        .get_or_init(|| {
+            // Without an epoll instance nothing can be forwarded: there is no
+            // reasonable way to go on (descriptor limits are checked at start).
+            let reactor = Arc::new(Reactor::new().expect("creating the fallback epoll instance"));
+            let driven = reactor.clone();
+            std::thread::Builder::new()
+                .name("oi-reactor".into())
+                .spawn(move || loop {
+                    driven.woken.store(false, Ordering::SeqCst);
+                    if let Err(e) = driven.turn(true) {
+                        log::error!("fallback reactor: {e}");
+                    }
+                })
+                .expect("starting the fallback reactor thread");
+            reactor
+        })
+        .clone()
+}
+
+/// Whether `reactor` is the one this thread drives.
+fn is_current(reactor: &Arc<Reactor>) -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|r| Arc::ptr_eq(r, reactor)))
+}
+
+impl Reactor {
+    /// A new epoll instance with its eventfd registered.
+    pub fn new() -> stdio::Result<Self> {
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(
+            &epoll,
+            &wake,
+            EventData::new_u64(WAKE_KEY),
+            EventFlags::IN | EventFlags::ET,
+        )?;
+        Ok(Reactor {
+            epoll,
+            wake,
+            sources: Mutex::default(),
+            timers: Mutex::default(),
+            timers_pending: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            seat: None,
+            accepting: Mutex::default(),
+        })
+    }
+
+    /// A reactor for thread `index` of a runtime whose threads share `board`.
+    pub fn seated(board: Arc<Board>, index: usize) -> stdio::Result<Self> {
+        let mut r = Self::new()?;
+        r.seat = Some((board, index));
+        Ok(r)
+    }
+
+    /// Makes this thread drive `reactor` (for [`current`]) until the guard drops.
+    pub fn enter(reactor: Arc<Reactor>) -> Entered {
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(reactor));
+        Entered { previous }
+    }
+
+    /// Registers `fd` once, edge-triggered for both directions (a datagram
+    /// socket: for reading only, see [`Readiness::datagram`]); returns its key.
+    fn register(
+        &self,
+        fd: impl AsFd,
+        datagram: bool,
+    ) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let (key, readiness) = self.new_source(datagram)?;
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(key),
+            interest(datagram, false),
+        ) {
+            self.deregister(key);
+            return Err(e.into());
+        }
+        Ok((key, readiness))
+    }
+
+    /// A new slot with fresh readiness; returns its key.
+    fn new_source(&self, datagram: bool) -> stdio::Result<(u64, Arc<Mutex<Readiness>>)> {
+        let readiness = Arc::new(Mutex::new(Readiness {
+            datagram,
+            ..Readiness::default()
+        }));
+        let key = {
+            let mut s = self.sources.lock();
+            let slot = match s.free.pop() {
+                Some(slot) => slot,
+                None => {
+                    let slot = u32::try_from(s.slots.len())
+                        .map_err(|_| stdio::Error::other("too many registered sockets"))?;
+                    s.slots.push((0, None));
+                    slot
+                }
+            };
+            let entry = &mut s.slots[slot as usize];
+            entry.1 = Some(readiness.clone());
+            (u64::from(entry.0) << 32) | u64::from(slot)
+        };
+        Ok((key, readiness))
+    }
+
+    /// Forgets `key`; its descriptor is about to close (which removes it from
+    /// the epoll set) or has been deleted from it.
+    fn deregister(&self, key: u64) {
+        let slot = (key & u64::from(u32::MAX)) as usize;
+        let mut s = self.sources.lock();
+        if let Some(entry) = s.slots.get_mut(slot) {
+            entry.0 = entry.0.wrapping_add(1);
+            entry.1 = None;
+            if let Ok(slot) = u32::try_from(slot) {
+                s.free.push(slot);
+            }
+        }
+    }
+
+    /// Adds a timer firing at `at`; returns its id.
+    fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> TimerId {
+        let (id, soonest) = {
+            let mut t = self.timers.lock();
+            let added = t.add(at, waker);
+            self.timers_pending.store(true, Ordering::Release);
+            added
+        };
+        // Only a new soonest timer changes how long the driving thread may sleep.
+        if soonest && !is_current(self) {
+            self.interrupt();
+        }
+        id
+    }
+
+    /// Replaces the waker of timer `id`; false if it is no longer pending.
+    fn update_timer(&self, id: TimerId, waker: &Waker) -> bool {
+        self.timers.lock().update(id, waker)
+    }
+
+    /// Removes timer `id` if it is still pending.
+    fn remove_timer(&self, id: TimerId) {
+        let mut t = self.timers.lock();
+        t.remove(id);
+        self.timers_pending.store(!t.is_empty(), Ordering::Release);
+    }
+
+    /// Asks the driving thread to go round again; writes the eventfd only if
+    /// it sleeps (or is about to).
+    pub fn interrupt(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            // A full counter (never in practice) still leaves the eventfd readable.
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Waits for events (blocking when `block`, up to the soonest timer),
+    /// then wakes the tasks whose sockets or timers are ready.
+    fn turn(&self, block: bool) -> stdio::Result<()> {
+        // This thread's buffers, kept from turn to turn: a fresh event
+        // buffer (3 KiB, past malloc's per-thread cache) and waker list per
+        // turn cost about a tenth of the instructions a 64-byte round trip
+        // runs in oi (callgrind, see docs/performance.md).
+        let (mut events, mut wake) = SCRATCH.with(|s| s.take());
+        events.clear();
+        events.reserve(EVENTS_PER_WAIT);
+        let timeout = if block {
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.woken.load(Ordering::SeqCst) {
+                // Woken between the last poll and now: do not sleep.
+                self.sleeping.store(false, Ordering::SeqCst);
+                Some(Duration::ZERO)
+            } else {
+                self.capped(self.next_timeout())
+            }
+        } else {
+            Some(Duration::ZERO)
+        };
+        let timeout = timeout.map(|d| {
+            // Whole milliseconds, rounded up so a timer never fires early
+            // and the thread never spins on a sub-millisecond remainder.
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            Timespec {
+                tv_sec: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+                tv_nsec: ((ms % 1000) * 1_000_000) as _,
+            }
+        });
+        let waited = epoll::wait(
+            &self.epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        );
+        if block {
+            // Release, not SeqCst (an `xchg`, an atomic read-modify-write,
+            // on every turn, blocking or not): a waker that still sees
+            // `true` writes the eventfd once more, which the next turn
+            // reads. No wake is lost: the SeqCst store before the wait and
+            // the look at `woken` after it see to that.
+            self.sleeping.store(false, Ordering::Release);
+        }
+        match waited {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                SCRATCH.with(|s| s.set((events, wake)));
+                return Err(e.into());
+            }
+        }
+        // One lock of the source table for the whole batch, and each
+        // source's readiness updated under it rather than cloned out: per
+        // event, that saves an `Arc` clone and drop and a lock and unlock,
+        // four atomic read-modify-writes (issue 23). Lock order: sources,
+        // then a readiness; nothing locks a readiness and then the sources.
+        let mut woken = false;
+        if !events.is_empty() {
+            let s = self.sources.lock();
+            for ev in &events {
+                let key = ev.data.u64();
+                if key == WAKE_KEY {
+                    woken = true;
+                    continue;
+                }
+                let slot = (key & u64::from(u32::MAX)) as usize;
+                let readiness = match s.slots.get(slot) {
+                    Some((generation, Some(r))) if u64::from(*generation) == key >> 32 => r,
+                    // Closed since the kernel queued the event.
+                    _ => continue,
+                };
+                let flags = ev.flags;
+                let broken = flags.intersects(EventFlags::ERR | EventFlags::HUP);
+                let mut r = readiness.lock();
+                if !r.datagram {
+                    r.broken |= broken;
+                    r.read_closed |= broken || flags.contains(EventFlags::RDHUP);
+                }
+                if broken || flags.intersects(EventFlags::IN | EventFlags::RDHUP | EventFlags::PRI)
+                {
+                    r.edge(false, &mut wake);
+                }
+                if broken || flags.contains(EventFlags::OUT) {
+                    r.edge(true, &mut wake);
+                }
+            }
+        }
+        if woken {
+            let mut buf = [0u8; 8];
+            let _ = rustix::io::read(&self.wake, &mut buf);
+        }
+        self.fire_timers(&mut wake);
+        for w in wake.drain(..) {
+            w.wake();
+        }
+        SCRATCH.with(|s| s.set((events, wake)));
+        Ok(())
+    }
+
+    /// How long the driving thread may sleep: until the soonest timer (`None`: forever).
+    fn next_timeout(&self) -> Option<Duration> {
+        if !self.timers_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let at = self.timers.lock().next_deadline()?;
+        Some(at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Takes the wakers of every timer that is due.
+    fn fire_timers(&self, into: &mut Vec<Waker>) {
+        if !self.timers_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut t = self.timers.lock();
+        t.fire(Instant::now(), into);
+        self.timers_pending.store(!t.is_empty(), Ordering::Release);
+    }
+}
+
+/// The epoll interest of a socket: both directions for a stream socket;
+/// for a datagram socket, reading and, while a writer waits, writing.
+fn interest(datagram: bool, out: bool) -> EventFlags {
+    if datagram && !out {
+        EventFlags::IN | EventFlags::ET
+    } else {
+        EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET
+    }
+}
+
+/// Restores the thread's previous reactor when dropped.
+pub struct Entered {
+    /// What [`current`] returned before.
+    previous: Option<Arc<Reactor>>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// A waker that counts its wakes: for the tests of the reactor and its timers.
+#[cfg(test)]
+#[derive(Default)]
+pub struct WakeCount(pub std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl std::task::Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+
+    /// A connected pair on loopback: (ours, registered on first poll; the peer, blocking).
+    fn pair() -> (Async<TcpStream>, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let peer = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (ours, _) = l.accept().expect("accept");
+        (Async::new(ours).expect("non-blocking"), peer)
+    }
+
+    #[test]
+    fn eof_behind_the_last_bytes_of_a_short_read_is_still_reported() {
+        // The peer's last bytes and its FIN arrive before we look: one edge
+        // for both. A short read takes the bytes (and the FIN); the next
+        // wait must not wait for an edge that will never come.
+        let (ours, mut peer) = pair();
+        peer.write_all(b"last").expect("write");
+        peer.shutdown(Shutdown::Write).expect("shutdown");
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let read = async {
+            let mut buf = [0u8; 64];
+            let mut got = Vec::new();
+            loop {
+                // The first wait registers the socket: one edge for both.
+                ours.readable().await.expect("readable");
+                match ours.get_ref().read(&mut buf) {
+                    Ok(0) => return Some(got),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+        };
+        let limit = async {
+            Timer::after(Duration::from_secs(10)).await;
+            None
+        };
+        let got = block_on(reactor, futures_lite::FutureExt::or(read, limit));
+        let got = got.expect("EOF was never reported after the short read");
+        assert_eq!(got, b"last");
+    }
+
+    #[test]
+    fn a_timer_fires_and_a_wake_from_another_thread_interrupts_the_wait() {
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let (tx, rx) = async_channel::bounded::<()>(1);
+        let start = Instant::now();
+        block_on(reactor, async {
+            Timer::after(Duration::from_millis(5)).await;
+            assert!(start.elapsed() >= Duration::from_millis(5), "fired early");
+            // Nothing here wakes this thread but the other thread's send.
+            let sender = std::thread::spawn(move || tx.send_blocking(()));
+            rx.recv().await.expect("sent");
+            sender.join().expect("sender").expect("send");
+        });
+    }
+
+    #[test]
+    fn an_edge_wakes_the_slots_task_only_while_it_waits_and_keeps_it() {
+        let count = Arc::new(WakeCount::default());
+        let woken = || count.0.load(Ordering::SeqCst);
+        let mut r = Readiness {
+            reader: Some(Waker::from(count.clone())),
+            ..Readiness::default()
+        };
+        let mut queued = Vec::new();
+        // Waiting (a poll returned Pending): the edge wakes it, in place.
+        r.set_waits(0);
+        r.edge(false, &mut queued);
+        assert_eq!((woken(), queued.len()), (1, 0));
+        assert!(
+            r.reader.is_some(),
+            "the slot keeps its task for its next wait"
+        );
+        // Not waiting (it has not found WouldBlock since): no wake.
+        r.edge(false, &mut queued);
+        assert_eq!(woken(), 1, "an edge woke a task that was not waiting");
+        // Waiting again: woken again; the writer's edges never wake the reader.
+        r.set_waits(0);
+        r.edge(true, &mut queued);
+        assert_eq!(woken(), 1);
+        r.edge(false, &mut queued);
+        assert_eq!(woken(), 2);
+        // The edge count wraps at 128, below the waiting bit.
+        assert_eq!(r.tick(0), 3);
+        for _ in 0..128 {
+            r.edge(false, &mut queued);
+        }
+        assert_eq!((r.tick(0), r.ticks[0] & WAITS, woken()), (3, 0, 2));
+    }
+
+    #[test]
+    fn one_edge_wakes_every_task_waiting_on_a_socket() {
+        // A UDP listener's reply tasks all wait on it: each must hear the
+        // edge, not only the one in the slot.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let addr = server.local_addr().expect("addr");
+        let socket = Arc::new(Async::new_datagram(server).expect("non-blocking"));
+        let ex = smol::Executor::new();
+        let (started, wait_started) = async_channel::unbounded::<()>();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (socket, started) = (socket.clone(), started.clone());
+                ex.spawn(async move {
+                    let mut ready = socket.readable();
+                    // Polled once (registered), then told it waits.
+                    let first = futures_lite::future::poll_once(&mut ready).await;
+                    assert!(first.is_none(), "readable before any datagram");
+                    started.send(()).await.expect("send");
+                    ready.await.expect("readable");
+                })
+            })
+            .collect();
+        let run = ex.run(async {
+            for _ in 0..3 {
+                wait_started.recv().await.expect("started");
+            }
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            client.send_to(b"x", addr).expect("send");
+            for w in waiters {
+                w.await;
+            }
+            true
+        });
+        let limit = async {
+            Timer::after(Duration::from_secs(10)).await;
+            false
+        };
+        let all = block_on(reactor, futures_lite::FutureExt::or(run, limit));
+        assert!(all, "a task waiting beside another never heard the edge");
+    }
+
+    #[test]
+    fn an_error_on_a_datagram_socket_is_reported_once_not_forever() {
+        // A connected UDP socket to a closed port gets an ICMP error: one
+        // receive reads it and the socket goes on. Were it sticky, every
+        // wait after it would return at once and the reply task would spin.
+        let reactor = Arc::new(Reactor::new().expect("epoll"));
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = closed.local_addr().expect("addr");
+        drop(closed);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.connect(port).expect("connect");
+        let s = Async::new_datagram(s).expect("non-blocking");
+        let outcome = block_on(reactor, async {
+            s.get_ref().send(b"x").expect("send");
+            s.readable().await.expect("readable");
+            let err = s.get_ref().recv(&mut [0u8; 8]).expect_err("the ICMP error");
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+            let again = s.get_ref().recv(&mut [0u8; 8]).expect_err("nothing more");
+            assert_eq!(again.kind(), std::io::ErrorKind::WouldBlock);
+            let quiet = async {
+                Timer::after(Duration::from_millis(50)).await;
+                "quiet"
+            };
+            let woke = async {
+                let _ = s.readable().await;
+                "woke"
+            };
+            futures_lite::FutureExt::or(woke, quiet).await
+        });
+        assert_eq!(
+            outcome, "quiet",
+            "the error stayed reported after it was read"
+        );
+    }
+
+    #[test]
+    fn a_sockets_readiness_stays_small() {
+        // Every idle connection holds two, each in an `Arc` (16 bytes more)
+        // behind glibc's 8-byte header, rounded to 16: at 56 bytes the chunk
+        // is 80, at 64 it was 96 (benches/idle_memory.sh, issue 23).
+        let size = std::mem::size_of::<Mutex<Readiness>>();
+        assert!(
+            size <= 56,
+            "Mutex<Readiness> is {size} bytes, over its 56-byte budget"
+        );
+    }
+
+    #[test]
+    fn a_socket_first_polled_on_a_thread_without_a_reactor_uses_the_fallback() {
+        let (ours, mut peer) = pair();
+        peer.write_all(b"x").expect("write");
+        // smol::block_on drives no reactor of ours: the fallback thread does.
+        let n = smol::block_on(ours.read_with(|mut s| s.read(&mut [0u8; 8]))).expect("read");
+        assert_eq!(n, 1);
+    }
+}
