@@ -1,17 +1,21 @@
-//! One client's association on a `/udp` listener: its activity counters, its
-//! upstream (a connected UDP socket or a TCP connection) and the task that
-//! carries the backend's replies back to that client.
+//! One client's association on a `/udp` listener: its upstream (a connected
+//! UDP socket or a TCP connection) and, for a UDP backend, the task that
+//! carries the backend's replies back to that client. Its activity counters
+//! (`activity.rs`) and reply half (`reply.rs`) are modules below this one,
+//! which the UDP→TCP task shares.
 
-use super::udp_to_tcp::{self, Control, Pause, Paused};
+use super::activity::Activity;
+use super::reply::{within, Reply};
+use super::udp_to_tcp::{self, Control, Pause, Paused, Queued};
 use super::{batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH};
 use crate::backends::Lease;
-use crate::bounds::{ByteBudget, Charge};
+use crate::bounds::ByteBudget;
 use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
 use crate::rate::Limit;
-use crate::route::{client_ip, Bytes, Route};
+use crate::route::{client_ip, Route};
 use crate::shared::Shared;
-use crate::stats::{ConnState, Registered};
+use crate::stats::Registered;
 use async_task::Task;
 use futures_lite::FutureExt;
 use oi_config::Proto;
@@ -21,7 +25,6 @@ use oi_wire::proxy::Encoded;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,115 +42,6 @@ pub const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
 /// the allocation's header and rounding plus its slot in the channel
 /// (16 + 24 bytes, rounded up), so a flood of one-byte datagrams is not free.
 pub(crate) const QUEUE_OVERHEAD: usize = 64;
-
-/// Traffic counters shared by an association's owner and its task.
-///
-/// Invariant: `last_ms` only grows; it is the time of the latest datagram (or
-/// TCP read) in either direction, so expiry sees traffic both ways.
-pub(crate) struct Activity {
-    /// Start of the clock `last_ms` counts on.
-    epoch: Instant,
-    /// Milliseconds after `epoch` of the last traffic either way.
-    last_ms: AtomicU64,
-    /// The entry in the live list, holding the payload bytes each way (the
-    /// log's 7th and 8th fields): the log line and `oi connections` read the
-    /// same counters, and dropping the activity ends the entry.
-    pub(crate) conn: Registered,
-    /// Set when the upstream has ended (TCP backend closed or failed, socket error).
-    ended: AtomicBool,
-}
-
-impl Activity {
-    /// Fresh counters for the live entry `conn`, active now.
-    pub(crate) fn new(epoch: Instant, conn: Registered) -> Self {
-        let a = Activity {
-            epoch,
-            last_ms: AtomicU64::new(0),
-            conn,
-            ended: AtomicBool::new(false),
-        };
-        a.touch();
-        a
-    }
-
-    /// Counters for a flow a previous oi handed over (`oi upgrade`) with no
-    /// traffic for `idle`: its idle deadline carries on from there. Its
-    /// clock starts that long ago, so compare activities by [`Activity::last`].
-    pub(crate) fn resumed(conn: Registered, idle: Duration) -> Self {
-        let now = Instant::now();
-        Activity {
-            epoch: now.checked_sub(idle).unwrap_or(now),
-            last_ms: AtomicU64::new(0),
-            conn,
-            ended: AtomicBool::new(false),
-        }
-    }
-
-    /// Records traffic now.
-    pub(crate) fn touch(&self) {
-        // Saturating, not `as`: a truncated count would make an old association look new.
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.fetch_max(ms, Ordering::Relaxed);
-    }
-
-    /// Milliseconds after the epoch of the last traffic; smaller means idle longer.
-    pub(crate) fn last_ms(&self) -> u64 {
-        self.last_ms.load(Ordering::Relaxed)
-    }
-
-    /// How long there has been no traffic, as of `now`.
-    pub(crate) fn idle(&self, now: Instant) -> Duration {
-        let since = now.saturating_duration_since(self.epoch).as_millis();
-        let now_ms = u64::try_from(since).unwrap_or(u64::MAX);
-        Duration::from_millis(now_ms.saturating_sub(self.last_ms()))
-    }
-
-    /// The instant the last traffic happened.
-    pub(crate) fn last(&self) -> Instant {
-        // `last_ms` came from this epoch's clock, so this fits; checked all the same.
-        self.epoch
-            .checked_add(Duration::from_millis(self.last_ms()))
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// Whether the upstream has ended and the association only waits to be removed.
-    pub(crate) fn ended(&self) -> bool {
-        self.ended.load(Ordering::Relaxed)
-    }
-
-    /// The bytes moved so far, for a log line.
-    pub(crate) fn bytes(&self) -> Bytes {
-        let (from_client, to_client) = self.conn.bytes();
-        Bytes {
-            from_client,
-            to_client,
-        }
-    }
-
-    /// Marks the upstream as ended.
-    pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Relaxed);
-        self.conn.set_state(ConnState::Ended);
-    }
-}
-
-/// A datagram on its way to a TCP backend.
-pub(crate) struct Queued {
-    /// The payload, in an allocation of exactly its size: a pooled 64 KiB
-    /// buffer per queued one-byte datagram is what let 8,000 sources pin 2.5 GB.
-    bytes: Box<[u8]>,
-    /// Its share of the association's budget, given back when written or dropped.
-    _assoc: Charge,
-    /// Its share of the process-wide budget, given back likewise.
-    _total: Charge,
-}
-
-impl Queued {
-    /// The datagram's payload.
-    pub(super) fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-}
 
 /// Where an association sends its client's datagrams.
 enum Upstream {
@@ -502,11 +396,7 @@ impl Association {
                 .udp_datagram_dropped("the process-wide queue budget is full");
             return false;
         };
-        let queued = Queued {
-            bytes: payload.into(),
-            _assoc: assoc,
-            _total: total,
-        };
+        let queued = Queued::new(payload, assoc, total);
         // Dropping a refused datagram gives its charges back.
         if queue.try_send(queued).is_err() {
             self.shared
@@ -520,106 +410,6 @@ impl Association {
     pub(crate) fn log_event(&self, event: Event) -> LogEvent {
         self.route
             .event(self.client_ip, event, self.activity.bytes())
-    }
-}
-
-/// How replies reach the client: from the listening socket, to exactly this address.
-pub(super) struct Reply {
-    /// The listening socket, shared with the listener task.
-    listener: Arc<Async<UdpSocket>>,
-    /// The one client this association serves.
-    pub(super) client: SocketAddr,
-    /// Counters shared with the association.
-    pub(super) activity: Arc<Activity>,
-    /// The bandwidth limit on replies (`rate`, `rate-down`, ...); a reply
-    /// over it is dropped and counted.
-    down: Option<Limit>,
-}
-
-/// Whether a datagram of `payload` is within `limit` (taking its bytes from
-/// every bucket); one that is not is counted as dropped. UDP is policed, not
-/// queued: a queue would add latency and memory for what the sender's own
-/// congestion control (if any) handles better.
-fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
-    let Some(limit) = limit else {
-        return true;
-    };
-    let n = u64::try_from(payload.len()).unwrap_or(u64::MAX);
-    if limit.try_take(n, Instant::now()) {
-        return true;
-    }
-    activity.conn.rule().count(|c| &c.rate_dropped_datagrams);
-    false
-}
-
-impl Reply {
-    /// The reply half of a new or resumed association (sending to `client`
-    /// from `listener`), and the limit on the client's own datagrams: both
-    /// from the rule's rates for this client.
-    fn with_limits(
-        route: &Route,
-        listener: &Arc<Async<UdpSocket>>,
-        client: SocketAddr,
-        origin: Origin,
-        activity: &Arc<Activity>,
-    ) -> (Option<Limit>, Reply) {
-        let (up, down) = route
-            .rates
-            .limits(&activity.conn.rule().rates, Some(client_ip(origin.client)));
-        let reply = Reply {
-            listener: listener.clone(),
-            client,
-            activity: activity.clone(),
-            down,
-        };
-        (up, reply)
-    }
-
-    /// Sends a run of replies from the backend to the client without waiting
-    /// (one batched send); returns how many did not fit in the listening
-    /// socket's buffer and were dropped.
-    fn send_run(&self, run: &[&[u8]]) -> usize {
-        self.activity.touch();
-        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
-        let mut n = 0;
-        for payload in run.iter().take(batch::RUN_MAX) {
-            if within(self.down.as_ref(), payload, &self.activity) {
-                kept[n] = payload;
-                n += 1;
-            }
-        }
-        let sent = batch::send_run(self.listener.get_ref(), Some(self.client), None, &kept[..n]);
-        if let Some(e) = sent.error {
-            log::debug!("reply to {}: {e}", self.client);
-        }
-        self.activity.conn.add_to_client(sent.bytes);
-        sent.blocked
-    }
-
-    /// Sends one reply datagram, waiting only if the listening socket's buffer is full.
-    pub(super) async fn send(&self, payload: &[u8]) {
-        self.activity.touch();
-        if !within(self.down.as_ref(), payload, &self.activity) {
-            return;
-        }
-        for _ in 0..2 {
-            match self.listener.get_ref().send_to(payload, self.client) {
-                Ok(_) => {
-                    let n = payload.len() as u64;
-                    self.activity.conn.add_to_client(n);
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.listener.writable().await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    log::debug!("reply to {}: {e}", self.client);
-                    return;
-                }
-            }
-        }
     }
 }
 

@@ -21,9 +21,11 @@
 //! [`crate::shared::UDP_QUEUE_TOTAL`]), so a slow backend cannot make one-byte
 //! datagrams pin 64 KiB each.
 
+mod activity;
 mod assoc;
 mod batch;
 mod listener;
+mod reply;
 mod tcp_to_udp;
 mod udp_to_tcp;
 

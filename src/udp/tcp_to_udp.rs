@@ -11,7 +11,7 @@
 //! each read is then shorter by the header's length, so header and read
 //! still fit in one datagram.
 
-use super::assoc::Activity;
+use super::activity::Activity;
 use super::{
     connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
     MAX_PAYLOAD,
