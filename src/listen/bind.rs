@@ -2,8 +2,7 @@
 //! fails cleanly on a port in use, and tests can bind port 0 and read the
 //! address back.
 
-use super::Inherited;
-use oi_config::{BindAddr, Proto, ResolvedConfig, ResolvedRule};
+use oi_config::{BindAddr, Proto, ResolvedRule};
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
@@ -151,37 +150,6 @@ pub(crate) fn bind_error(file: &str, rule: &ResolvedRule, e: &io::Error) -> Stri
         rule.rule.line,
         rule.bind.with_proto(rule.rule.bind.proto)
     )
-}
-
-/// Binds every rule; on failure returns one message per rule that failed, naming its line.
-pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Vec<String>> {
-    bind_all_with(cfg, file, &mut Inherited::default())
-}
-
-/// [`bind_all`], taking each rule's socket from `inherited` when one was
-/// passed for its address, and binding it otherwise.
-pub(crate) fn bind_all_with(
-    cfg: &ResolvedConfig,
-    file: &str,
-    inherited: &mut Inherited,
-) -> Result<Vec<BoundSocket>, Vec<String>> {
-    let mut bound = Vec::new();
-    let mut errors = Vec::new();
-    for r in &cfg.rules {
-        if let Some(s) = inherited.take(&(r.bind.clone(), r.rule.bind.proto)) {
-            bound.push(s);
-            continue;
-        }
-        match bind(r) {
-            Ok(s) => bound.push(s),
-            Err(e) => errors.push(bind_error(file, r, &e)),
-        }
-    }
-    if errors.is_empty() {
-        Ok(bound)
-    } else {
-        Err(errors)
-    }
 }
 
 #[cfg(test)]

@@ -12,10 +12,13 @@
 //! closed. Several TCP listeners on one address (an earlier oi's
 //! `SO_REUSEPORT` group, stored whole so no queued connection is reset when
 //! the old process closes its sockets) all serve the one rule.
+//!
+//! Binding the whole configuration is here too ([`bind_all_with`]): each
+//! rule's passed socket if there is one, else one `bind.rs` binds.
 
-use super::bind::{BoundSocket, TcpGroup, UnixSocket};
+use super::bind::{bind, bind_error, BoundSocket, TcpGroup, UnixSocket};
 use super::ListenerKey;
-use oi_config::{BindAddr, Proto, UnixAddr};
+use oi_config::{BindAddr, Proto, ResolvedConfig, UnixAddr};
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketType};
 use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -248,6 +251,41 @@ fn unix_addr(addr: &SocketAddrUnix) -> Result<UnixAddr, String> {
             .map_err(|_| "an abstract unix name that is not UTF-8".to_string());
     }
     Err("an unnamed unix socket".into())
+}
+
+/// Binds every rule; on failure returns one message per rule that failed, naming its line.
+///
+/// Here, not in `bind.rs`: binding every rule takes each passed socket
+/// first ([`bind_all_with`]), so it needs this module, which needs `bind`'s
+/// socket types; with it in `bind.rs` the two modules depended on each other.
+pub fn bind_all(cfg: &ResolvedConfig, file: &str) -> Result<Vec<BoundSocket>, Vec<String>> {
+    bind_all_with(cfg, file, &mut Inherited::default())
+}
+
+/// [`bind_all`], taking each rule's socket from `inherited` when one was
+/// passed for its address, and binding it otherwise.
+pub(crate) fn bind_all_with(
+    cfg: &ResolvedConfig,
+    file: &str,
+    inherited: &mut Inherited,
+) -> Result<Vec<BoundSocket>, Vec<String>> {
+    let mut bound = Vec::new();
+    let mut errors = Vec::new();
+    for r in &cfg.rules {
+        if let Some(s) = inherited.take(&(r.bind.clone(), r.rule.bind.proto)) {
+            bound.push(s);
+            continue;
+        }
+        match bind(r) {
+            Ok(s) => bound.push(s),
+            Err(e) => errors.push(bind_error(file, r, &e)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(bound)
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]

@@ -27,9 +27,9 @@ mod driver;
 mod inherit;
 mod unix;
 
-pub(crate) use bind::bind_all_with;
-pub use bind::{bind, bind_all, BoundSocket, TcpGroup, UnixSocket};
-pub(crate) use inherit::Inherited;
+pub use bind::{bind, BoundSocket, TcpGroup, UnixSocket};
+pub use inherit::bind_all;
+pub(crate) use inherit::{bind_all_with, Inherited};
 
 use crate::limits::RuleLimits;
 use crate::route::Route;
