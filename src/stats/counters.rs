@@ -6,7 +6,6 @@
 //! `observe::format` write out. Adding a counter is one row here and a
 //! [`super::RuleStats::count`] where the event happens.
 
-use super::ConnKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A Prometheus metric family: counters naming the same family are written
@@ -404,6 +403,33 @@ impl CounterValues {
     /// ACL refusals, both kinds.
     pub fn refused(&self) -> u64 {
         self.not_allowed.saturating_add(self.denied)
+    }
+}
+
+/// What a live entry is: a connection counts as opened and active under
+/// its kind. Here, with the counters it selects, not in the live list: the
+/// list is part of a rule's counters (`rules/live.rs`), which count by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnKind {
+    /// A TCP client forwarded to a TCP backend.
+    Tcp,
+    /// A TCP client forwarded to a UDP backend.
+    TcpToUdp,
+    /// A UDP client's association (to a UDP or TCP backend).
+    Udp,
+    /// A unix socket client forwarded to a TCP or unix socket backend.
+    Unix,
+}
+
+impl ConnKind {
+    /// The name `oi connections` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnKind::Tcp => "tcp",
+            ConnKind::TcpToUdp => "tcp>udp",
+            ConnKind::Udp => "udp",
+            ConnKind::Unix => "unix",
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //!   with its JSON key, Prometheus family and text-status place.
 //! - `rules.rs`: a rule's counters ([`RuleStats`]) and its backends'.
 //! - `snapshot.rs`: the process's ([`Stats`]) and the [`Snapshot`].
-//! - `live.rs`: the live list of open connections and associations.
+//! - `rules/live.rs`: the live list of open connections and associations.
+//!   A child of `rules`, not a sibling: a rule holds the list its
+//!   connections join and each entry holds its rule, one knot of types.
 //!
 //! # Cost on the forwarding path
 //!
@@ -35,17 +37,17 @@
 
 mod carry;
 mod counters;
-mod live;
 mod rules;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use counters::ConnectFailure;
-pub use counters::{CounterDef, CounterValues, Family, Metric, MetricKind, TextSection, COUNTERS};
-pub use live::{ConnInfo, ConnKind, ConnState};
-pub(crate) use live::{Live, Registered};
-pub(crate) use rules::BackendStats;
+pub use counters::{
+    ConnKind, CounterDef, CounterValues, Family, Metric, MetricKind, TextSection, COUNTERS,
+};
+pub use rules::{ConnInfo, ConnState};
+pub(crate) use rules::{Live, Registered};
 pub use rules::{BackendValues, RuleStats, RuleValues};
 pub use snapshot::{Pools, Snapshot, Stats};
 

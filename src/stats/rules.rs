@@ -1,8 +1,13 @@
 //! One rule's counters ([`RuleStats`]) and its backends' ([`BackendStats`]),
 //! and their snapshots.
 
+mod live;
+
+pub use live::{ConnInfo, ConnState};
+pub(crate) use live::{Live, Registered};
+
 use super::counters::{bump, CounterCells, CounterValues, Counters};
-use super::{ConnKind, ConnectFailure, Live, Registered};
+use super::{ConnKind, ConnectFailure};
 use crate::backends::BackendPool;
 use oi_config::Proto;
 use std::net::SocketAddr;

@@ -9,6 +9,7 @@
 //! snapshot locks one shard at a time only to copy its pointers out.
 
 use super::{BackendStats, RuleStats};
+use crate::stats::ConnKind;
 use crate::peer::Peer;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -19,31 +20,6 @@ use std::time::{Duration, Instant};
 /// Shards of the live list: more than the executor threads of a typical host,
 /// so each thread usually has its own.
 const SHARDS: usize = 64;
-
-/// What a live entry is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnKind {
-    /// A TCP client forwarded to a TCP backend.
-    Tcp,
-    /// A TCP client forwarded to a UDP backend.
-    TcpToUdp,
-    /// A UDP client's association (to a UDP or TCP backend).
-    Udp,
-    /// A unix socket client forwarded to a TCP or unix socket backend.
-    Unix,
-}
-
-impl ConnKind {
-    /// The name `oi connections` prints.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnKind::Tcp => "tcp",
-            ConnKind::TcpToUdp => "tcp>udp",
-            ConnKind::Udp => "udp",
-            ConnKind::Unix => "unix",
-        }
-    }
-}
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +78,7 @@ impl ConnState {
 /// not here. `entry_fits_its_budget` pins the size.
 pub(crate) struct Conn {
     /// The rule it belongs to (kept alive by it, even after a reload removes the rule).
-    pub(super) rule: Arc<RuleStats>,
+    pub(in crate::stats) rule: Arc<RuleStats>,
     /// The client's address, or a unix client (never written to the status file or metrics).
     client: Peer,
     /// The backend address that answered, once known, with that backend's
@@ -133,7 +109,7 @@ fn epoch() -> Instant {
 
 impl Conn {
     /// Bytes (from, to) the client so far.
-    pub(super) fn bytes(&self) -> (u64, u64) {
+    pub(in crate::stats) fn bytes(&self) -> (u64, u64) {
         (
             self.from_client.load(Ordering::Relaxed),
             self.to_client.load(Ordering::Relaxed),
@@ -141,12 +117,12 @@ impl Conn {
     }
 
     /// The backend's counters, once connected.
-    pub(super) fn backend_stats(&self) -> Option<&Arc<BackendStats>> {
+    pub(in crate::stats) fn backend_stats(&self) -> Option<&Arc<BackendStats>> {
         self.backend.get().and_then(|(_, b)| b.as_ref())
     }
 
     /// What `oi connections` shows of it.
-    pub(super) fn info(&self) -> ConnInfo {
+    pub(in crate::stats) fn info(&self) -> ConnInfo {
         let (from_client, to_client) = self.bytes();
         ConnInfo {
             rule: self.rule.name().to_string(),
@@ -257,14 +233,14 @@ thread_local! {
 }
 
 impl Live {
-    pub(super) fn new() -> Self {
+    pub(in crate::stats) fn new() -> Self {
         Live {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
         }
     }
 
     /// Adds an entry to its rule's live list; it stays until the guard drops.
-    pub(super) fn register(rule: Arc<RuleStats>, kind: ConnKind, client: Peer) -> Registered {
+    pub(in crate::stats) fn register(rule: Arc<RuleStats>, kind: ConnKind, client: Peer) -> Registered {
         let shard = SHARD.with(|s| *s);
         let started = epoch().elapsed().as_millis();
         let conn = Arc::new(Conn {
@@ -289,7 +265,7 @@ impl Live {
     }
 
     /// Every live entry now.
-    pub(super) fn list(&self) -> Vec<Arc<Conn>> {
+    pub(in crate::stats) fn list(&self) -> Vec<Arc<Conn>> {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
             all.extend(shard.lock().entries().cloned());
@@ -418,7 +394,7 @@ impl Drop for Registered {
         if let Some(b) = c.backend_stats() {
             b.ended_from_client.fetch_add(from, Ordering::Relaxed);
             b.ended_to_client.fetch_add(to, Ordering::Relaxed);
-            super::drop_one(&b.active);
+            crate::stats::drop_one(&b.active);
         }
     }
 }
@@ -426,6 +402,22 @@ impl Drop for Registered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::counters::Counters;
+
+    /// A rule of its own, as `Stats::add_rule` makes one: the process's
+    /// `Stats` is in `snapshot`, above the rules this list is part of.
+    fn rule() -> Arc<RuleStats> {
+        Arc::new(RuleStats {
+            name: "a:1/tcp".into(),
+            proto: oi_config::Proto::Tcp,
+            counters: Counters::default(),
+            process: Arc::default(),
+            live: Arc::new(Live::new()),
+            pool: arc_swap::ArcSwapOption::empty(),
+            rates: crate::rate::RuleRates::default(),
+            backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
+        })
+    }
 
     /// One entry per open connection: 136 bytes on x86_64, so that with the
     /// `Arc`'s two counts it is a 160-byte allocation (glibc rounds to 16
@@ -453,8 +445,7 @@ mod tests {
     /// Slots are reused, and an emptied shard gives its storage back.
     #[test]
     fn slots_are_reused_and_freed() {
-        let stats = super::super::Stats::default();
-        let rule = stats.add_rule("a:1/tcp".into(), oi_config::Proto::Tcp, &[]);
+        let rule = rule();
         let live = &rule.live;
         let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
         let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);
