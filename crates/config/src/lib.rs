@@ -16,6 +16,7 @@ pub mod acl;
 mod address;
 mod bounded;
 mod bytes;
+mod checks;
 pub mod convert;
 mod hint;
 mod include;
@@ -38,7 +39,7 @@ pub use include::{
 };
 pub use lookup::{LOOKUP_DEADLINE, LOOKUP_THREADS};
 pub use model::{
-    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, Options, StatusFormat,
+    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, StatusFormat,
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
@@ -46,7 +47,7 @@ pub use resolve::{
     resolve, BindAddr, ResolvedBackend, ResolvedConfig, ResolvedRule, RuleDefaults,
     DEFAULT_DNS_REFRESH,
 };
-pub use settings::RuleOptions;
+pub use settings::{Options, RuleOptions};
 pub use unix::{UnixAddr, MAX_UNIX_PATH};
 pub use yaml::parse_yaml;
 

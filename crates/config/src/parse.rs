@@ -20,6 +20,7 @@ use options::parse_options;
 pub use pattern::parse_pattern;
 
 use super::bounded::{ErrorSink, LineErrors, Shown};
+use super::checks::check_rule;
 use super::hint::closest;
 use super::include::{IncludeSource, IncludedFile};
 use super::settings::{self, Setting, Slot, Syntax, Value};
@@ -618,7 +619,7 @@ impl Parser<'_> {
             return;
         };
         let backends = vec![Backend::plain(connect, line)];
-        let (unix_errors, unix_warnings) = unix::check_rule(&bind, &backends, &options);
+        let (unix_errors, unix_warnings) = check_rule(&bind, &backends, &options);
         if !unix_errors.is_empty() {
             for e in unix_errors {
                 errors.push(e);

@@ -410,7 +410,7 @@ pub fn resolve_with(
         }
     }
     errors.set_file(None);
-    let rules = super::sni::group(rules);
+    let rules = group(rules);
     errors.into_result(
         ResolvedConfig { config, rules },
         super::parse::PLACEHOLDER_FILE,
@@ -467,6 +467,50 @@ fn source(host: &Host, want_v4: Option<bool>, names: &Lookups) -> Result<IpAddr,
         .or(found.first())
         .copied()
         .ok_or_else(|| format!("src host '{name}' has no addresses"))
+}
+
+/// `rules` (in file order) with each shared listener's rules folded into
+/// one: the rule without `[sni=]` (else the first) keeps its place and
+/// carries the others in [`ResolvedRule::sni`], in file order.
+///
+/// Here, not in `sni.rs` with the rest of server-name sharing: it folds
+/// resolved rules, and `sni.rs` is below this module (the parsers ask it
+/// whether two rules may share an address before anything is resolved).
+fn group(rules: Vec<ResolvedRule>) -> Vec<ResolvedRule> {
+    let key = |r: &ResolvedRule| (r.bind.clone(), r.rule.bind.proto);
+    let mut carrier: HashMap<(BindAddr, Proto), usize> = HashMap::new();
+    let mut shared = false;
+    for (i, r) in rules.iter().enumerate() {
+        let routed = r.server_name().is_some();
+        shared |= routed;
+        match carrier.get(&key(r)) {
+            None => {
+                carrier.insert(key(r), i);
+            }
+            Some(&c) if !routed && rules[c].server_name().is_some() => {
+                carrier.insert(key(r), i);
+            }
+            Some(_) => {}
+        }
+    }
+    if !shared {
+        return rules;
+    }
+    // Each rule goes to its carrier's list; carriers stay, in place.
+    let mut kept = Vec::with_capacity(carrier.len());
+    let mut carried: HashMap<usize, Vec<ResolvedRule>> = HashMap::new();
+    for (i, r) in rules.into_iter().enumerate() {
+        match carrier.get(&key(&r)).copied() {
+            Some(c) if c != i => carried.entry(c).or_default().push(r),
+            _ => kept.push((i, r)),
+        }
+    }
+    kept.into_iter()
+        .map(|(i, mut r)| {
+            r.sni = carried.remove(&i).unwrap_or_default();
+            r
+        })
+        .collect()
 }
 
 #[cfg(test)]

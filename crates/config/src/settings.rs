@@ -13,12 +13,14 @@
 
 mod applies;
 mod layers;
+mod options;
 pub mod reference;
 mod store;
 mod table;
 
 pub use applies::{is_set, misapplied, warnings, Shape};
 pub use layers::{resolve, resolve_globals};
+pub use options::Options;
 pub use store::{globals_set, store, unescape, written};
 
 /// The value in `slot` as its option writes it (`30`, `on`, `0660`, `v2`);

@@ -1,8 +1,18 @@
-//! `load`: only regular files of bounded size are read, and every refusal is
-//! quick and names the file (issue 10: `-c /dev/zero` read until allocation failed).
+//! Tests of the crate as a whole. Here, `load`: only regular files of
+//! bounded size are read, and every refusal is quick and names the file
+//! (issue 10: `-c /dev/zero` read until allocation failed). In `tests/`,
+//! what the settings, unix sides and shared listeners do through the
+//! parsers.
 
 use super::*;
 use std::io::Write;
+
+// Tests through the parsers of what modules below them decide: here, above
+// every module, since tests of those modules that parse made each depend on
+// the parsers that use it (an import cycle).
+mod settings_in_files;
+mod shared_listeners;
+mod unix_sides;
 
 /// The single error `load` gives for `path`, as the user sees it.
 fn load_error(path: &Path) -> String {

@@ -23,10 +23,11 @@ mod tree;
 
 use super::address::{parse_host, parse_port};
 use super::bounded::ErrorSink;
+use super::checks::check_rule;
 use super::hint::suggestion;
 use super::parse::{parse_pattern, PROXY_V1_UDP, PROXY_V1_UDP_LISTENER};
 use super::settings::{self, Syntax};
-use super::unix::{check_rule, is_unix, parse_unix};
+use super::unix::{is_unix, parse_unix};
 use super::values::{bounded, seconds};
 use super::{
     AclRules, Algorithm, Backend, Balance, Config, ConfigErrors, Endpoint, Format, Host, Options,
