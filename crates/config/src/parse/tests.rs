@@ -1,7 +1,7 @@
 //! Parser tests: every grammar element and every error class, with exact messages.
 
 use super::*;
-use crate::{Pattern, PatternKind};
+use crate::{Host, Pattern, PatternKind, RuleOptions, SpliceMode};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
