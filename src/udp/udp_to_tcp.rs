@@ -14,8 +14,8 @@
 
 use super::reply::Reply;
 use super::MAX_PAYLOAD;
-use crate::bounds::Charge;
 use crate::backends::Lease;
+use crate::bounds::Charge;
 use crate::connect;
 use crate::route::{client_ip, Route};
 use crate::shared::Shared;
