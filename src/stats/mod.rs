@@ -46,9 +46,9 @@ pub(crate) use counters::ConnectFailure;
 pub use counters::{
     ConnKind, CounterDef, CounterValues, Family, Metric, MetricKind, TextSection, COUNTERS,
 };
+pub use rules::{BackendValues, RuleStats, RuleValues};
 pub use rules::{ConnInfo, ConnState};
 pub(crate) use rules::{Live, Registered};
-pub use rules::{BackendValues, RuleStats, RuleValues};
 pub use snapshot::{Pools, Snapshot, Stats};
 
 use counters::drop_one;

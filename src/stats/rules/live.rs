@@ -9,8 +9,8 @@
 //! snapshot locks one shard at a time only to copy its pointers out.
 
 use super::{BackendStats, RuleStats};
-use crate::stats::ConnKind;
 use crate::peer::Peer;
+use crate::stats::ConnKind;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -240,7 +240,11 @@ impl Live {
     }
 
     /// Adds an entry to its rule's live list; it stays until the guard drops.
-    pub(in crate::stats) fn register(rule: Arc<RuleStats>, kind: ConnKind, client: Peer) -> Registered {
+    pub(in crate::stats) fn register(
+        rule: Arc<RuleStats>,
+        kind: ConnKind,
+        client: Peer,
+    ) -> Registered {
         let shard = SHARD.with(|s| *s);
         let started = epoch().elapsed().as_millis();
         let conn = Arc::new(Conn {

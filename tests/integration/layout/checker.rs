@@ -48,9 +48,15 @@ fn a_cycle_between_nested_siblings_is_found_at_their_level() {
         "mod net; mod log;",
         &[
             ("net/mod.rs", "mod tcp; mod udp;"),
-            ("net/tcp.rs", "use crate::log::Line;\nuse super::udp::Socket;"),
+            (
+                "net/tcp.rs",
+                "use crate::log::Line;\nuse super::udp::Socket;",
+            ),
             ("net/udp/mod.rs", "mod assoc;"),
-            ("net/udp/assoc.rs", "fn f() {\n    crate::net::tcp::pump();\n}"),
+            (
+                "net/udp/assoc.rs",
+                "fn f() {\n    crate::net::tcp::pump();\n}",
+            ),
             ("log.rs", "pub struct Line;"),
         ],
     );

@@ -81,7 +81,11 @@ impl Tree {
                         let names = tree.imports.entry(at).or_default();
                         names.insert(name.clone(), import.segments.clone());
                     }
-                    None => tree.globs.entry(at).or_default().push(import.segments.clone()),
+                    None => tree
+                        .globs
+                        .entry(at)
+                        .or_default()
+                        .push(import.segments.clone()),
                 }
             }
         }
@@ -92,7 +96,10 @@ impl Tree {
     fn has(&self, module: &[String], name: &str) -> bool {
         let child = joined(module, &[name.to_string()]);
         self.modules.contains(&child)
-            || self.imports.get(module).is_some_and(|m| m.contains_key(name))
+            || self
+                .imports
+                .get(module)
+                .is_some_and(|m| m.contains_key(name))
     }
 
     /// The module a path written in module `at` leads to: the deepest one
@@ -121,7 +128,9 @@ impl Tree {
                 // a glob `use` (`use super::*`) brings in.
                 let globbed = self.globs.get(at).into_iter().flatten();
                 let opened = globbed.filter_map(|g| self.resolve(at, g, hops + 1));
-                let scope = std::iter::once(here).chain(opened).find(|m| self.has(m, first))?;
+                let scope = std::iter::once(here)
+                    .chain(opened)
+                    .find(|m| self.has(m, first))?;
                 return self.walk(scope, segments, hops);
             }
         }
