@@ -287,7 +287,7 @@ pub(crate) struct Held {
     _rule: Slot,
     /// Its place in the rule's per-client count, when the rule has one.
     /// Boxed: 8 bytes, not 32, in every connection, most of whose rules
-    /// have no per-client limit (issue 23's idle memory).
+    /// have no per-client limit (the limits' slots: 48 -> 24 bytes).
     _client: Option<Box<ClientSlot>>,
 }
 
