@@ -54,7 +54,7 @@ pub(super) struct Admitted<P> {
     /// The rule's connection counts, when it has a per-client limit (checked
     /// later, once the client is known, e.g. after a PROXY header); `None`
     /// spares the other connections an atomic add and subtract on a count
-    /// every thread writes (issue 23).
+    /// every thread writes.
     pub(super) limits: Option<Arc<RuleLimits>>,
     /// The thread's count and the limits' slot: both held until the
     /// connection's sockets are closed (see `accept::connection`).

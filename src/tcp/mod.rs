@@ -41,7 +41,7 @@ use std::task::{Context, Poll};
 /// read back from the live entry (client, server name, backend address) or
 /// that only the setup needed (the origin, the connect's state).
 ///
-/// Issue 23: before this split, one future ran the connection from its
+/// Why: before this split, one future ran the connection from its
 /// accept to its end and kept every local of its setup (the PROXY header's
 /// `Origin`, the connect's result, copies of the peer) beside the pump, 1,064
 /// bytes per idle connection in the release build. The setup now runs in a

@@ -1,7 +1,7 @@
 //! System calls per message and per connection, counted on the real binary
-//! with `strace -c`: the figures issue 23 brought down (a 64 B round trip
-//! from 16.1 calls to 6, a connection from 36.9 to about 17 under load),
-//! held in CI. A count does not move with machine noise the way a timing
+//! with `strace -c`: the figures the per-thread reactor and the cuts after
+//! it brought down (a 64 B round trip from 16.1 calls to 6, a connection
+//! from 36.9 to about 17 under load), held in CI. A count does not move with machine noise the way a timing
 //! does, so these are tests, not benchmarks (benches/syscalls.sh measures
 //! the same beside rinetd and haproxy).
 //!
