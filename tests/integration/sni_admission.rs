@@ -31,9 +31,12 @@ fn at(a: SocketAddr) -> String {
 
 /// What a connection from `from` naming `name` gets back from
 /// 127.0.0.1:`port` before it is closed: the marker of the backend it
-/// reached, or nothing when it was refused.
+/// reached, or nothing when it was refused. An echo backend that admitted
+/// it never closes: the read gives up after the tests' patience, with the
+/// echoed bytes.
 fn answer_from(from: &str, port: u16, name: &str) -> Vec<u8> {
     let mut s = connect_from(from, port);
+    s.set_read_timeout(Some(PATIENCE)).expect("read timeout");
     s.write_all(&client_hello::example(Some(name)))
         .expect("write the ClientHello");
     let mut reply = Vec::new();
