@@ -174,6 +174,9 @@ pub(crate) struct Parked {
     pub(crate) down: HalfState,
     /// When the connection was accepted (seconds since the epoch).
     pub(crate) started: u64,
+    /// The TLS server name that routed it, on a listener rules share by
+    /// server name: the new oi routes it to the same rule by it.
+    pub(crate) server_name: Option<String>,
     /// Where the verdict goes: `true` adopted, `false` resume.
     pub(crate) verdict: Sender<bool>,
 }
@@ -192,7 +195,13 @@ pub struct Offered {
     pub(crate) down: HalfState,
     /// When the previous oi accepted it (seconds since the epoch).
     pub(crate) started: u64,
+    /// The server name that routed it, as [`Parked::server_name`]; at most
+    /// [`MAX_SERVER_NAME`] bytes.
+    pub(crate) server_name: Option<String>,
 }
+
+/// Longest server name a hand-over carries: a DNS name's limit.
+pub(crate) const MAX_SERVER_NAME: usize = 255;
 
 /// A pump's flag and waker: how a hand-over reaches it.
 #[derive(Default)]

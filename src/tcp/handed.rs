@@ -145,6 +145,7 @@ async fn offer<G>(published: &mut Published<'_>, open: &Open<G>, ticket: &Ticket
         up: up.into(),
         down: down.into(),
         started: open.started,
+        server_name: open.live.server_name().map(|n| n.to_string()),
         verdict,
     };
     if !shared.parking.park(ticket, parked) {

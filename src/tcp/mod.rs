@@ -372,6 +372,9 @@ pub(crate) async fn adopted(
         _ => ConnKind::Unix,
     };
     let live = stats.register_resumed(kind, peer);
+    if let Some(name) = a.server_name.as_deref() {
+        live.routed_by(Arc::from(name));
+    }
     // Counted on its backend's load (least connections) while it lasts.
     let lease = match backend.get_ref().peer_addr() {
         Ok(addr) => {
