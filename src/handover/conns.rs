@@ -8,7 +8,9 @@
 //! order (each one's client→backend bytes, then its backend→client ones),
 //! then each connection's client and backend sockets.
 
-use super::park::{Flow, HalfState, Offered, Origin, Parked, Parking, PARK_WITHIN};
+use super::park::{
+    Flow, HalfState, Offered, Origin, Parked, Parking, MAX_SERVER_NAME, PARK_WITHIN,
+};
 use super::wire::{self, Kind, Received};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -72,6 +74,7 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
                 "id": (c * PER_MESSAGE + i) as u64,
                 "rule": p.rule,
                 "started": p.started,
+                "server_name": p.server_name,
                 "up": half(&p.up),
                 "down": half(&p.down),
             });
@@ -299,6 +302,11 @@ fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String>
             up,
             down,
             started: e["started"].as_u64().unwrap_or(0),
+            // Absent (null) for connections no server name routed.
+            server_name: e["server_name"]
+                .as_str()
+                .filter(|n| n.len() <= MAX_SERVER_NAME)
+                .map(str::to_string),
         });
     }
     Ok(out)
@@ -371,6 +379,7 @@ mod tests {
         };
         let parked: Vec<Parked> = (0..4u8)
             .map(|i| Parked {
+                server_name: None,
                 flow: Handing::Copied(match i {
                     0 => Flow::Stream {
                         client: sock(),

@@ -174,6 +174,9 @@ pub(crate) struct Parked {
     pub(crate) down: HalfState,
     /// When the connection was accepted (seconds since the epoch).
     pub(crate) started: u64,
+    /// The TLS server name that routed it, on a listener rules share by
+    /// server name: the new oi routes it to the same rule by it.
+    pub(crate) server_name: Option<String>,
     /// Where the verdict goes: `true` adopted, `false` resume.
     pub(crate) verdict: Sender<bool>,
 }
@@ -192,7 +195,13 @@ pub struct Offered {
     pub(crate) down: HalfState,
     /// When the previous oi accepted it (seconds since the epoch).
     pub(crate) started: u64,
+    /// The server name that routed it, as [`Parked::server_name`]; at most
+    /// [`MAX_SERVER_NAME`] bytes.
+    pub(crate) server_name: Option<String>,
 }
+
+/// Longest server name a hand-over carries: a DNS name's limit.
+pub(crate) const MAX_SERVER_NAME: usize = 255;
 
 /// A pump's flag and waker: how a hand-over reaches it.
 #[derive(Default)]
@@ -208,7 +217,7 @@ impl Slot {
     /// one is (checked after registering, so a stop in between is seen).
     /// `told` is the waker registered last: the same task's waker is not
     /// registered again, since `AtomicWaker::register` is two atomic
-    /// read-modify-writes, and a pump's task asks once per poll (issue 23).
+    /// read-modify-writes, and a pump's task asks once per poll.
     /// A stop's wake takes the waker out of the slot, so `told` is cleared
     /// when a stop is seen: the next wait registers again.
     pub(crate) fn poll_stop(&self, cx: &mut Context<'_>, told: &mut Option<Waker>) -> Poll<()> {
@@ -233,7 +242,7 @@ struct Inner {
     /// Every pumping connection's slot, by id: a slab, so entering and
     /// leaving, once each per connection, hash nothing (a `HashMap` keyed
     /// by a counter ran SipHash both times, about 300 instructions a
-    /// connection, issue 23).
+    /// connection by callgrind).
     slots: Slab<Arc<Slot>>,
     /// Set while a hand-over collects: only then does a pump park.
     collecting: bool,

@@ -31,7 +31,7 @@ pub use bind::{bind, BoundSocket, TcpGroup, UnixSocket};
 pub use inherit::bind_all;
 pub(crate) use inherit::{bind_all_with, Inherited};
 
-use crate::limits::RuleLimits;
+use crate::route::limits::RuleLimits;
 use crate::route::Route;
 use crate::shared::Shared;
 use crate::stats::RuleStats;
@@ -281,8 +281,23 @@ impl Listeners {
                 Flow::TcpToUdp { origin, .. } => Some(crate::route::client_ip(origin.client)),
                 Flow::Datagram { .. } | Flow::UdpToTcp { .. } => None,
             };
-            let per_client = client.filter(|_| route.maxconn_per_client.is_some());
-            let held = self.shared.limits.hold(&running.limits, per_client);
+            // A connection a server name routed goes back to that rule (its
+            // backends, counts and log lines), chosen by the name it carries;
+            // one no name routed, to the listener's default rule.
+            let routed = match (&route.sni, &c.flow) {
+                (Some(names), Flow::Stream { .. }) if route.routes_by_name() => names
+                    .choose(c.server_name.as_deref())
+                    .map(|(r, _)| r.clone()),
+                _ => None,
+            };
+            let per_client_limit = routed.as_ref().unwrap_or(&route).maxconn_per_client;
+            let per_client = client.filter(|_| per_client_limit.is_some());
+            let routed_limits = routed.as_ref().map(|r| &r.limits);
+            let held = self
+                .shared
+                .limits
+                .hold(&running.limits, routed_limits, per_client);
+            let route = routed.unwrap_or(route);
             let (gate, go) = (gate.clone(), go.clone());
             self.threads
                 .executor(at)
@@ -639,7 +654,7 @@ impl Listeners {
             return Err(errors);
         }
         let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
-        for (key, route) in kept {
+        for (key, mut route) in kept {
             let Some(running) = self.serving.remove(&key) else {
                 continue;
             };
@@ -654,8 +669,10 @@ impl Listeners {
                     }
                 }
             }
-            // Backends the new file keeps keep their health and load.
+            // Backends the new file keeps keep their health and load, rules
+            // routed by server name their connection counts.
             route.keep_state_of(&running.route.load());
+            route.keep_counts_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());

@@ -20,6 +20,7 @@ mod checks;
 pub mod convert;
 mod hint;
 mod include;
+pub mod lint;
 mod lookup;
 mod model;
 mod parse;

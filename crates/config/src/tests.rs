@@ -1,6 +1,6 @@
 //! Tests of the crate as a whole. Here, `load`: only regular files of
 //! bounded size are read, and every refusal is quick and names the file
-//! (issue 10: `-c /dev/zero` read until allocation failed). In `tests/`,
+//! (`-c /dev/zero` was once read until allocation failed). In `tests/`,
 //! what the settings, unix sides and shared listeners do through the
 //! parsers.
 

@@ -158,21 +158,58 @@ impl GlobalLimit {
         Ok(Held {
             _global: global,
             _rule: own,
-            _client: None,
+            extra: None,
         })
     }
 
     /// Counts a connection a previous oi handed over (`oi upgrade`): it is
     /// open already, so it is counted whatever the limits (a count past a
     /// limit refuses new connections until it drops below again), in the
-    /// global count, the rule's and, with `client`, the per-client one.
-    pub(crate) fn hold(&self, rule: &Arc<RuleLimits>, client: Option<IpAddr>) -> Held {
+    /// global count, its listener's, with `routed` the count of the rule
+    /// its server name chose, and with `client` the per-client one (the
+    /// routed rule's, else the listener's).
+    pub(crate) fn hold(
+        &self,
+        listener: &Arc<RuleLimits>,
+        routed: Option<&Arc<RuleLimits>>,
+        client: Option<IpAddr>,
+    ) -> Held {
+        let rule = routed.unwrap_or(listener);
+        let client = client.and_then(|c| rule.take_client(c, usize::MAX));
+        let routed = routed.map(|r| r.gauge.take());
+        let extra = (client.is_some() || routed.is_some()).then(|| {
+            Box::new(Extra {
+                _routed: routed,
+                _client: client,
+            })
+        });
         Held {
             _global: self.gauge.take(),
-            _rule: rule.gauge.take(),
-            _client: client
-                .and_then(|c| rule.take_client(c, usize::MAX))
-                .map(Box::new),
+            _rule: listener.gauge.take(),
+            extra,
+        }
+    }
+
+    /// Takes a slot of `routed`, the counts of the rule a server name routed
+    /// the connection to (its `maxconn`: `max`), into `held`; counts a
+    /// refusal like [`admit`](Self::admit). The listener's own count was
+    /// taken at accept, unlimited.
+    pub(crate) fn admit_routed(
+        &self,
+        routed: &RuleLimits,
+        held: &mut Held,
+        max: Option<usize>,
+    ) -> Result<(), Which> {
+        match routed.gauge.try_take(max) {
+            Some(slot) => {
+                held.extra()._routed = Some(slot);
+                Ok(())
+            }
+            None => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                routed.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Which::Rule)
+            }
         }
     }
 
@@ -190,7 +227,7 @@ impl GlobalLimit {
         };
         match rule.take_client(client, max) {
             Some(slot) => {
-                held._client = Some(Box::new(slot));
+                held.extra()._client = Some(slot);
                 Ok(())
             }
             None => {
@@ -283,12 +320,30 @@ impl Drop for ClientSlot {
 pub(crate) struct Held {
     /// Its place in the global count.
     _global: Slot,
-    /// Its place in the rule's count.
+    /// Its place in its listener's count (on a listener shared by server
+    /// name: counted, never limited there).
     _rule: Slot,
-    /// Its place in the rule's per-client count, when the rule has one.
-    /// Boxed: 8 bytes, not 32, in every connection, most of whose rules
-    /// have no per-client limit (issue 23's idle memory).
-    _client: Option<Box<ClientSlot>>,
+    /// The slots only some connections take: boxed, 8 bytes in every
+    /// connection, most of whose rules have neither a per-client limit nor
+    /// a server name (an idle connection's memory is mostly its future's
+    /// size, `listen::accept`'s size test).
+    extra: Option<Box<Extra>>,
+}
+
+/// The slots of [`Held`] that only some connections take.
+#[derive(Debug, Default)]
+struct Extra {
+    /// Its place in the count of the rule its server name routed it to.
+    _routed: Option<Slot>,
+    /// Its place in its rule's per-client count, when the rule has one.
+    _client: Option<ClientSlot>,
+}
+
+impl Held {
+    /// The optional slots, made on first use.
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
 }
 
 #[cfg(test)]
@@ -300,11 +355,57 @@ mod tests {
     }
 
     #[test]
+    fn a_routed_rule_counts_and_limits_its_own_connections_beside_its_listener() {
+        let global = GlobalLimit::default();
+        let (listener, routed) = (Arc::new(RuleLimits::default()), RuleLimits::default());
+        let mut first = global
+            .admit(&listener, None)
+            .expect("the listener limits nothing");
+        assert!(global.admit_routed(&routed, &mut first, Some(1)).is_ok());
+        let mut second = global
+            .admit(&listener, None)
+            .expect("the listener limits nothing");
+        assert_eq!(
+            global.admit_routed(&routed, &mut second, Some(1)),
+            Err(Which::Rule)
+        );
+        assert_eq!(
+            (listener.open(), routed.open(), routed.refused()),
+            (2, 1, 1)
+        );
+        assert_eq!(global.refused(), 1);
+        drop((first, second));
+        assert_eq!((global.open(), listener.open(), routed.open()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_handed_over_routed_connection_counts_on_its_rule_and_client() {
+        let global = GlobalLimit::default();
+        let (listener, routed) = (
+            Arc::new(RuleLimits::default()),
+            Arc::new(RuleLimits::default()),
+        );
+        let held = global.hold(&listener, Some(&routed), Some(ip(7)));
+        assert_eq!((listener.open(), routed.open()), (1, 1));
+        assert_eq!(
+            (listener.clients_tracked(), routed.clients_tracked()),
+            (0, 1)
+        );
+        drop(held);
+        assert_eq!(
+            (global.open(), routed.open(), routed.clients_tracked()),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
     fn handed_over_connections_count_against_every_limit_without_being_refused() {
         let global = GlobalLimit::default();
         let rule = Arc::new(RuleLimits::default());
         global.set(Some(2));
-        let held: Vec<Held> = (0..3).map(|_| global.hold(&rule, Some(ip(1)))).collect();
+        let held: Vec<Held> = (0..3)
+            .map(|_| global.hold(&rule, None, Some(ip(1))))
+            .collect();
         assert_eq!(
             (global.open(), rule.open()),
             (3, 3),
