@@ -168,6 +168,10 @@ pub(crate) struct Parked {
     /// The rule's listening address (`BindAddr`'s text): the new oi finds
     /// its route by it.
     pub(crate) rule: String,
+    /// The TLS server name a TCP connection on a listener shared by server
+    /// name was routed by: the new oi routes it by the same name, so it
+    /// counts on (and leases a backend of) the rule that name chooses there.
+    pub(crate) server_name: Option<String>,
     /// Client → backend.
     pub(crate) up: HalfState,
     /// Backend → client.
@@ -184,6 +188,8 @@ pub struct Offered {
     pub(crate) id: u64,
     /// The rule's listening address, as [`Parked::rule`].
     pub(crate) rule: String,
+    /// The server name it was routed by, as [`Parked::server_name`].
+    pub(crate) server_name: Option<String>,
     /// What it is, with its sockets.
     pub(crate) flow: Flow,
     /// Client → backend, where the previous oi stopped.

@@ -105,22 +105,33 @@ pub(crate) async fn open<G>(
     };
     // Listed and counted until the connection ends (after its sockets have
     // closed: locals drop in reverse order, and `Open` drops it after them).
-    let live = stats.register(kind, peer);
-    let stats = live.rule();
+    // On a listener rules share by server name, counted opened only once
+    // routed, on the rule its name chose (`Registered::route_to`).
+    let mut live = match route.sni {
+        None => stats.register(kind, peer),
+        Some(_) => stats.register_unrouted(kind, peer),
+    };
     // A listener rules share by server name: the ClientHello picks the
     // rule (peeked, so every byte still reaches the backend).
     let (route, server_name) = match route.sni.clone() {
         None => (route, None),
-        Some(names) => match Box::pin(sni::choose(&client, &names, stats, &live, peer)).await {
-            Ok(routed) => routed,
-            Err(name) => {
-                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
-                line.server_name = name;
-                shared.log.log(line);
-                return None;
+        Some(names) => {
+            let chosen = sni::choose(&client, &names, live.rule(), &live, peer);
+            match Box::pin(chosen).await {
+                Ok(routed) => routed,
+                Err(name) => {
+                    let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                    line.server_name = name;
+                    shared.log.log(line);
+                    return None;
+                }
             }
-        },
+        }
     };
+    if let Some(counters) = route.stats.get() {
+        live.route_to(counters);
+    }
+    let stats = live.rule();
     // Every log line of the connection names the server name it was routed by.
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
@@ -335,6 +346,10 @@ pub(crate) async fn adopted(
         _ => ConnKind::Unix,
     };
     let live = stats.register_resumed(kind, peer);
+    // Named as before, in `oi connections`, its log lines and a next upgrade.
+    if let Some(name) = a.server_name {
+        live.routed_by(name.into());
+    }
     // Counted on its backend's load (least connections) while it lasts.
     let lease = match backend.get_ref().peer_addr() {
         Ok(addr) => {

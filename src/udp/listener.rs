@@ -383,6 +383,7 @@ impl Listener {
                     idle: a.activity.idle(Instant::now()),
                 }),
                 rule: rule.clone(),
+                server_name: None,
                 up: HalfState {
                     unsent: paused.unsent.clone(),
                     done: false,
@@ -414,6 +415,7 @@ impl Listener {
                     idle,
                 }),
                 rule: rule.clone(),
+                server_name: None,
                 up: HalfState {
                     bytes: from_client,
                     ..HalfState::default()

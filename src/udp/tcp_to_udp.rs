@@ -272,6 +272,7 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
             idle: f.activity.idle(Instant::now()),
         }),
         rule: route.bind.to_string(),
+        server_name: None,
         up: HalfState {
             bytes: from_client,
             ..HalfState::default()
