@@ -421,7 +421,11 @@ mod tests {
             assert_eq!(g.id, i as u64);
             assert_eq!(g.rule, format!("127.0.0.1:{i}"));
             let named = (i == 0).then_some("a.example.com");
-            assert_eq!(g.server_name.as_deref(), named, "a stream keeps its server name");
+            assert_eq!(
+                g.server_name.as_deref(),
+                named,
+                "a stream keeps its server name"
+            );
             assert_eq!(g.up, half(&vec![i8; i * 1000], false, i as u64));
             assert_eq!(g.down, half(b"down", i == 2, 7));
             assert_eq!(g.started, 1_700_000_000);
