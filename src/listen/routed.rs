@@ -9,6 +9,7 @@
 //! rule's counters when the listener and the rule's server name stay, as it
 //! keeps the listener's; `oi upgrade` carries them by name like any rule's.
 
+use crate::backends::OnChange;
 use crate::route::Route;
 use crate::shared::Shared;
 use crate::stats::RuleStats;
@@ -109,7 +110,7 @@ pub(super) fn forget(shared: &Shared, route: &Route) {
 
 /// What the DNS refresher calls when the addresses of a pool change:
 /// `stats` lists the new ones (kept weakly: a removed rule's counters go).
-pub(super) fn follow_addresses(stats: &Arc<RuleStats>) -> Box<dyn Fn(&[SocketAddr]) + Send> {
+pub(super) fn follow_addresses(stats: &Arc<RuleStats>) -> OnChange {
     let stats = Arc::downgrade(stats);
     Box::new(move |addrs: &[SocketAddr]| {
         if let Some(stats) = stats.upgrade() {

@@ -456,10 +456,7 @@ fn oi_top_lists_each_sni_rule_and_its_backends() {
     assert!(row(&a, &format!("{} DOWN", s.b.dead)), "{text}");
     assert!(row(&a, &format!("{} up 1 100%", s.b.a)), "{text}");
     assert!(row(&org, &format!("{} DOWN", s.b.closed)), "{text}");
-    assert!(
-        row(&a, &format!("tcp 127.0.0.1:")),
-        "its live connection:\n{text}"
-    );
+    assert!(row(&a, "tcp 127.0.0.1:"), "its live connection:\n{text}");
 }
 
 #[test]
