@@ -7,8 +7,9 @@
 #   benches/accept_busy.sh                               # target/release/oi
 #   ROUNDS=3 THREADS=2 benches/accept_busy.sh old/oi new/oi
 #
-# Issue 23's goal is >= 90%. With one SO_REUSEPORT socket per thread, the
-# connections that hash to the thread running the bulk flow wait behind it.
+# The goal is >= 90% (docs/performance.md, "The goal table"). With one
+# SO_REUSEPORT socket per thread, the connections that hash to the thread
+# running the bulk flow wait behind it.
 # Knobs: ROUNDS (3), SECS (connrate seconds, 3), WORKERS (connrate workers,
 # 4), THREADS (oi --threads, 2). Needs iperf3, python3 and cargo (loadgen).
 #

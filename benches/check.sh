@@ -12,7 +12,7 @@
 # --quiet`, the time per rule and the peak RSS (GNU time's %M, when
 # /usr/bin/time is there), then the growth of time per rule from the
 # smallest to the largest rinetd.conf: linear is about 1x, quadratic about
-# as many times as the rule count grew (the figures before the fix:
+# as many times as the rule count grew (the figures before the fix:
 # 0.3/1.4/6.2 s for 20k/40k/80k rules, 4.7x per rule; the 16 MiB YAML did not
 # finish in 90 s). Exits nonzero if that growth is over MAX_GROWTH (5).
 # 32,000: a configuration holds at most 32,768 rules (MAX_RULES).

@@ -8,7 +8,7 @@
 # Rows: direct, oi --splice=off, oi --splice=on, rinetd and haproxy (when
 # installed), an older oi (OI_BASELINE) and the original oxidinetd
 # (ORIGINAL_OXIDINETD) when their binaries are given.
-# Columns (issue 5's goals): iperf3 -P1 and -P8 throughput, the forwarder's CPU
+# Columns: iperf3 -P1 and -P8 throughput, the forwarder's CPU
 # seconds per GiB during -P1 and during -P8, 64-byte ping-pong p50/p99, connection rate
 # (connect, 64 B request/response, close), and forwarder RSS per idle
 # connection at 10,000 idle connections (fewer if the fd hard limit cannot
@@ -275,8 +275,8 @@ fi
 if command -v haproxy >/dev/null; then
     run_forwarder "haproxy" haproxy -db -f @HAPROXY@
 fi
-# REALM=/path/to/realm: realm (github.com/zhboner/realm; issue 23 compares
-# with 2.9.4, built outside this tree, e.g. `cargo install --path . --root
+# REALM=/path/to/realm: realm (github.com/zhboner/realm; docs/performance.md
+# compares with 2.9.4, built outside this tree, e.g. `cargo install --path . --root
 # /tmp/realm --no-default-features --features default-ring` in its checkout).
 if [[ -n ${REALM:-} && -x ${REALM:-} ]]; then
     run_forwarder "realm" "$REALM" -c @REALM@

@@ -5,7 +5,8 @@
 # the path needs (hot code), and atomic read-modify-writes. Figures that repeat run to
 # run, for the part of CPU per connection the kernel does not spend: on this
 # machine oi's user time per connection was 16-18 µs against rinetd's 10 with
-# fewer instructions, and these say why (docs/performance.md).
+# fewer instructions, and these say why (docs/performance.md, "Instructions
+# per connection and per round trip").
 #
 #   benches/conn_footprint.sh
 #   OI=/path/to/oi benches/conn_footprint.sh          # another oi build

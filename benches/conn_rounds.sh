@@ -4,7 +4,8 @@
 # in many short interleaved rounds, with how many rounds oi won against each
 # other forwarder. The goal table's rows for these two figures take three
 # rounds, and on a 2-core VM one forwarder's rounds spread wider than the
-# forwarders differ (docs/performance.md); many rounds, each forwarder in turn
+# forwarders differ (docs/performance.md, "CPU per connection and
+# connections per second"); many rounds, each forwarder in turn
 # within a round and in a rotated order, tell a difference from that spread.
 #
 #   benches/conn_rounds.sh                           # oi, rinetd, haproxy; 15 rounds of 2 s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benches/goals.sh: issue 23's "Figures to reach" table in one command — oi,
+# benches/goals.sh: the goal table (docs/performance.md) in one command — oi,
 # rinetd, haproxy and realm side by side, ROUNDS rounds, each cell the
 # per-round figures and their median, with the goal and whether oi meets it.
 #
@@ -20,14 +20,14 @@
 # - benches/udp.sh (one round): UDP CPU per datagram at a fixed rate the
 #   forwarders keep up with (oi and rinetd: haproxy has no UDP, and realm's
 #   UDP is not measured here).
-# REALM is the path of a realm binary (issue 23 compares with realm 2.9.4,
+# REALM is the path of a realm binary (the docs compare with realm 2.9.4,
 # built outside this tree from github.com/zhboner/realm: in its checkout,
 # `cargo install --path . --root /tmp/realm --no-default-features --features
 # default-ring`); without it realm's column says so. OI_BASELINE adds an
 # older oi's column (the "not worse than today's" rows need it). OI is the
 # oi measured (default target/release/oi, a plain release build); the build
 # the package ships is profile-guided: dist/pgo-build.sh, then
-# OI=target/dist/release/oi (docs/performance.md).
+# OI=target/dist/release/oi (docs/performance.md, "Profile-guided build").
 # Timed figures are noisy while other work runs: the load average at the
 # start and end of each part is printed under the table.
 # Needs what the three scripts need (iperf3, python3, strace, jq; rinetd and
@@ -160,8 +160,8 @@ metrics = [
      if f(d, r, "conns_per_sec") else nan, "{:.0f}%", "≥ 90%", lambda m: m["oi"] >= 90),
     # The same flow with its two iperf3 endpoints under SCHED_IDLE: on two
     # cores the endpoints of a flow oi carries at 13 Gbit/s take the CPU the
-    # connection run needs (docs/performance.md, "Accept beside a bulk flow:
-    # whose CPU"); here they get only what nothing else wants, as endpoints
+    # connection run needs (docs/performance.md, "Accept and busy
+    # threads"); here they get only what nothing else wants, as endpoints
     # on other machines would, and the drop left is the forwarder's own.
     ("accept rate beside the flow, its endpoints at SCHED_IDLE, % of unloaded", "cmp",
      lambda d, r: 100 * f(d, r, "busy_idle_conns_per_sec") / f(d, r, "conns_per_sec")

@@ -15,8 +15,8 @@
 # With perf, each line also gives the forwarder's system calls per round trip.
 #
 # Used to find that a reactor which leaves UDP on async-io's own thread
-# doubles UDP's CPU per round trip (branch `perf`, docs in the closing note
-# of issue 23): 97/94/83 us on main against 195/230/150 us, same run.
+# doubles UDP's CPU per round trip: 97/94/83 us with every socket on
+# async-io against 195/230/150 us with UDP alone left there, same run.
 # rinetd is not in it: Debian's rinetd 0.73 answered no datagram through a
 # /udp rule in this set-up (tried by hand on 2026-11-25); benches/udp.sh
 # has the iperf3 comparison.

@@ -12,7 +12,7 @@
 # compiler then keeps the code a connection runs through together and the
 # rest apart: measured on this path, 20% fewer instructions and half the
 # instruction-cache misses per connection, and a third less user time per
-# connection (docs/performance.md, "Issue 23: profile-guided optimisation").
+# connection (docs/performance.md, "Profile-guided build").
 #
 # The profile needs llvm-profdata of the LLVM that rustc was built with
 # (rustup's llvm-tools component; a distribution's llvm-profdata of another

@@ -224,7 +224,8 @@ fi
 # -max_len: the parser's interesting structure is in lines, not megabytes;
 #   64 KiB still allows many lines and long ones.
 # -timeout: one input taking more than 10 s is a finding (a quadratic path).
-# -rss_limit_mb: one input using more than 1 GiB is a finding (issue 10).
+# -rss_limit_mb: one input using more than 1 GiB is a finding (loading a
+#   file must stay bounded, whatever it holds).
 "${launch[@]}" "$bin_dir/$target" -artifact_prefix="$here/artifacts/$target/" "$corpus" "seeds/$target" \
     -max_total_time="$seconds" \
     "${repro[@]}" \

@@ -8,9 +8,10 @@
 //! Each thread keeps one spare buffer, of the pool it gave to last, outside
 //! the shared queue: a 64-byte round trip takes and gives a buffer twice,
 //! and `take` and `give` through the queue ran 292 of the 3,050 user-space
-//! instructions a round trip; with the spare, 144 (callgrind,
-//! docs/performance.md). So a pool's free buffers are at most `keep` in its
-//! queue plus at most one per thread.
+//! instructions a round trip; with the spare, 144 (callgrind;
+//! docs/performance.md, "Instructions per connection and per round
+//! trip"). So a pool's free buffers are at most `keep` in its queue plus
+//! at most one per thread.
 
 use concurrent_queue::ConcurrentQueue;
 use std::cell::RefCell;

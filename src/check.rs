@@ -1,10 +1,13 @@
 //! `oi --check`: load and resolve the configuration, show what would run, like `nginx -t`.
 
+use oi_config::lint::{
+    edge_warnings, mptcp_warnings, overlapping_listeners, shared_listener_warnings,
+    transparent_warnings, unix_acl_warnings,
+};
 use oi_config::report::{format_warning, report};
 use oi_config::services::Services;
-use oi_config::{self, plural, Config, ConfigErrors, Proto, ResolvedConfig, Shown};
+use oi_config::{self, plural, ConfigErrors, ResolvedConfig, Shown};
 use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -63,6 +66,9 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             for w in unix_acl_warnings(&resolved) {
                 eprintln!("{}", format_warning(&file, &w));
             }
+            for w in shared_listener_warnings(&resolved) {
+                eprintln!("{}", format_warning(&file, &w));
+            }
             for w in unwritable_files(&resolved) {
                 eprintln!("{file}: warning: {w}");
             }
@@ -80,35 +86,6 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
     }
 }
 
-/// A warning for each unix socket listener that allow/deny lines (its own
-/// or global ones) would restrict: a unix client has no address to match,
-/// so they do not apply to it, as in rinetd-uv.
-fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<oi_config::ConfigError> {
-    let global = &resolved.config.global_acl;
-    resolved
-        .rules
-        .iter()
-        .filter(|r| r.rule.bind.unix().is_some() && !(r.rule.acl.is_empty() && global.is_empty()))
-        .map(|r| {
-            let whose = match (r.rule.acl.is_empty(), global.is_empty()) {
-                (false, false) => "its allow/deny lines and the global ones",
-                (false, true) => "its allow/deny lines",
-                _ => "the global allow/deny lines",
-            };
-            oi_config::ConfigError {
-                file: r.rule.file.clone(),
-                line: r.rule.line,
-                column: 0,
-                message: format!(
-                    "{whose} do not apply to this unix socket listener (a unix client has no address); use the socket file's mode"
-                ),
-                text: Shown(&r.rule.to_string()).to_string(),
-                more: 0,
-            }
-        })
-        .collect()
-}
-
 /// Syntax errors and name errors as one report, in file and line order,
 /// within the usual cap on listed errors.
 fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
@@ -124,207 +101,6 @@ fn merge(syntax: ConfigErrors, names: ConfigErrors) -> ConfigErrors {
     }
 }
 
-/// Pairs of rules whose listeners cannot both be bound: same protocol and
-/// port, different addresses, one of them a wildcard covering the other
-/// (identical addresses are already a `duplicate listener` error). With
-/// `dual_stack` (Linux's default, `net.ipv6.bindv6only = 0`), `::` also
-/// covers every IPv4 address.
-///
-/// Linear in the rules: one map keyed on protocol and port holds, for each,
-/// the first earlier rule of each kind (IPv4 or IPv6, wildcard or not), and
-/// the first rule a later one overlaps is the earliest of the kinds that can
-/// cover it or that it covers. A scan of every earlier rule made `--check`
-/// quadratic: 20k/40k/80k rules took 0.3/1.4/6.2 s (`benches/check.sh`).
-fn overlapping_listeners(
-    resolved: &ResolvedConfig,
-    dual_stack: bool,
-) -> Vec<oi_config::ConfigError> {
-    use std::collections::HashMap;
-    /// Index of the first rule of each kind: IPv4 wildcard, IPv6 wildcard,
-    /// IPv4 address, IPv6 address.
-    type Firsts = [Option<usize>; 4];
-    const V4_ANY: usize = 0;
-    const V6_ANY: usize = 1;
-    const V4_ONE: usize = 2;
-    const V6_ONE: usize = 3;
-    let kind = |a: SocketAddr| match (a.is_ipv4(), a.ip().is_unspecified()) {
-        (true, true) => V4_ANY,
-        (false, true) => V6_ANY,
-        (true, false) => V4_ONE,
-        (false, false) => V6_ONE,
-    };
-    let mut seen: HashMap<(Proto, u16), Firsts> = HashMap::new();
-    let mut errors = Vec::new();
-    for (i, later) in resolved.rules.iter().enumerate() {
-        // Unix socket listeners never overlap: the same path is a duplicate.
-        let Some(later_ip) = later.bind.ip() else {
-            continue;
-        };
-        let firsts = seen
-            .entry((later.rule.bind.proto, later_ip.port()))
-            .or_default();
-        // The kinds of earlier listener that overlap this one (a wildcard
-        // takes the port on every address of its family; with dual stack
-        // `::` takes IPv4 too). Identical addresses are duplicates, not here.
-        let overlapping: &[usize] = match (kind(later_ip), dual_stack) {
-            (V4_ONE, true) => &[V4_ANY, V6_ANY],
-            (V4_ONE, false) => &[V4_ANY],
-            (V4_ANY, true) => &[V4_ONE, V6_ANY],
-            (V4_ANY, false) => &[V4_ONE],
-            (V6_ONE, _) => &[V6_ANY],
-            (_, true) => &[V6_ONE, V4_ANY, V4_ONE],
-            (_, false) => &[V6_ONE],
-        };
-        let first = overlapping.iter().filter_map(|&k| firsts[k]).min();
-        firsts[kind(later_ip)].get_or_insert(i);
-        let earlier = first.map(|e| &resolved.rules[e]);
-        if let Some(earlier) = earlier {
-            errors.push(oi_config::ConfigError {
-                file: later.rule.file.clone(),
-                line: later.rule.line,
-                column: 0,
-                message: format!(
-                    "listener {}/{} overlaps {}/{} of line {}: a wildcard address takes the port on every address, so the second cannot be bound",
-                    later.bind, later.rule.bind.proto, earlier.bind, earlier.rule.bind.proto, earlier.rule.line
-                ),
-                text: Shown(&format!("{} {}", later.rule.bind.host_text, later_ip.port()))
-                    .to_string(),
-                more: 0,
-            });
-        }
-        if errors.len() >= oi_config::MAX_ERRORS {
-            break;
-        }
-    }
-    errors
-}
-
-/// Settings at the edge (PROXY protocol, connection limits) that load but
-/// cannot do what they say; checked on the whole file, because a rule's own
-/// `trust-proxy` lines follow it:
-/// - `accept-proxy` with no `trust-proxy` pattern, global or the rule's:
-///   no peer may send the header, so every client is refused;
-/// - the rule's own `trust-proxy` lines without `accept-proxy`: nothing
-///   reads them (the usual slip is a forgotten `accept-proxy`);
-/// - `maxconn` or `maxconn-per-client` on a `/udp` listener: the limits are
-///   checked in the TCP accept path only, so they never refuse a datagram;
-///   a UDP rule's associations are capped by `maxassoc`;
-/// - a health check's parts (`check-rise`, `check-expect`, ...) without
-///   `check-interval`: no probe runs, so they do nothing.
-///
-/// `proxy=v1` on a rule with a `/udp` side is an error of the parsers, not
-/// a warning here: oi could only send version 2, which is not what the file
-/// asks for.
-fn edge_warnings(cfg: &Config) -> Vec<oi_config::ConfigError> {
-    let mut out = Vec::new();
-    for r in &cfg.rules {
-        let mut warn = |message: String| {
-            // A port range's rules share their line: one warning for the line.
-            let same_line = |w: &oi_config::ConfigError| {
-                w.line == r.line && w.file == r.file && w.message == message
-            };
-            if out.iter().rev().take(3).any(same_line) {
-                return;
-            }
-            out.push(oi_config::ConfigError {
-                file: r.file.clone(),
-                line: r.line,
-                column: 0,
-                message,
-                text: Shown(&format!(
-                    "{} {}/{}",
-                    r.bind.host_text, r.bind.port, r.bind.proto
-                ))
-                .to_string(),
-                more: 0,
-            });
-        };
-        let accept_proxy = r.options.accept_proxy == Some(true);
-        if accept_proxy && cfg.global_acl.trust_proxy.is_empty() && r.acl.trust_proxy.is_empty() {
-            warn(
-                "accept-proxy with no trust-proxy pattern (global or this rule's): every client \
-                 is refused (proxy-untrusted); add 'trust-proxy ADDRESS' for the proxy in front"
-                    .into(),
-            );
-        }
-        if !accept_proxy && !r.acl.trust_proxy.is_empty() {
-            warn("trust-proxy lines for a rule without accept-proxy; ignored".into());
-        }
-        let o = &r.options;
-        let check_parts = [
-            ("check-timeout", o.check_timeout.is_some()),
-            ("check-rise", o.check_rise.is_some()),
-            ("check-fall", o.check_fall.is_some()),
-            ("check-send", o.check_send.is_some()),
-            ("check-expect", o.check_expect.is_some()),
-        ];
-        if o.check_interval.is_none() {
-            for (name, _) in check_parts.iter().filter(|(_, set)| *set) {
-                warn(format!(
-                    "option '{name}' without check-interval: no health check runs; ignored"
-                ));
-            }
-        }
-        if r.bind.proto == Proto::Udp {
-            // The connection limits: the table's TCP-listener settings.
-            let limits = oi_config::settings::SETTINGS
-                .iter()
-                .filter(|s| {
-                    s.applies
-                        .contains(&oi_config::settings::Applies::TcpListener)
-                })
-                .filter(|s| s.conf != Some("sni"));
-            if r.options.sni.is_some() {
-                warn(
-                    "option 'sni' routes TLS connections by server name; ignored on a /udp listener"
-                        .into(),
-                );
-            }
-            for setting in limits {
-                let name = setting.name();
-                if oi_config::settings::is_set(setting, &r.options) {
-                    warn(format!(
-                        "option '{name}' limits TCP connections; ignored on a /udp listener \
-                         (its associations are capped by maxassoc)"
-                    ));
-                }
-            }
-        }
-        if out.len() >= oi_config::MAX_ERRORS {
-            break;
-        }
-    }
-    out
-}
-
-/// A warning for the first `transparent` rule when this process lacks
-/// CAP_NET_ADMIN and CAP_NET_RAW (`net_admin`: `Some(false)`), one of which
-/// every client of such a rule would need (for IP_TRANSPARENT); `--check` run as the service's user sees what the
-/// service would. The routing for replies (ip rule, ip route, nftables) is
-/// the host's and is not checked: the README gives it.
-fn transparent_warnings(cfg: &Config, net_admin: Option<bool>) -> Vec<oi_config::ConfigError> {
-    if net_admin != Some(false) {
-        return Vec::new();
-    }
-    let first = cfg
-        .rules
-        .iter()
-        .find(|r| r.options.transparent == Some(true));
-    first
-        .map(|r| {
-            rule_warning(
-                r,
-                "transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which this process \
-                 does not have (CapEff in /proc/self/status): every client of a transparent \
-                 rule would be closed (local-socket-failed); run oi as root or give it \
-                 CAP_NET_ADMIN (systemd: AmbientCapabilities= and CapabilityBoundingSet=)"
-                    .into(),
-            )
-        })
-        .into_iter()
-        .collect()
-}
-
 /// Whether this kernel makes MPTCP sockets (`net.mptcp.enabled` is 1);
 /// `None` when it cannot be read (no MPTCP in the kernel reads as `Some(false)`).
 fn mptcp_enabled() -> Option<bool> {
@@ -332,45 +108,6 @@ fn mptcp_enabled() -> Option<bool> {
         Ok(v) => Some(v.trim() == "1"),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
         Err(_) => None,
-    }
-}
-
-/// A warning for the first `mptcp` rule (other than `mptcp=off`) when
-/// the kernel has MPTCP off or lacks it (`enabled`: `Some(false)`): such
-/// rules run on plain TCP.
-fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<oi_config::ConfigError> {
-    if enabled != Some(false) {
-        return Vec::new();
-    }
-    let on = |r: &&oi_config::Rule| r.options.mptcp.is_some_and(|m| m != oi_config::Mptcp::Off);
-    cfg.rules
-        .iter()
-        .find(on)
-        .map(|r| {
-            rule_warning(
-                r,
-                "mptcp, but this kernel makes no MPTCP sockets (/proc/sys/net/mptcp/enabled \
-                 is not 1, or missing): the rule's sockets are plain TCP"
-                    .into(),
-            )
-        })
-        .into_iter()
-        .collect()
-}
-
-/// A warning about rule `r` as `--check` prints it: its line, and its listener.
-fn rule_warning(r: &oi_config::Rule, message: String) -> oi_config::ConfigError {
-    oi_config::ConfigError {
-        file: r.file.clone(),
-        line: r.line,
-        column: 0,
-        message,
-        text: Shown(&format!(
-            "{} {}/{}",
-            r.bind.host_text, r.bind.port, r.bind.proto
-        ))
-        .to_string(),
-        more: 0,
     }
 }
 
@@ -426,72 +163,6 @@ mod tests {
         oi_config::resolve(parsed, &Services::parse("")).expect("resolves")
     }
 
-    /// (line, message) of each overlap found.
-    fn overlaps(text: &str, dual_stack: bool) -> Vec<(usize, String)> {
-        overlapping_listeners(&resolved(text), dual_stack)
-            .into_iter()
-            .map(|e| (e.line, e.message))
-            .collect()
-    }
-
-    #[test]
-    fn a_wildcard_and_a_specific_address_on_one_port_overlap() {
-        let found = overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.2 80\n",
-            true,
-        );
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].0, 2);
-        assert!(
-            found[0]
-                .1
-                .starts_with("listener 127.0.0.1:8080/tcp overlaps 0.0.0.0:8080/tcp of line 1"),
-            "{}",
-            found[0].1
-        );
-        // Either order.
-        assert_eq!(
-            overlaps(
-                "127.0.0.1 8080 10.0.0.1 80\n0.0.0.0 8080 10.0.0.1 81\n",
-                true
-            )
-            .len(),
-            1
-        );
-    }
-
-    #[test]
-    fn other_protocols_ports_and_families_do_not_overlap() {
-        assert!(overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080/udp 10.0.0.1 80/udp\n",
-            true
-        )
-        .is_empty());
-        assert!(overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8081 10.0.0.1 80\n",
-            true
-        )
-        .is_empty());
-        assert!(overlaps(
-            "127.0.0.1 8080 10.0.0.1 80\n127.0.0.2 8080 10.0.0.1 80\n",
-            true
-        )
-        .is_empty());
-        // An IPv4 wildcard does not take IPv6 addresses.
-        assert!(overlaps("0.0.0.0 8080 10.0.0.1 80\n::1 8080 10.0.0.1 80\n", true).is_empty());
-    }
-
-    #[test]
-    fn an_ipv6_wildcard_takes_ipv4_only_when_dual_stack() {
-        let text = "[::] 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.1 81\n";
-        assert_eq!(overlaps(text, true).len(), 1);
-        assert!(overlaps(text, false).is_empty());
-        assert_eq!(
-            overlaps("[::] 8080 10.0.0.1 80\n::1 8080 10.0.0.1 81\n", false).len(),
-            1
-        );
-    }
-
     #[test]
     fn unwritable_log_and_pid_files_are_warnings_naming_the_path() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -509,171 +180,5 @@ mod tests {
         );
         let text = format!("logfile {}\n", dir.path().display());
         assert!(unwritable_files(&resolved(&text))[0].contains("it is a directory"));
-    }
-
-    /// (line, message) of each edge warning for `text` (rinetd.conf).
-    fn edge(text: &str) -> Vec<(usize, String)> {
-        let parsed = oi_config::parse(text).expect("valid");
-        edge_warnings(&parsed)
-            .into_iter()
-            .map(|w| (w.line, w.message))
-            .collect()
-    }
-
-    #[test]
-    fn health_check_parts_without_an_interval_are_warnings() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80 [check-rise=3, check-expect=+OK]\n");
-        assert_eq!(
-            found,
-            [
-                (
-                    1,
-                    "option 'check-rise' without check-interval: no health check runs; ignored"
-                        .to_string()
-                ),
-                (
-                    1,
-                    "option 'check-expect' without check-interval: no health check runs; ignored"
-                        .to_string()
-                ),
-            ]
-        );
-        assert!(edge("127.0.0.1 8080 10.0.0.1 80 [check-interval=1, check-rise=3]\n").is_empty());
-    }
-
-    #[test]
-    fn accept_proxy_with_no_trust_proxy_pattern_in_scope_is_a_warning() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n");
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].0, 1);
-        assert!(
-            found[0].1.starts_with(
-                "accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused"
-            ),
-            "{}",
-            found[0].1
-        );
-        // A global pattern, or the rule's own, is enough; on /udp too.
-        assert!(
-            edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n").is_empty()
-        );
-        assert!(
-            edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\ntrust-proxy 10.0.0.2\n").is_empty()
-        );
-        let udp = edge(concat!(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [accept-proxy]\n",
-            "127.0.0.1 54/udp 10.0.0.1 53/udp [accept-proxy]\n",
-            "trust-proxy 10.0.0.2\n",
-        ));
-        assert_eq!(udp.len(), 1, "only the rule with no pattern: {udp:?}");
-        assert_eq!(udp[0].0, 1);
-        // Another rule's pattern does not count.
-        let other = edge(concat!(
-            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n",
-            "trust-proxy 10.0.0.2\n",
-            "127.0.0.1 8081 10.0.0.1 80 [accept-proxy]\n",
-        ));
-        assert_eq!(other.iter().map(|w| w.0).collect::<Vec<_>>(), [3]);
-    }
-
-    #[test]
-    fn transparent_without_cap_net_admin_is_one_warning_naming_the_first_rule() {
-        let text = "0.0.0.0 8000 127.0.0.1 9000\n\
-                    0.0.0.0 8001 127.0.0.1 9001 [transparent]\n\
-                    0.0.0.0 8002/udp 127.0.0.1 9002/udp [transparent=on]\n";
-        let parsed = oi_config::parse(text).expect("valid");
-        let warnings = transparent_warnings(&parsed, Some(false));
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!(warnings[0].line, 2);
-        assert!(
-            warnings[0].message.contains("CAP_NET_ADMIN"),
-            "{:?}",
-            warnings[0]
-        );
-        // With the capability, or where it cannot be seen: nothing to say.
-        assert!(transparent_warnings(&parsed, Some(true)).is_empty());
-        assert!(transparent_warnings(&parsed, None).is_empty());
-        let plain = oi_config::parse("0.0.0.0 8000 127.0.0.1 9000\n").expect("valid");
-        assert!(transparent_warnings(&plain, Some(false)).is_empty());
-    }
-
-    #[test]
-    fn mptcp_where_the_kernel_has_none_is_one_warning_naming_the_first_rule() {
-        let text = "0.0.0.0 8000 127.0.0.1 9000 [mptcp=off]\n\
-                    0.0.0.0 8001 127.0.0.1 9001 [mptcp=listen]\n\
-                    0.0.0.0 8002 127.0.0.1 9002 [mptcp]\n";
-        let parsed = oi_config::parse(text).expect("valid");
-        let warnings = mptcp_warnings(&parsed, Some(false));
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!(warnings[0].line, 2);
-        assert!(
-            warnings[0].message.contains("plain TCP"),
-            "{:?}",
-            warnings[0]
-        );
-        assert!(mptcp_warnings(&parsed, Some(true)).is_empty());
-        assert!(mptcp_warnings(&parsed, None).is_empty());
-    }
-
-    #[test]
-    fn trust_proxy_on_a_rule_without_accept_proxy_is_a_warning() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80\ntrust-proxy 10.0.0.2\n");
-        let want = "trust-proxy lines for a rule without accept-proxy; ignored";
-        assert_eq!(found, [(1, want.to_string())]);
-        // Global patterns are for whichever rules accept PROXY.
-        assert!(edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80\n").is_empty());
-    }
-
-    #[test]
-    fn connection_limits_on_a_udp_listener_are_warnings() {
-        let found = edge(concat!(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
-            "127.0.0.1 54/udp 10.0.0.1 53 [maxconn=5]\n",
-            "127.0.0.1 55 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
-        ));
-        let ignored = |name: &str| {
-            format!("option '{name}' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)")
-        };
-        assert_eq!(
-            found,
-            [
-                (1, ignored("maxconn")),
-                (1, ignored("maxconn-per-client")),
-                (2, ignored("maxconn")),
-            ],
-            "UDP → UDP and UDP → TCP warn; TCP → UDP connections are TCP connections, limited"
-        );
-        // A port range warns once for its line.
-        let range = edge("127.0.0.1 5000-5099/udp 10.0.0.1 53/udp [maxconn=5]\n");
-        assert_eq!(range.len(), 1, "{range:?}");
-    }
-
-    #[test]
-    fn edge_warnings_in_yaml_point_at_the_rule() {
-        let yaml = concat!(
-            "rules:\n",
-            "  - name: a\n",
-            "    bind: 127.0.0.1:53/udp\n",
-            "    connect: 10.0.0.1:53/udp\n",
-            "    accept_proxy: true\n",
-            "    maxconn: 3\n",
-        );
-        let parsed = oi_config::parse_yaml(yaml).expect("valid");
-        let found: Vec<String> = edge_warnings(&parsed)
-            .iter()
-            .map(|w| format_warning("oi.yaml", w))
-            .collect();
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert!(
-            found[0].starts_with("oi.yaml:3: warning: accept-proxy with no trust-proxy pattern"),
-            "{}",
-            found[0]
-        );
-        assert!(
-            found[1].starts_with("oi.yaml:3: warning: option 'maxconn' limits TCP connections"),
-            "{}",
-            found[1]
-        );
-        assert!(found[1].ends_with(": '127.0.0.1 53/udp'"), "{}", found[1]);
     }
 }

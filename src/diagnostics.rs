@@ -119,7 +119,7 @@ pub(crate) fn daemonized(program: &'static str) {
 /// spaces), with the UTC timestamp from chrono, which oi already links.
 /// env_logger's own timestamp needs its `humantime` feature, and with it
 /// the jiff crate: 20 to 25 s of compile time in each of CI's three builds
-/// (test, release, fuzz), for this one line (issue 22).
+/// (test, release, fuzz), for this one line.
 fn write_stderr_line(buf: &mut env_logger::fmt::Formatter, record: &Record<'_>) -> io::Result<()> {
     let level = buf.default_level_style(record.level());
     let time = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");

@@ -29,7 +29,6 @@ mod daemon;
 mod diagnostics;
 mod edge;
 mod handover;
-mod limits;
 mod listen;
 mod logfile;
 mod mptcp;

@@ -4,9 +4,9 @@
 use crate::backends::Refresher;
 use crate::bounds::{ByteBudget, Every};
 use crate::buffers::BufferPool;
-use crate::limits::GlobalLimit;
 use crate::logfile::LogHandle;
 use crate::pipes::{self, PipePool};
+use crate::route::limits::GlobalLimit;
 use crate::stats::{Pools, RuleStats, Snapshot, Stats};
 use oi_config::SpliceMode;
 use std::net::SocketAddr;
@@ -95,7 +95,7 @@ pub struct Shared {
     /// listener set (`listen::udp_assoc_share`) when the UDP listeners change.
     udp_assoc_cap: AtomicUsize,
     /// The global `maxconn`: the process's open TCP connections, their
-    /// limit, and the refusals by any limit (`crate::limits`).
+    /// limit, and the refusals by any limit (`crate::route::limits`).
     pub(crate) limits: GlobalLimit,
     /// Looks backend names up again, on a thread of its own (`dns-refresh`).
     pub(crate) dns: Refresher,

@@ -3,7 +3,7 @@
 # loaded machine (BUSY busy loops beside it, two by default: one per core of
 # the 2-core machines this project is tested on), and
 # prints one line per run (exit status, wall seconds, load average) and a
-# summary. Issue 22 asks for 20 runs with no failure: a flaky test shows
+# summary. 20 runs with no failure is the bar: a flaky test shows
 # here, not on a newcomer's first run.
 #
 #   tests/series.sh                 # 20 runs, 2 busy loops

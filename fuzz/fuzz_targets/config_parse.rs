@@ -3,7 +3,7 @@
 //! network: `resolve` with an in-memory services table, the `--check` report
 //! and the ACL evaluation.
 //!
-//! Besides "never panics", it checks the properties issue 10 promised: the
+//! Besides "never panics", it checks the properties the parser promises: the
 //! error report stays small whatever the input, shows no raw control
 //! characters, and a parsed rule printed canonically parses back the same.
 

@@ -9,8 +9,8 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use oi_wire::request::{control_request, upgrade_request};
 use oi_wire::request::Query;
+use oi_wire::request::{control_request, upgrade_request};
 
 fuzz_target!(|data: &[u8]| {
     if let Some((query, json)) = control_request(data) {

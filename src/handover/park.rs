@@ -214,7 +214,7 @@ impl Slot {
     /// one is (checked after registering, so a stop in between is seen).
     /// `told` is the waker registered last: the same task's waker is not
     /// registered again, since `AtomicWaker::register` is two atomic
-    /// read-modify-writes, and a pump's task asks once per poll (issue 23).
+    /// read-modify-writes, and a pump's task asks once per poll.
     /// A stop's wake takes the waker out of the slot, so `told` is cleared
     /// when a stop is seen: the next wait registers again.
     pub(crate) fn poll_stop(&self, cx: &mut Context<'_>, told: &mut Option<Waker>) -> Poll<()> {
@@ -239,7 +239,7 @@ struct Inner {
     /// Every pumping connection's slot, by id: a slab, so entering and
     /// leaving, once each per connection, hash nothing (a `HashMap` keyed
     /// by a counter ran SipHash both times, about 300 instructions a
-    /// connection, issue 23).
+    /// connection by callgrind).
     slots: Slab<Arc<Slot>>,
     /// Set while a hand-over collects: only then does a pump park.
     collecting: bool,

@@ -1,14 +1,14 @@
 //! The one accept loop every listener kind runs. An [`Acceptor`] says how
 //! its kind accepts a client and serves it once admitted; everything between
-//! is written here once: the connection limits ([`crate::limits`]), the
+//! is written here once: the connection limits ([`crate::route::limits`]), the
 //! refusal (its counter and log line), placement on a thread
 //! ([`oi_runtime`]), the spawn, which accept errors are benign, and the
 //! [`Backoff`] while accepting fails. A new listener kind (TLS peeking,
 //! MPTCP, ...) is one `Acceptor` impl.
 
-use crate::limits::{Held, RuleLimits};
 use crate::logfile::Event;
 use crate::peer::{Client, Peer};
+use crate::route::limits::{Held, RuleLimits};
 use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::RuleStats;
@@ -54,7 +54,7 @@ pub(super) struct Admitted<P> {
     /// The rule's connection counts, when it has a per-client limit (checked
     /// later, once the client is known, e.g. after a PROXY header); `None`
     /// spares the other connections an atomic add and subtract on a count
-    /// every thread writes (issue 23).
+    /// every thread writes.
     pub(super) limits: Option<Arc<RuleLimits>>,
     /// The thread's count and the limits' slot: both held until the
     /// connection's sockets are closed (see `accept::connection`).
@@ -120,7 +120,10 @@ impl<A: Acceptor> AcceptLoop<A> {
     /// costs an accept and a close each), then placement and the spawn.
     fn admit(&self, stream: Async<TcpStream>, peer: A::Peer) {
         let route = self.route.load_full();
-        let held = match self.shared.limits.admit(&self.limits, route.maxconn) {
+        // A listener rules share by server name limits nothing here: the
+        // rule its ClientHello picks admits it (`route::admit`).
+        let maxconn = route.maxconn.filter(|_| !route.routes_by_name());
+        let held = match self.shared.limits.admit(&self.limits, maxconn) {
             Ok(held) => held,
             Err(which) => {
                 let who: Peer = peer.into();
@@ -133,7 +136,10 @@ impl<A: Acceptor> AcceptLoop<A> {
         let at = self.threads.pick(self.own);
         log::trace!("accepted on thread {}, runs on thread {at}", self.own);
         let placed = self.threads.place(at);
-        let limits = route.maxconn_per_client.map(|_| self.limits.clone());
+        let limits = route
+            .maxconn_per_client
+            .filter(|_| !route.routes_by_name())
+            .map(|_| self.limits.clone());
         let task = A::serve(Admitted {
             stream,
             peer,

@@ -32,7 +32,7 @@ pub(crate) use bind::bind_all_with;
 pub use bind::{bind, bind_all, BoundSocket, TcpGroup, UnixSocket};
 pub(crate) use inherit::Inherited;
 
-use crate::limits::RuleLimits;
+use crate::route::limits::RuleLimits;
 use crate::route::Route;
 use crate::shared::Shared;
 use crate::stats::RuleStats;
@@ -641,7 +641,7 @@ impl Listeners {
             return Err(errors);
         }
         let mut keep: HashMap<ListenerKey, Running> = HashMap::new();
-        for (key, route) in kept {
+        for (key, mut route) in kept {
             let Some(running) = self.serving.remove(&key) else {
                 continue;
             };
@@ -656,8 +656,10 @@ impl Listeners {
                     }
                 }
             }
-            // Backends the new file keeps keep their health and load.
+            // Backends the new file keeps keep their health and load, rules
+            // routed by server name their connection counts.
             route.keep_state_of(&running.route.load());
+            route.keep_counts_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
             let base = listener_name(&key.0, &route);
             let old = running.route.load();

@@ -278,7 +278,7 @@ impl LogHandle {
     /// for the lines every connection writes (opened, done). Without a log
     /// file that skips two clock reads and the rule names' reference count,
     /// an atomic add and subtract on a line every thread writes, per line
-    /// (issue 23). Never blocks; dropped (and counted) when
+    /// Never blocks; dropped (and counted) when
     /// [`LOG_QUEUE_LINES`] lines already wait, or if the writer thread is gone.
     pub fn log_with(&self, make: impl FnOnce() -> LogEvent) {
         let Some(tx) = &self.tx else { return };

@@ -173,8 +173,8 @@ impl RuleStats {
     /// Registers a connection (or association) of this rule from `client`;
     /// it is counted and listed until the returned guard drops. Takes the
     /// rule's `Arc` for the entry: a TCP connection hands over its own, one
-    /// atomic add and subtract fewer on a count every thread writes (issue
-    /// 23); callers that keep theirs clone it.
+    /// atomic add and subtract fewer on a count every thread writes;
+    /// callers that keep theirs clone it.
     pub(crate) fn register(
         self: Arc<Self>,
         kind: ConnKind,

@@ -72,7 +72,8 @@ impl Future for Stoppable<'_, '_> {
 /// connection is offered, so a connection does not hold it. A function
 /// returning an async block, not an async fn, so the future holds its
 /// arguments once; `open` gives it the sockets, the parking, the rule and
-/// the start in one reference, not five (issue 23).
+/// the start in one reference, not five: the hand-over hook's future went
+/// from 96 to 64 bytes of every idle connection.
 #[expect(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"

@@ -23,6 +23,8 @@ use crate::connect::{self, ConnectError};
 use crate::edge::{self, Origin};
 use crate::logfile::Event;
 use crate::peer::Peer;
+use crate::route::admit::{admit, Counts};
+use crate::route::limits::Held;
 use crate::route::{Bytes, Route};
 use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
@@ -39,7 +41,7 @@ use std::task::{Context, Poll};
 /// read back from the live entry (client, server name, backend address) or
 /// that only the setup needed (the origin, the connect's state).
 ///
-/// Issue 23: before this split, one future ran the connection from its
+/// Why: before this split, one future ran the connection from its
 /// accept to its end and kept every local of its setup (the PROXY header's
 /// `Origin`, the connect's result, copies of the peer) beside the pump, 1,064
 /// bytes per idle connection in the release build. The setup now runs in a
@@ -85,8 +87,8 @@ pub(crate) struct Open<G> {
 /// Run boxed (see [`Open`]). `guards` is the first argument so that, when
 /// the connection ends here, it drops after the client socket (an async
 /// fn's arguments drop in reverse order).
-pub(crate) async fn open<G>(
-    guards: G,
+pub(crate) async fn open<G: Guards>(
+    mut guards: G,
     client: Async<TcpStream>,
     origin: Option<Origin>,
     route: Arc<Route>,
@@ -113,7 +115,8 @@ pub(crate) async fn open<G>(
     };
     // A listener rules share by server name: the ClientHello picks the
     // rule (peeked, so every byte still reaches the backend).
-    let (route, server_name) = match route.sni.clone() {
+    let server_name_route = route.sni.clone();
+    let (route, server_name) = match server_name_route.clone() {
         None => (route, None),
         Some(names) => {
             let chosen = sni::choose(&client, &names, live.rule(), &live, peer);
@@ -128,6 +131,25 @@ pub(crate) async fn open<G>(
             }
         }
     };
+    // The rule the server name chose admits the client, with its own ACL
+    // and limits (`route::admit`; a unix listener is never shared by name).
+    // A refusal counts on that rule, where its allow/deny or limit is.
+    if let (Some(_), Some(origin)) = (&server_name_route, origin) {
+        let client = crate::route::client_ip(origin.client);
+        let held = guards.held();
+        if let Err(refused) = admit(&route, Counts::Routed, &shared.limits, held, client) {
+            log::debug!("{peer}: {} on {}", refused.as_str(), route.bind);
+            route
+                .stats
+                .get()
+                .unwrap_or(live.rule())
+                .refused(refused.event());
+            let mut line = route.event(ip, refused.event(), Bytes::NONE);
+            line.server_name = server_name;
+            shared.log.log(line);
+            return None;
+        }
+    }
     if let Some(counters) = route.stats.get() {
         live.route_to(counters);
     }
@@ -202,6 +224,26 @@ pub(crate) async fn open<G>(
         resumed: None,
         guards,
     })
+}
+
+/// What a connection holds until its sockets are closed (the limits' slots,
+/// with the thread's count on a unix listener's connections), and where
+/// the rule a server name chose adds its own.
+pub(crate) trait Guards {
+    /// The limits' slots.
+    fn held(&mut self) -> &mut Held;
+}
+
+impl Guards for Held {
+    fn held(&mut self) -> &mut Held {
+        self
+    }
+}
+
+impl Guards for (oi_runtime::Placed, Held) {
+    fn held(&mut self) -> &mut Held {
+        &mut self.1
+    }
 }
 
 /// Whether a rule's backend sockets are dialled without TCP_NODELAY, for

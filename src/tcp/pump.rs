@@ -100,7 +100,7 @@ struct Direction {
     /// mover's buffer or pipe, or handed over by the previous oi): written
     /// before the mover moves anything more. `None` but for a hand-over;
     /// boxed so every other direction carries one word, not a `Vec`'s
-    /// three (issue 23).
+    /// three, in every idle connection's pump.
     #[allow(clippy::box_collection)]
     pending: Option<Box<Vec<u8>>>,
     /// The destination's TCP_NODELAY is still to be set, before its second
@@ -288,7 +288,7 @@ pub(crate) struct Pump<'a> {
     backend: &'a Async<TcpStream>,
     /// Where buffers and pipes come from (and go back to), and the
     /// half-close idle limit: one reference, not the pools' two and a
-    /// 16-byte `Duration` in every connection's pump (issue 23).
+    /// 16-byte `Duration` in every connection's pump.
     shared: &'a Shared,
     /// Client → backend.
     upstream: Direction,
@@ -523,10 +523,10 @@ impl Future for Pump<'_> {
 mod tests {
     use super::*;
 
-    /// Every open connection's task holds a pump, idle or not (issue 23's
-    /// idle-memory goal): rarely used state (the half-close timer, a bandwidth
-    /// limit, a splice pipe left to a copy mover, a hand-over's pending
-    /// bytes) is boxed. Measured 264 bytes on x86_64 (344 before issue 23's
+    /// Every open connection's task holds a pump, idle or not (idle memory
+    /// per connection, benches/idle_memory.sh): rarely used state (the
+    /// half-close timer, a bandwidth limit, a splice pipe left to a copy
+    /// mover, a hand-over's pending bytes) is boxed. Measured 264 bytes on x86_64 (344 before these
     /// cuts), 224 once the pools and the half-close limit were read from
     /// `Shared` and the pending bytes boxed (-Zprint-type-sizes, release);
     /// a growth past the bound should be a decision, not an accident.

@@ -1,4 +1,4 @@
-//! Accept while a thread is busy (issue 23): with one thread running a bulk
+//! Accept while a thread is busy: with one thread running a bulk
 //! flow flat out, every new connection is still accepted and served, on 2
 //! threads (the busy one leaves the listening socket to the idle one) and
 //! on 1 (the one thread takes them all between its pumps' budgets).

@@ -1,7 +1,7 @@
 //! System calls per message and per connection, counted on the real binary
-//! with `strace -c`: the figures issue 23 brought down (a 64 B round trip
-//! from 16.1 calls to 6, a connection from 36.9 to about 17 under load),
-//! held in CI. A count does not move with machine noise the way a timing
+//! with `strace -c`: the figures the per-thread reactor and the cuts after
+//! it brought down (a 64 B round trip from 16.1 calls to 6, a connection
+//! from 36.9 to about 17 under load), held in CI. A count does not move with machine noise the way a timing
 //! does, so these are tests, not benchmarks (benches/syscalls.sh measures
 //! the same beside rinetd and haproxy).
 //!
@@ -218,7 +218,7 @@ fn a_64_byte_round_trip_costs_six_system_calls() {
     let calls = traced.finish();
     // One read and one write each way is four; a wait for each direction's
     // bytes is two more. Nothing else runs per message: no epoll_ctl to
-    // re-arm, no timerfd, no eventfd (the reactor's design, src/reactor).
+    // re-arm, no timerfd, no eventfd (the reactor's design, crates/runtime/src/reactor).
     // The small margin over 6 is oi's periodic work (timers, the status
     // view) over the few seconds strace slows the run to.
     assert_total_at_most(&calls, ROUND_TRIPS, 6.1, "round trip");

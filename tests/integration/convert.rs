@@ -1,7 +1,7 @@
 //! `oi convert` through the binary: rinetd.conf (with an include) to YAML
 //! and back, each output accepted by `oi --check`; a broken file is refused
 //! with its errors. (What the conversions mean is compared in the unit tests
-//! of src/config/convert.rs, on every example and fuzz seed.)
+//! of crates/config/src/convert.rs, on every example and fuzz seed.)
 
 use std::process::{Command, Output};
 

@@ -210,7 +210,8 @@ fn a_bogus_rust_log_is_reported_and_info_still_shows() {
 }
 
 /// A stderr line on a terminal or in a log file reads as env_logger's
-/// default format did before oi wrote the line itself (issue 22): UTC time
+/// default format did before oi wrote the line itself (to drop env_logger's
+/// humantime feature and its compile time, see diagnostics.rs): UTC time
 /// to the second, the level padded to five, the module, the message.
 #[test]
 fn stderr_lines_carry_time_level_and_module() {

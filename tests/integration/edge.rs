@@ -1,4 +1,4 @@
-//! Issue 14, at the edge: the PROXY protocol both ways (sent to backends,
+//! At the edge: the PROXY protocol both ways (sent to backends,
 //! accepted from trusted upstreams) and connection limits, through an
 //! in-process server. Headers are checked twice: against bytes the test
 //! writes itself from the specification, and with oi's own decoder.

@@ -198,7 +198,7 @@ fn unix_echoes(s: &mut std::os::unix::net::UnixStream, msg: &[u8; 4]) -> bool {
     s.write_all(msg).is_ok() && s.read_exact(&mut b).is_ok() && &b == msg
 }
 
-/// Issue 21, through the binary: accept errors on unix listeners are logged
+/// Through the binary: accept errors on unix listeners are logged
 /// once per episode for all listeners, as for TCP ones. oi's descriptor
 /// limit is lowered from outside (prlimit) to leave exactly two numbers
 /// free: one forwarded connection on listener A takes them, the next

@@ -1,4 +1,4 @@
-//! Issue 21: `--check` (and a start or reload) looks host names up each
+//! `--check` (and a start or reload) looks host names up each
 //! once, 16 at a time, within 15 s for all, and counts the names it did not
 //! get to instead of waiting on them: systemd runs `--check` before every
 //! start, inside its timeout. Before, 26,000 names that do not resolve took

@@ -41,6 +41,7 @@ mod shared_host;
 mod short_reads;
 mod shutdown;
 mod sni;
+mod sni_admission;
 mod sni_views;
 mod splice;
 mod splice_emfile;

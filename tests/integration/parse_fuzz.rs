@@ -85,7 +85,7 @@ fn random_bytes_never_panic() {
 /// values and the line, each cut to MAX_SHOWN_CHARS characters of up to 4 bytes.
 const MAX_ERROR_BYTES: usize = 2048;
 
-/// Issue 10: an error report is small and shows no raw control characters,
+/// An error report is small and shows no raw control characters,
 /// whatever the input.
 fn assert_report_bounded(errors: &ConfigErrors) {
     assert!(errors.errors.len() <= MAX_ERRORS);

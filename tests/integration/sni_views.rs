@@ -576,3 +576,74 @@ fn an_upgrade_carries_each_sni_rules_health_counters_and_connections() {
         rule(&s.doc(), &a)["connections_total"] == 3
     });
 }
+
+/// A connection to 127.0.0.1:`port` from the loopback address `from`,
+/// naming `name`: what came back before it closed (an echo of the
+/// ClientHello while held open is not waited for: `held` keeps it open).
+fn named_from(from: &str, port: u16, name: &str, held: bool) -> (TcpStream, Vec<u8>) {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let source: SocketAddr = format!("{from}:0").parse().expect("source address");
+    socket.bind(&source.into()).expect("bind the client");
+    socket.connect(&local(port).into()).expect("connect to oi");
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let hello = client_hello::example(Some(name));
+    s.write_all(&hello).expect("write the ClientHello");
+    let mut back = Vec::new();
+    if held {
+        back.resize(hello.len(), 0);
+        s.read_exact(&mut back).expect("echoed");
+    } else {
+        let _ = s.read_to_end(&mut back);
+    }
+    (s, back)
+}
+
+#[test]
+fn a_routed_rules_refusals_count_on_that_rule() {
+    let echo = echo_backend("127.0.0.1:0");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let conf = dir.path().join("oi.conf");
+    let control = dir.path().join("oi.sock");
+    write_atomic(
+        &conf,
+        &format!(
+            "controlsocket {}\n\
+             127.0.0.1 {port} {ip} {p} [sni=a.example.com,maxconn=1]\ndeny 127.0.0.2\n\
+             127.0.0.1 {port} {ip} {p}\n",
+            control.display(),
+            ip = echo.ip(),
+            p = echo.port()
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let (_held, _) = named_from("127.0.0.1", port, "a.example.com", true);
+    let (_, over) = named_from("127.0.0.1", port, "a.example.com", false);
+    let (_, denied) = named_from("127.0.0.2", port, "a.example.com", false);
+    assert!(over.is_empty() && denied.is_empty(), "both refused");
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["status", "--json", "--socket"])
+        .arg(&control)
+        .output()
+        .expect("oi status");
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| oi.fail(&format!("oi status --json: {e}: {out:?}")));
+    let a = rule(&doc, &format!("127.0.0.1:{port}/tcp[sni=a.example.com]"));
+    let rest = rule(&doc, &format!("127.0.0.1:{port}/tcp"));
+    assert_eq!(
+        (&a["oi"]["acl_denied"], &a["oi"]["limit_reached"]),
+        (&1.into(), &1.into()),
+        "{doc:#}"
+    );
+    assert_eq!(
+        (&rest["oi"]["acl_denied"], &rest["oi"]["limit_reached"]),
+        (&0.into(), &0.into()),
+        "{doc:#}"
+    );
+    assert_eq!(a["connections_total"], 1, "the refused ones are not opened");
+    assert_eq!(doc["connections"]["total"], 1, "{doc:#}");
+    assert_eq!(doc["errors"]["denied"], 1);
+    oi.stop();
+}

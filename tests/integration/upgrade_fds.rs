@@ -1,4 +1,4 @@
-//! What `oi upgrade` costs in descriptors (issue 24): the old oi copies a
+//! What `oi upgrade` costs in descriptors: the old oi copies a
 //! connection's two sockets only for the message that carries them, so a
 //! hand-over needs one message's worth of descriptors beyond what the
 //! connections hold, not as many again.

@@ -1,4 +1,4 @@
-//! Issue 24's first test, through the binary: during a 512 MiB
+//! `oi upgrade`'s first test, through the binary: during a 512 MiB
 //! sha256-checked transfer each way over a copying rule and a splicing
 //! rule, with 200 idle connections, a UDP association, a TCP→UDP stream and
 //! a unix-socket client open, `oi upgrade`: every byte arrives in order, no

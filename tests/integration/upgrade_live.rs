@@ -1,7 +1,7 @@
-//! `oi upgrade` hands live TCP connections to the new oi (issue 24, step
-//! 4): a transfer each way over a copying rule and a splicing rule, paused
-//! mid-way so bytes sit in oi's buffers and pipes, and idle connections,
-//! all survive the switch; the old oi exits without waiting for them.
+//! `oi upgrade` hands live TCP connections to the new oi: a transfer each
+//! way over a copying rule and a splicing rule, paused mid-way so bytes sit
+//! in oi's buffers and pipes, and idle connections, all survive the switch;
+//! the old oi exits without waiting for them.
 
 use super::upgrade::{put_binary, put_script, signal_upgrade, Adopted};
 use crate::common::*;

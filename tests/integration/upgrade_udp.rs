@@ -1,5 +1,5 @@
-//! `oi upgrade` hands UDP associations and TCP→UDP streams to the new oi
-//! (issue 24): each keeps its connected socket, so the backend sees the
+//! `oi upgrade` hands UDP associations and TCP→UDP streams to the new
+//! oi: each keeps its connected socket, so the backend sees the
 //! same source port before and after, and the client its replies from the
 //! same listening address, and every counter carries on; if the new oi
 //! dies half-way both stay with the old one, which serves them to their end.

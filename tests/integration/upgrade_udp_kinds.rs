@@ -1,4 +1,4 @@
-//! `oi upgrade` and the UDP flows `upgrade_udp` does not cover (issue 24):
+//! `oi upgrade` and the UDP flows `upgrade_udp` does not cover:
 //! a UDP→TCP association keeps its one TCP stream to the backend across
 //! the upgrade, the new oi carrying it on; an association under
 //! `accept-proxy` keeps forwarding its client's datagrams (each with its

@@ -1,4 +1,4 @@
-//! "Did you mean" hints for misspelt keywords and option names (issue 11).
+//! "Did you mean" hints for misspelt keywords and option names.
 
 /// Largest edit distance a hint may be from what was written.
 const MAX_DISTANCE: usize = 2;

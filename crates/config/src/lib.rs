@@ -19,6 +19,7 @@ mod bytes;
 pub mod convert;
 mod hint;
 mod include;
+pub mod lint;
 mod lookup;
 mod model;
 mod parse;

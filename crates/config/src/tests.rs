@@ -1,5 +1,5 @@
 //! `load`: only regular files of bounded size are read, and every refusal is
-//! quick and names the file (issue 10: `-c /dev/zero` read until allocation failed).
+//! quick and names the file (`-c /dev/zero` was once read until allocation failed).
 
 use super::*;
 use std::io::Write;

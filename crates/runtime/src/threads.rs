@@ -7,7 +7,7 @@
 //! never wakes another thread. A single executor shared by both threads
 //! woke the other thread on nearly every task wake-up: ping-pong p50 went
 //! from +50.5 to +31.3 µs over direct when each thread got its own
-//! (docs/performance.md).
+//! (docs/performance.md, "Latency").
 //!
 //! # Placement
 //!

@@ -375,7 +375,7 @@ fn display_round_trip() {
     assert_eq!(again.rules[0].options, c.rules[0].options);
 }
 
-// Issue 10: whatever the file holds, parsing stays bounded and never panics.
+// Whatever the file holds, parsing stays bounded and never panics.
 
 use crate::{MAX_ERRORS, MAX_ERRORS_PER_LINE, MAX_SHOWN_CHARS, MAX_UDP_TIMEOUT_SECS, MAX_WARNINGS};
 

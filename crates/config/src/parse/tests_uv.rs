@@ -1,4 +1,4 @@
-//! Parser tests for the rinetd-uv dialect, `include` and issue 11's hints,
+//! Parser tests for the rinetd-uv dialect, `include` and the "did you mean" hints,
 //! with exact messages.
 
 use super::*;

@@ -185,7 +185,7 @@ fn markdown_section(out: &mut String, which: Section) {
 pub fn markdown() -> String {
     let mut out = String::from(
         "# Configuration reference\n\n\
-         <!-- Generated from src/config/settings/table.rs by \
+         <!-- Generated from crates/config/src/settings/table.rs by \
          `cargo run --example gen-docs -- --reference docs/reference.md`; \
          do not edit (a test compares it with the table). -->\n\n\
          Every setting oi reads, in rinetd.conf and in YAML. The file format \

@@ -1,4 +1,4 @@
-//! Accept that avoids a busy thread (issue 23): one listening socket per
+//! Accept that avoids a busy thread: one listening socket per
 //! port, watched by every executor thread's epoll with `EPOLLEXCLUSIVE`,
 //! which a busy thread leaves until it catches up.
 //!

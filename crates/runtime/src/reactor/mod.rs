@@ -1,6 +1,6 @@
 //! A per-thread reactor under the executors (`crate::executor`): one epoll per executor
 //! thread, sockets registered once, edge-triggered, and timers kept in the
-//! thread's own queue (issue 23).
+//! thread's own queue: 6 system calls per 64 B round trip, not 16.1 (below).
 //!
 //! # Why not async-io's reactor
 //!
@@ -10,7 +10,7 @@
 //! and an `epoll_ctl` for the eventfd (the `polling` crate's wait path).
 //! `strace -f` of a 64-byte ping-pong through oi counted 16.1 system calls
 //! per round trip, of which 4 are the reads and writes that move the bytes
-//! (docs/performance.md, "Wait path").
+//! (docs/performance.md, "The wait path: a reactor of oi's own").
 //!
 //! Here each executor thread blocks in [`block_on`] on its own epoll:
 //!
@@ -47,7 +47,8 @@ use timer::{TimerId, TimerQueue};
 // lock is taken on every poll for readiness and every event, and std's lock
 // and unlock each ask whether the thread is panicking (for poisoning, which a
 // release build, aborting on panic, never sees): 207 of 2,978 user-space
-// instructions per 64 B round trip (callgrind, docs/performance.md).
+// instructions per 64 B round trip (callgrind; docs/performance.md,
+// "Instructions per connection and per round trip").
 use parking_lot::Mutex;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{eventfd, EventfdFlags};
@@ -103,8 +104,9 @@ pub struct Readiness {
     /// the slot's task waits for an edge. One byte each, so the six flags
     /// and both ticks share one word: `Readiness` is 48 bytes, not 56, and
     /// its `Arc` a 80-byte heap chunk, not 96, for each of a connection's
-    /// two sockets (issue 23's idle memory). A waiter woken by an edge is
-    /// polled long before 128 more edges could bring the tick back round.
+    /// two sockets: 32 bytes less per idle connection. A waiter woken by an
+    /// edge is polled long before 128 more edges could bring the tick back
+    /// round.
     ticks: [u8; 2],
     /// The task that reads, kept after an edge woke it: it waits again at
     /// its next `WouldBlock`, and the same task's waker is not cloned
@@ -140,7 +142,7 @@ impl Readiness {
     /// task in place, by reference, if it waits (it keeps its place, so its
     /// next wait clones nothing: a waker clone and a by-value wake were two
     /// atomic read-modify-writes on the task per wait, the by-reference wake
-    /// is one; issue 23); queued ones through `wake`. The wake runs under
+    /// is one); queued ones through `wake`. The wake runs under
     /// the reactor's locks: an executor's wake only queues the task (and
     /// may write another thread's eventfd), and takes none of them.
     fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
@@ -193,7 +195,8 @@ pub struct Reactor {
     /// Whether any timer is pending, stored under `timers`' lock after each
     /// change: a turn with none (a connection's steady traffic sets none)
     /// takes that lock neither before nor after its wait, four atomic
-    /// read-modify-writes fewer per turn (issue 23).
+    /// read-modify-writes fewer per turn (44 -> 34 per 64 B round trip,
+    /// benches/conn_footprint.sh).
     timers_pending: AtomicBool,
     /// Set while the driving thread is (about to be) in `epoll_wait` with
     /// no timeout shorter than its timers: others must write the eventfd.
@@ -414,7 +417,9 @@ impl Reactor {
         // This thread's buffers, kept from turn to turn: a fresh event
         // buffer (3 KiB, past malloc's per-thread cache) and waker list per
         // turn cost about a tenth of the instructions a 64-byte round trip
-        // runs in oi (callgrind, see docs/performance.md).
+        // runs in oi (callgrind: 6,793 -> 5,872 instructions; see
+        // docs/performance.md, "Instructions per connection and per round
+        // trip").
         let (mut events, mut wake) = SCRATCH.with(|s| s.take());
         events.clear();
         events.reserve(EVENTS_PER_WAIT);
@@ -463,7 +468,7 @@ impl Reactor {
         // One lock of the source table for the whole batch, and each
         // source's readiness updated under it rather than cloned out: per
         // event, that saves an `Arc` clone and drop and a lock and unlock,
-        // four atomic read-modify-writes (issue 23). Lock order: sources,
+        // four atomic read-modify-writes. Lock order: sources,
         // then a readiness; nothing locks a readiness and then the sources.
         let mut woken = false;
         if !events.is_empty() {
@@ -739,7 +744,8 @@ mod tests {
     fn a_sockets_readiness_stays_small() {
         // Every idle connection holds two, each in an `Arc` (16 bytes more)
         // behind glibc's 8-byte header, rounded to 16: at 56 bytes the chunk
-        // is 80, at 64 it was 96 (benches/idle_memory.sh, issue 23).
+        // is 80, at 64 it was 96: 32 bytes per idle connection
+        // (benches/idle_memory.sh: 1.59 -> 1.57 KiB).
         let size = std::mem::size_of::<Mutex<Readiness>>();
         assert!(
             size <= 56,

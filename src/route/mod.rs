@@ -5,6 +5,9 @@
 //! one, and each connection keeps the route it started with, so its last log
 //! line still names its own rule.
 
+pub(crate) mod admit;
+pub(crate) mod limits;
+
 use crate::backends::BackendPool;
 use crate::logfile::{Event, LogEvent, RuleNames};
 use crate::stats::RuleStats;
@@ -74,6 +77,12 @@ pub struct Route {
     /// ones across a reload for a rule of the same server name); unset on
     /// a listener's own route, whose counters the listener holds.
     pub(crate) stats: std::sync::OnceLock<Arc<RuleStats>>,
+    /// This rule's connection counts when a server name routes to it (its
+    /// entry in a listener's [`ServerNames`]), which its `maxconn` and
+    /// `maxconn-per-client` are checked against ([`admit`]). A listener's
+    /// own counts are its `listen::Running`'s; both are carried across a
+    /// reload that keeps the listener ([`Route::keep_counts_of`]).
+    pub(crate) limits: Arc<limits::RuleLimits>,
 }
 
 /// Where a shared listener's connections go by server name.
@@ -195,6 +204,29 @@ impl Route {
             maxconn_per_client,
             sni: None,
             stats: std::sync::OnceLock::new(),
+            limits: Arc::default(),
+        }
+    }
+
+    /// Gives the rules this listener routes by server name the counts of
+    /// the same rules in `old` (this listener's route before a reload): a
+    /// rule is the same when its server name pattern is (or both are the
+    /// default). Called before the route is shared, so connections already
+    /// open stay counted against the new limits.
+    pub(crate) fn keep_counts_of(&mut self, old: &Route) {
+        let (Some(new), Some(old)) = (self.sni.as_mut().and_then(Arc::get_mut), &old.sni) else {
+            return;
+        };
+        for (pattern, route) in &mut new.named {
+            let was = old.named.iter().find(|(p, _)| p == pattern);
+            if let (Some(route), Some((_, was))) = (Arc::get_mut(route), was) {
+                route.limits = was.limits.clone();
+            }
+        }
+        if let (Some(route), Some(was)) =
+            (new.default.as_mut().and_then(Arc::get_mut), &old.default)
+        {
+            route.limits = was.limits.clone();
         }
     }
 
@@ -293,6 +325,14 @@ impl Route {
     /// Whether `source` (the real peer, before any header) may send a PROXY header.
     pub(crate) fn trusts_proxy(&self, source: IpAddr) -> bool {
         self.trust_proxy.iter().any(|p| acl::matches(p, source))
+    }
+
+    /// Whether the ClientHello picks this listener's rule (`[sni=]` rules
+    /// share it, and it forwards TCP→TCP: a TCP→UDP listener's connections
+    /// are not read for a name). Such a listener admits nothing at accept:
+    /// the rule chosen does ([`admit`]).
+    pub(crate) fn routes_by_name(&self) -> bool {
+        self.sni.is_some() && self.backend_proto == Proto::Tcp
     }
 
     /// Whether `client` may use this rule; the refusal is the event to log.

@@ -158,7 +158,7 @@ impl GlobalLimit {
         Ok(Held {
             _global: global,
             _rule: own,
-            _client: None,
+            extra: None,
         })
     }
 
@@ -167,12 +167,39 @@ impl GlobalLimit {
     /// limit refuses new connections until it drops below again), in the
     /// global count, the rule's and, with `client`, the per-client one.
     pub(crate) fn hold(&self, rule: &Arc<RuleLimits>, client: Option<IpAddr>) -> Held {
+        let client = client.and_then(|c| rule.take_client(c, usize::MAX));
         Held {
             _global: self.gauge.take(),
             _rule: rule.gauge.take(),
-            _client: client
-                .and_then(|c| rule.take_client(c, usize::MAX))
-                .map(Box::new),
+            extra: client.map(|c| {
+                Box::new(Extra {
+                    _routed: None,
+                    _client: Some(c),
+                })
+            }),
+        }
+    }
+
+    /// Takes a slot of `routed`, the counts of the rule a server name routed
+    /// the connection to (its `maxconn`: `max`), into `held`; counts a
+    /// refusal like [`admit`](Self::admit). The listener's own count was
+    /// taken at accept, unlimited.
+    pub(crate) fn admit_routed(
+        &self,
+        routed: &RuleLimits,
+        held: &mut Held,
+        max: Option<usize>,
+    ) -> Result<(), Which> {
+        match routed.gauge.try_take(max) {
+            Some(slot) => {
+                held.extra()._routed = Some(slot);
+                Ok(())
+            }
+            None => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                routed.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Which::Rule)
+            }
         }
     }
 
@@ -190,7 +217,7 @@ impl GlobalLimit {
         };
         match rule.take_client(client, max) {
             Some(slot) => {
-                held._client = Some(Box::new(slot));
+                held.extra()._client = Some(slot);
                 Ok(())
             }
             None => {
@@ -283,12 +310,30 @@ impl Drop for ClientSlot {
 pub(crate) struct Held {
     /// Its place in the global count.
     _global: Slot,
-    /// Its place in the rule's count.
+    /// Its place in its listener's count (on a listener shared by server
+    /// name: counted, never limited there).
     _rule: Slot,
-    /// Its place in the rule's per-client count, when the rule has one.
-    /// Boxed: 8 bytes, not 32, in every connection, most of whose rules
-    /// have no per-client limit (issue 23's idle memory).
-    _client: Option<Box<ClientSlot>>,
+    /// The slots only some connections take: boxed, 8 bytes in every
+    /// connection, most of whose rules have neither a per-client limit nor
+    /// a server name (an idle connection's memory is mostly its future's
+    /// size, `listen::accept`'s size test).
+    extra: Option<Box<Extra>>,
+}
+
+/// The slots of [`Held`] that only some connections take.
+#[derive(Debug, Default)]
+struct Extra {
+    /// Its place in the count of the rule its server name routed it to.
+    _routed: Option<Slot>,
+    /// Its place in its rule's per-client count, when the rule has one.
+    _client: Option<ClientSlot>,
+}
+
+impl Held {
+    /// The optional slots, made on first use.
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,201 @@
+//! Admission on a listener rules share by server name, through the real
+//! binary: each `[sni=...]` rule admits with its own allow/deny lines,
+//! `maxconn` and `maxconn-per-client`, after the ClientHello chose it, and
+//! the default rule with its own. A client the routed rule refuses is
+//! closed before any backend is asked and logged with the server name; the
+//! same client naming another rule is served. Raw ClientHellos
+//! (`client_hello::example`), so no TLS tool is needed.
+
+use crate::common::*;
+use oxidinetd::client_hello;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+
+/// A backend that sends `marker` to each client and closes.
+fn marker_backend(marker: &'static [u8]) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut c in l.incoming().map_while(Result::ok) {
+            let _ = c.write_all(marker);
+        }
+    });
+    addr
+}
+
+/// `host port` of a backend, as a rule line writes it.
+fn at(a: SocketAddr) -> String {
+    format!("{} {}", a.ip(), a.port())
+}
+
+/// What a connection from `from` naming `name` gets back from
+/// 127.0.0.1:`port` before it is closed: the marker of the backend it
+/// reached, or nothing when it was refused.
+fn answer_from(from: &str, port: u16, name: &str) -> Vec<u8> {
+    let mut s = connect_from(from, port);
+    s.write_all(&client_hello::example(Some(name)))
+        .expect("write the ClientHello");
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    reply
+}
+
+/// A connection to 127.0.0.1:`port` from the loopback address `from`.
+fn connect_from(from: &str, port: u16) -> TcpStream {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let source: SocketAddr = format!("{from}:0").parse().expect("source address");
+    socket.bind(&source.into()).expect("bind the client");
+    socket.connect(&local(port).into()).expect("connect to oi");
+    socket.into()
+}
+
+/// A connection naming `name` that the echo backend behind it answered:
+/// admitted and held open until dropped.
+fn held_open(from: &str, port: u16, name: &str) -> TcpStream {
+    let mut s = connect_from(from, port);
+    let hello = client_hello::example(Some(name));
+    s.write_all(&hello).expect("write the ClientHello");
+    let mut back = vec![0u8; hello.len()];
+    s.read_exact(&mut back)
+        .unwrap_or_else(|e| panic!("{name} from {from} should be admitted and echoed: {e}"));
+    s
+}
+
+/// Starts oi on `rules` (rinetd.conf lines) with a tab log; returns it and the log's path.
+fn oi_with(dir: &Path, rules: &str) -> (OiProcess, std::path::PathBuf) {
+    let log = dir.join("oi.log");
+    let conf = dir.join("oi.conf");
+    write_atomic(&conf, &format!("logfile {}\n{rules}", log.display()));
+    (OiProcess::start(dir, &conf, &[]), log)
+}
+
+/// How many log lines end with `ending`, once at least `want` do (or the
+/// wait gave up), and the whole log for the failure message.
+fn logged(log: &Path, want: usize, ending: &str) -> (usize, String) {
+    let count = |t: &str| t.lines().filter(|l| l.ends_with(ending)).count();
+    let text = wait_for_file(log, |t| count(t) >= want);
+    (count(&text), text)
+}
+
+#[test]
+fn deny_under_an_sni_rule_refuses_that_client_while_the_default_rule_serves_it() {
+    let named = marker_backend(b"NAMED");
+    let rest = marker_backend(b"REST");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let (oi, log) = oi_with(
+        dir.path(),
+        &format!(
+            "127.0.0.1 {port} {} [sni=a.example.com]\ndeny 127.0.0.2\n127.0.0.1 {port} {}\n",
+            at(named),
+            at(rest)
+        ),
+    );
+    if answer_from("127.0.0.2", port, "a.example.com") != b"" {
+        oi.fail("127.0.0.2 is denied by the a.example.com rule");
+    }
+    assert_eq!(answer_from("127.0.0.2", port, "b.example.com"), b"REST");
+    assert_eq!(answer_from("127.0.0.1", port, "a.example.com"), b"NAMED");
+    let (denied, lines) = logged(&log, 1, "\tdenied\ta.example.com");
+    assert_eq!(
+        denied, 1,
+        "one denied line naming the server name:\n{lines}"
+    );
+    assert!(lines.contains("127.0.0.2\t"), "{lines}");
+    oi.stop();
+}
+
+#[test]
+fn allow_under_an_sni_rule_admits_only_its_clients_whatever_the_default_rule_says() {
+    let named = marker_backend(b"NAMED");
+    let rest = marker_backend(b"REST");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    // The default rule binds the listener and denies 127.0.0.3; the named
+    // rule allows only 127.0.0.3.
+    let (oi, log) = oi_with(
+        dir.path(),
+        &format!(
+            "127.0.0.1 {port} {}\ndeny 127.0.0.3\n\
+             127.0.0.1 {port} {} [sni=a.example.com]\nallow 127.0.0.3\n",
+            at(rest),
+            at(named)
+        ),
+    );
+    if answer_from("127.0.0.3", port, "a.example.com") != b"NAMED" {
+        oi.fail("127.0.0.3 is allowed by the a.example.com rule");
+    }
+    assert_eq!(answer_from("127.0.0.3", port, "other.example.com"), b"");
+    assert_eq!(answer_from("127.0.0.1", port, "a.example.com"), b"");
+    assert_eq!(answer_from("127.0.0.1", port, "other.example.com"), b"REST");
+    let (not_allowed, lines) = logged(&log, 1, "\tnot-allowed\ta.example.com");
+    assert_eq!(not_allowed, 1, "{lines}");
+    let (denied, lines) = logged(&log, 1, "\tdenied\tother.example.com");
+    assert_eq!(denied, 1, "{lines}");
+    oi.stop();
+}
+
+#[test]
+fn maxconn_counts_and_limits_each_sni_rule_on_its_own() {
+    let echo = echo_backend("127.0.0.1:0");
+    let rest = marker_backend(b"REST");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    // The default rule's maxconn=1 limits only its own connections.
+    let (oi, log) = oi_with(
+        dir.path(),
+        &format!(
+            "127.0.0.1 {port} {} [maxconn=1]\n\
+             127.0.0.1 {port} {} [sni=a.example.com, maxconn=2]\n",
+            at(rest),
+            at(echo)
+        ),
+    );
+    let first = held_open("127.0.0.1", port, "a.example.com");
+    let second = held_open("127.0.0.1", port, "a.example.com");
+    if answer_from("127.0.0.1", port, "a.example.com") != b"" {
+        oi.fail("a third a.example.com connection is over that rule's maxconn=2");
+    }
+    // Two open connections of the named rule leave the default's one free.
+    assert_eq!(answer_from("127.0.0.1", port, "b.example.com"), b"REST");
+    let (limited, lines) = logged(&log, 1, "\tlimit-reached\ta.example.com");
+    assert_eq!(limited, 1, "{lines}");
+    drop((first, second));
+    // Its slots come back when its connections close.
+    wait_until("a.example.com admits again", || {
+        let mut s = connect_from("127.0.0.1", port);
+        let hello = client_hello::example(Some("a.example.com"));
+        s.write_all(&hello).is_ok() && s.read_exact(&mut vec![0u8; hello.len()]).is_ok()
+    });
+    oi.stop();
+}
+
+#[test]
+fn maxconn_per_client_counts_each_client_on_the_sni_rule_it_reached() {
+    let echo = echo_backend("127.0.0.1:0");
+    let other = echo_backend("127.0.0.1:0");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let (oi, log) = oi_with(
+        dir.path(),
+        &format!(
+            "127.0.0.1 {port} {} [sni=a.example.com, maxconn-per-client=1]\n\
+             127.0.0.1 {port} {}\n",
+            at(echo),
+            at(other)
+        ),
+    );
+    let _one = held_open("127.0.0.4", port, "a.example.com");
+    if answer_from("127.0.0.4", port, "a.example.com") != b"" {
+        oi.fail("a second a.example.com connection from 127.0.0.4 is over its per-client limit");
+    }
+    // Another client of the same rule, and the same client on the default rule.
+    let _two = held_open("127.0.0.5", port, "a.example.com");
+    let _three = held_open("127.0.0.4", port, "b.example.com");
+    let _four = held_open("127.0.0.4", port, "b.example.com");
+    let (limited, lines) = logged(&log, 1, "\tlimit-reached\ta.example.com");
+    assert_eq!(limited, 1, "{lines}");
+    oi.stop();
+}
