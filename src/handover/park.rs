@@ -168,16 +168,15 @@ pub(crate) struct Parked {
     /// The rule's listening address (`BindAddr`'s text): the new oi finds
     /// its route by it.
     pub(crate) rule: String,
-    /// The TLS server name a TCP connection on a listener shared by server
-    /// name was routed by: the new oi routes it by the same name, so it
-    /// counts on (and leases a backend of) the rule that name chooses there.
-    pub(crate) server_name: Option<String>,
     /// Client → backend.
     pub(crate) up: HalfState,
     /// Backend → client.
     pub(crate) down: HalfState,
     /// When the connection was accepted (seconds since the epoch).
     pub(crate) started: u64,
+    /// The TLS server name that routed it, on a listener rules share by
+    /// server name: the new oi routes it to the same rule by it.
+    pub(crate) server_name: Option<String>,
     /// Where the verdict goes: `true` adopted, `false` resume.
     pub(crate) verdict: Sender<bool>,
 }
@@ -188,8 +187,6 @@ pub struct Offered {
     pub(crate) id: u64,
     /// The rule's listening address, as [`Parked::rule`].
     pub(crate) rule: String,
-    /// The server name it was routed by, as [`Parked::server_name`].
-    pub(crate) server_name: Option<String>,
     /// What it is, with its sockets.
     pub(crate) flow: Flow,
     /// Client → backend, where the previous oi stopped.
@@ -198,7 +195,13 @@ pub struct Offered {
     pub(crate) down: HalfState,
     /// When the previous oi accepted it (seconds since the epoch).
     pub(crate) started: u64,
+    /// The server name that routed it, as [`Parked::server_name`]; at most
+    /// [`MAX_SERVER_NAME`] bytes.
+    pub(crate) server_name: Option<String>,
 }
+
+/// Longest server name a hand-over carries: a DNS name's limit.
+pub(crate) const MAX_SERVER_NAME: usize = 255;
 
 /// A pump's flag and waker: how a hand-over reaches it.
 #[derive(Default)]

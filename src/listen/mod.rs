@@ -266,7 +266,7 @@ impl Listeners {
                 self.shared.parking.stash(c);
                 continue;
             }
-            let (route, stats) = routed::adopted_by(running, c.server_name.as_deref());
+            let route = running.route.load_full();
             let shared = self.shared.clone();
             let at = self.threads.pick(0);
             // Counted like an accepted connection (drain, thread balance,
@@ -281,8 +281,25 @@ impl Listeners {
                 Flow::TcpToUdp { origin, .. } => Some(crate::route::client_ip(origin.client)),
                 Flow::Datagram { .. } | Flow::UdpToTcp { .. } => None,
             };
-            let per_client = client.filter(|_| route.maxconn_per_client.is_some());
-            let held = self.shared.limits.hold(&running.limits, per_client);
+            // A connection a server name routed goes back to that rule (its
+            // backends, counts and log lines), chosen by the name it carries;
+            // one no name routed, to the listener's default rule.
+            let routed = match (&route.sni, &c.flow) {
+                (Some(names), Flow::Stream { .. }) if route.routes_by_name() => names
+                    .choose(c.server_name.as_deref())
+                    .map(|(r, _)| r.clone()),
+                _ => None,
+            };
+            let per_client_limit = routed.as_ref().unwrap_or(&route).maxconn_per_client;
+            let per_client = client.filter(|_| per_client_limit.is_some());
+            let routed_limits = routed.as_ref().map(|r| &r.limits);
+            let held = self
+                .shared
+                .limits
+                .hold(&running.limits, routed_limits, per_client);
+            let route = routed.unwrap_or(route);
+            // Counted on that rule's counters (`routed::count`), else the listener's.
+            let stats = route.stats.get().unwrap_or(&running.stats).clone();
             let (gate, go) = (gate.clone(), go.clone());
             self.threads
                 .executor(at)

@@ -118,27 +118,3 @@ pub(super) fn follow_addresses(stats: &Arc<RuleStats>) -> OnChange {
         }
     })
 }
-
-/// The route and counters a connection a previous oi handed over (`oi
-/// upgrade`) takes up on `running`'s listener: on a listener shared by
-/// server name, the rule `server_name` (what it was routed by there)
-/// chooses here, as for a new connection of that name; else, and when no
-/// rule here takes that name, the listener's.
-pub(super) fn adopted_by(
-    running: &super::Running,
-    server_name: Option<&str>,
-) -> (Arc<Route>, Arc<RuleStats>) {
-    let route = running.route.load_full();
-    let chosen = route
-        .sni
-        .as_ref()
-        .and_then(|names| names.choose(server_name))
-        .map(|(r, _)| r.clone());
-    match chosen {
-        Some(r) => {
-            let stats = r.stats.get().unwrap_or(&running.stats).clone();
-            (r, stats)
-        }
-        None => (route, running.stats.clone()),
-    }
-}

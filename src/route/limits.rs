@@ -165,18 +165,28 @@ impl GlobalLimit {
     /// Counts a connection a previous oi handed over (`oi upgrade`): it is
     /// open already, so it is counted whatever the limits (a count past a
     /// limit refuses new connections until it drops below again), in the
-    /// global count, the rule's and, with `client`, the per-client one.
-    pub(crate) fn hold(&self, rule: &Arc<RuleLimits>, client: Option<IpAddr>) -> Held {
+    /// global count, its listener's, with `routed` the count of the rule
+    /// its server name chose, and with `client` the per-client one (the
+    /// routed rule's, else the listener's).
+    pub(crate) fn hold(
+        &self,
+        listener: &Arc<RuleLimits>,
+        routed: Option<&Arc<RuleLimits>>,
+        client: Option<IpAddr>,
+    ) -> Held {
+        let rule = routed.unwrap_or(listener);
         let client = client.and_then(|c| rule.take_client(c, usize::MAX));
+        let routed = routed.map(|r| r.gauge.take());
+        let extra = (client.is_some() || routed.is_some()).then(|| {
+            Box::new(Extra {
+                _routed: routed,
+                _client: client,
+            })
+        });
         Held {
             _global: self.gauge.take(),
-            _rule: rule.gauge.take(),
-            extra: client.map(|c| {
-                Box::new(Extra {
-                    _routed: None,
-                    _client: Some(c),
-                })
-            }),
+            _rule: listener.gauge.take(),
+            extra,
         }
     }
 
@@ -345,11 +355,57 @@ mod tests {
     }
 
     #[test]
+    fn a_routed_rule_counts_and_limits_its_own_connections_beside_its_listener() {
+        let global = GlobalLimit::default();
+        let (listener, routed) = (Arc::new(RuleLimits::default()), RuleLimits::default());
+        let mut first = global
+            .admit(&listener, None)
+            .expect("the listener limits nothing");
+        assert!(global.admit_routed(&routed, &mut first, Some(1)).is_ok());
+        let mut second = global
+            .admit(&listener, None)
+            .expect("the listener limits nothing");
+        assert_eq!(
+            global.admit_routed(&routed, &mut second, Some(1)),
+            Err(Which::Rule)
+        );
+        assert_eq!(
+            (listener.open(), routed.open(), routed.refused()),
+            (2, 1, 1)
+        );
+        assert_eq!(global.refused(), 1);
+        drop((first, second));
+        assert_eq!((global.open(), listener.open(), routed.open()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_handed_over_routed_connection_counts_on_its_rule_and_client() {
+        let global = GlobalLimit::default();
+        let (listener, routed) = (
+            Arc::new(RuleLimits::default()),
+            Arc::new(RuleLimits::default()),
+        );
+        let held = global.hold(&listener, Some(&routed), Some(ip(7)));
+        assert_eq!((listener.open(), routed.open()), (1, 1));
+        assert_eq!(
+            (listener.clients_tracked(), routed.clients_tracked()),
+            (0, 1)
+        );
+        drop(held);
+        assert_eq!(
+            (global.open(), routed.open(), routed.clients_tracked()),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
     fn handed_over_connections_count_against_every_limit_without_being_refused() {
         let global = GlobalLimit::default();
         let rule = Arc::new(RuleLimits::default());
         global.set(Some(2));
-        let held: Vec<Held> = (0..3).map(|_| global.hold(&rule, Some(ip(1)))).collect();
+        let held: Vec<Held> = (0..3)
+            .map(|_| global.hold(&rule, None, Some(ip(1))))
+            .collect();
         assert_eq!(
             (global.open(), rule.open()),
             (3, 3),

@@ -142,10 +142,10 @@ async fn offer<G>(published: &mut Published<'_>, open: &Open<G>, ticket: &Ticket
     let parked = Parked {
         flow: park::Handing::OnAsk(ask),
         rule: open.route.bind.to_string(),
-        server_name: open.live.server_name().map(|n| n.to_string()),
         up: up.into(),
         down: down.into(),
         started: open.started,
+        server_name: open.live.server_name().map(|n| n.to_string()),
         verdict,
     };
     if !shared.parking.park(ticket, parked) {

@@ -388,9 +388,8 @@ pub(crate) async fn adopted(
         _ => ConnKind::Unix,
     };
     let live = stats.register_resumed(kind, peer);
-    // Named as before, in `oi connections`, its log lines and a next upgrade.
-    if let Some(name) = a.server_name {
-        live.routed_by(name.into());
+    if let Some(name) = a.server_name.as_deref() {
+        live.routed_by(Arc::from(name));
     }
     // Counted on its backend's load (least connections) while it lasts.
     let lease = match backend.get_ref().peer_addr() {

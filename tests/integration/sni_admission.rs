@@ -31,9 +31,12 @@ fn at(a: SocketAddr) -> String {
 
 /// What a connection from `from` naming `name` gets back from
 /// 127.0.0.1:`port` before it is closed: the marker of the backend it
-/// reached, or nothing when it was refused.
+/// reached, or nothing when it was refused. An echo backend that admitted
+/// it never closes: the read gives up after the tests' patience, with the
+/// echoed bytes.
 fn answer_from(from: &str, port: u16, name: &str) -> Vec<u8> {
     let mut s = connect_from(from, port);
+    s.set_read_timeout(Some(PATIENCE)).expect("read timeout");
     s.write_all(&client_hello::example(Some(name)))
         .expect("write the ClientHello");
     let mut reply = Vec::new();
@@ -198,4 +201,61 @@ fn maxconn_per_client_counts_each_client_on_the_sni_rule_it_reached() {
     let (limited, lines) = logged(&log, 1, "\tlimit-reached\ta.example.com");
     assert_eq!(limited, 1, "{lines}");
     oi.stop();
+}
+
+#[test]
+fn a_connection_handed_over_by_an_upgrade_stays_with_the_rule_its_server_name_chose() {
+    use super::upgrade::{put_binary, signal_upgrade};
+    let echo = echo_backend("127.0.0.1:0");
+    let rest = marker_backend(b"REST");
+    let dir = tempfile::Builder::new()
+        .prefix("oi-sni-upg")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let binary = dir.path().join("oi");
+    put_binary(Path::new(env!("CARGO_BIN_EXE_oi")), &binary);
+    let port = free_port();
+    let log = dir.path().join("oi.log");
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!(
+            "logfile {}\n127.0.0.1 {port} {} [sni=a.example.com, maxconn=1]\n127.0.0.1 {port} {}\n",
+            log.display(),
+            at(echo),
+            at(rest)
+        ),
+    );
+    let mut old = OiProcess::start_program(&binary, dir.path(), &conf, &[]);
+    let mut held = held_open("127.0.0.1", port, "a.example.com");
+    let new = signal_upgrade(&mut old, &binary);
+    wait_until("the old oi says it handed the connection over", || {
+        old.stderr_tail().contains("handed 1 live connection(s)")
+    });
+    if old.exited_within(PATIENCE).is_none() {
+        old.fail("the old oi did not exit after handing its connection over");
+    }
+    // Still the routed rule's: it echoes, and it fills that rule's maxconn=1.
+    held.write_all(b"after").expect("write after the upgrade");
+    let mut back = [0u8; 5];
+    held.read_exact(&mut back).expect("echo after the upgrade");
+    assert_eq!(&back, b"after");
+    assert_eq!(
+        answer_from("127.0.0.1", port, "a.example.com"),
+        b"",
+        "the handed-over connection counts on a.example.com's maxconn"
+    );
+    assert_eq!(answer_from("127.0.0.1", port, "b.example.com"), b"REST");
+    drop(held);
+    // Its last line names the server name it was routed by, as before.
+    let text = wait_for_file(&log, |t| {
+        t.lines()
+            .any(|l| l.contains("\tdone-") && l.ends_with("\ta.example.com"))
+    });
+    assert!(
+        text.lines()
+            .any(|l| l.contains("\t88\t88\tdone-") && l.ends_with("\ta.example.com")),
+        "the handed-over connection's last line, its bytes from both oi:\n{text}"
+    );
+    assert!(!new.exited(), "the new oi serves on");
 }
