@@ -40,9 +40,14 @@ while True:
 ')
 pids+=($!)
 read -r -t 20 echo_port <&3
-# A health check (connect only), so oi_backend_probe_seconds has data.
+# A health check (connect only), so oi_backend_probe_seconds has data; and
+# a listener two rules share by server name, each a rule of its own (named
+# 127.0.0.1:PORT/tcp[sni=NAME]) in every series the alerts and panels read.
+sni_port=$(port)
 cat > "$work/oi.conf" <<CONF
 127.0.0.1 $fwd_port 127.0.0.1 $echo_port [check-interval=1]
+127.0.0.1 $sni_port 127.0.0.1 $echo_port [sni=a.example.com,check-interval=1]
+127.0.0.1 $sni_port 127.0.0.1 $echo_port
 CONF
 "$oi" -c "$work/oi.conf" --metrics "127.0.0.1:$metrics_port" 2>"$work/oi.err" &
 oi_pid=$!
@@ -93,6 +98,12 @@ rules = open(f"{here}/oi-alerts.yml").read()
 for m in re.finditer(r"^\s*expr: (.*)$", rules, re.M):
     # The comparison is what fires the alert; the series under it must exist.
     exprs.append(("alert", re.split(r" (==|>|<) ", m.group(1))[0]))
+# The rule routed by server name has its own pool in what the alerts read.
+sni = r'rule=~".*:[0-9]+/tcp\\[sni=a\\.example\\.com\\]"'
+exprs.append(("SNI rule's backends", "oi_backend_up{%s}" % sni))
+exprs.append(("SNI rule's pool", "max by (instance, rule) (oi_backend_up{%s})" % sni))
+exprs.append(("SNI rule's probes", "oi_backend_probe_seconds{%s}" % sni))
+exprs.append(("SNI rule's limit refusals", "oi_limit_refusals_total{%s}" % sni))
 def subst(e):
     return (e.replace("$__rate_interval", "5s").replace('"$instance"', '".*"')
              .replace('"$rule"', '".*"'))

@@ -24,9 +24,9 @@ mod choose;
 mod dns;
 mod health;
 
-pub(crate) use dns::Refresher;
 #[cfg(test)]
-pub(crate) use dns::{Lookup, OnChange};
+pub(crate) use dns::Lookup;
+pub(crate) use dns::{OnChange, Refresher};
 pub(crate) use health::{reply, Change, Check, Reply};
 
 use affinity::Affinity;

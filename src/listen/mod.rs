@@ -25,6 +25,7 @@ mod accept;
 mod bind;
 mod driver;
 mod inherit;
+mod routed;
 mod unix;
 
 pub use bind::{bind, BoundSocket, TcpGroup, UnixSocket};
@@ -266,7 +267,6 @@ impl Listeners {
                 continue;
             }
             let route = running.route.load_full();
-            let stats = running.stats.clone();
             let shared = self.shared.clone();
             let at = self.threads.pick(0);
             // Counted like an accepted connection (drain, thread balance,
@@ -298,6 +298,8 @@ impl Listeners {
                 .limits
                 .hold(&running.limits, routed_limits, per_client);
             let route = routed.unwrap_or(route);
+            // Counted on that rule's counters (`routed::count`), else the listener's.
+            let stats = route.stats.get().unwrap_or(&running.stats).clone();
             let (gate, go) = (gate.clone(), go.clone());
             self.threads
                 .executor(at)
@@ -321,6 +323,7 @@ impl Listeners {
     /// Stops every listener and waits until their sockets are closed.
     async fn close(mut self) {
         for (_, running) in self.serving.drain() {
+            routed::forget(&self.shared, &running.route.load());
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
         }
@@ -330,20 +333,21 @@ impl Listeners {
     /// updating the backends `stats` lists when their addresses change, and
     /// its prober probe them when the rule has a health check.
     fn watch_names(&self, route: &Route, stats: &Arc<RuleStats>) {
-        let stats = Arc::downgrade(stats);
-        let on_change = Box::new(move |addrs: &[SocketAddr]| {
-            if let Some(stats) = stats.upgrade() {
-                stats.set_backends(addrs);
+        self.shared
+            .dns
+            .watch(&route.pool, routed::follow_addresses(stats));
+        // The rules routed by server name (`sni=`) have pools of their own,
+        // whose addresses their own counters list (`routed::count`).
+        for (_, r) in route.sni.iter().flat_map(|names| names.rules()) {
+            if !Arc::ptr_eq(&r.pool, &route.pool) {
+                let counters = r.stats.get().unwrap_or(stats);
+                self.shared
+                    .dns
+                    .watch(&r.pool, routed::follow_addresses(counters));
             }
-        });
-        self.shared.dns.watch(&route.pool, on_change);
-        // The rules routed by server name (`sni=`) have pools of their own;
-        // the rule's counters list its own backends only.
-        for (i, pool) in route.pools().iter().enumerate() {
-            if i > 0 {
-                self.shared.dns.watch(pool, Box::new(|_: &[SocketAddr]| {}));
-            }
-            self.shared.probes.watch(pool);
+        }
+        for pool in route.pools() {
+            self.shared.probes.watch(&pool);
         }
     }
 
@@ -371,14 +375,13 @@ impl Listeners {
                 route.names.connect_host,
                 route.names.connect_port
             );
-            let name = match &addr {
-                BindAddr::Ip(a) => rule_name(&route.names.bind_host, a.port(), proto),
-                BindAddr::Unix(u) => u.to_string(),
-            };
+            let base = listener_name(&addr, &route);
+            let name = routed::shown(&base, route.server_name());
             let stats = self
                 .shared
                 .stats
                 .add_rule(name, proto, &route.backend_addrs());
+            routed::count(&self.shared, &base, &route, &stats, None);
             self.watch_names(&route, &stats);
             stats.set_pool(route.pool.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
@@ -399,6 +402,7 @@ impl Listeners {
             let (tasks, sockets) = match spawned {
                 Ok(t) => t,
                 Err(e) => {
+                    routed::forget(&self.shared, &route.load());
                     self.shared.stats.remove_rule(&stats);
                     return Err(e);
                 }
@@ -674,6 +678,10 @@ impl Listeners {
             route.keep_state_of(&running.route.load());
             route.keep_counts_of(&running.route.load());
             running.stats.set_backends(&route.backend_addrs());
+            let base = listener_name(&key.0, &route);
+            let old = running.route.load();
+            routed::count(&self.shared, &base, &route, &running.stats, Some(&**old));
+            drop(old);
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());
             running.route.store(Arc::new(route));
@@ -684,6 +692,7 @@ impl Listeners {
             for pool in running.route.load().pools() {
                 pool.retire();
             }
+            routed::forget(&self.shared, &running.route.load());
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             let name = key.0.with_proto(key.1);
@@ -802,6 +811,15 @@ fn duplicate_budget() -> usize {
     usize::try_from(nofile_soft() / 16)
         .unwrap_or(usize::MAX)
         .min(1024)
+}
+
+/// The name of the listener at `addr` serving `route` (see [`rule_name`]);
+/// its rules routed by server name add `[sni=NAME]` ([`routed::shown`]).
+fn listener_name(addr: &BindAddr, route: &Route) -> String {
+    match addr {
+        BindAddr::Ip(a) => rule_name(&route.names.bind_host, a.port(), route.bind_proto),
+        BindAddr::Unix(u) => u.to_string(),
+    }
 }
 
 /// A rule's name in the status file, metrics and `oi connections`:

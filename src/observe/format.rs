@@ -18,7 +18,8 @@
 //!   into `errors.denied`, whose meaning rinetd-uv's users already rely on.
 //!
 //! No client address is written: rules are named by their bind side as
-//! configured, backends by address.
+//! configured (a rule routed by TLS server name adds `[sni=NAME]`: each
+//! rule of a shared listener is a rule of its own), backends by address.
 
 use crate::stats::{ConnInfo, CounterValues, Snapshot, TextSection, COUNTERS};
 use serde_json::{json, Value};

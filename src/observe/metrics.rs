@@ -413,7 +413,7 @@ mod tests {
         })
     }
 
-    /// A snapshot with every field set, two rules, one with backends.
+    /// A snapshot with every field set, three rules, two with backends.
     fn snapshot() -> Snapshot {
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
         let backend = |addr: &str, member: Option<&str>, healthy, n: u64| BackendValues {
@@ -454,6 +454,15 @@ mod tests {
                     proto: Proto::Udp,
                     counters: counters(300),
                     backends: Vec::new(),
+                },
+                // A rule routed by server name on a shared listener: a rule
+                // of its own, its name the listener's and its pattern.
+                RuleValues {
+                    name: "0.0.0.0:443/tcp[sni=*.example.org]".into(),
+                    algorithm: "roundrobin".into(),
+                    proto: Proto::Tcp,
+                    counters: counters(400),
+                    backends: vec![backend("10.0.0.9:443", None, true, 40)],
                 },
             ],
             descriptors: Some(42),

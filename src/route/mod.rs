@@ -10,6 +10,7 @@ pub(crate) mod limits;
 
 use crate::backends::BackendPool;
 use crate::logfile::{Event, LogEvent, RuleNames};
+use crate::stats::RuleStats;
 use oi_config::acl::{self, Verdict};
 use oi_config::{
     AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, SpliceMode,
@@ -69,6 +70,13 @@ pub struct Route {
     /// The rules sharing this listener by TLS server name (`[sni=...]`);
     /// `None` for a listener of one rule.
     pub(crate) sni: Option<Arc<ServerNames>>,
+    /// The counters of this rule, when it is one of the rules in a
+    /// listener's [`ServerNames`]: a connection routed to it counts here
+    /// (`Registered::route_to`). Set by the listener once the route is
+    /// built (the listener's own counters for the rule that binds it, kept
+    /// ones across a reload for a rule of the same server name); unset on
+    /// a listener's own route, whose counters the listener holds.
+    pub(crate) stats: std::sync::OnceLock<Arc<RuleStats>>,
     /// This rule's connection counts when a server name routes to it (its
     /// entry in a listener's [`ServerNames`]), which its `maxconn` and
     /// `maxconn-per-client` are checked against ([`admit`]). A listener's
@@ -87,6 +95,15 @@ pub(crate) struct ServerNames {
 }
 
 impl ServerNames {
+    /// Every rule on the listener with its pattern (`None`: the default),
+    /// named ones first, in file order.
+    pub(crate) fn rules(&self) -> impl Iterator<Item = (Option<&NamePattern>, &Arc<Route>)> {
+        self.named
+            .iter()
+            .map(|(p, r)| (Some(p), r))
+            .chain(self.default.iter().map(|r| (None, r)))
+    }
+
     /// The route for a ClientHello's server name (`None`: none was read),
     /// and whether a rule's pattern chose it (else it is the default).
     pub(crate) fn choose(&self, name: Option<&str>) -> Option<(&Arc<Route>, bool)> {
@@ -186,6 +203,7 @@ impl Route {
             maxconn,
             maxconn_per_client,
             sni: None,
+            stats: std::sync::OnceLock::new(),
             limits: Arc::default(),
         }
     }
@@ -233,6 +251,14 @@ impl Route {
         if let (Some(route), Some(was)) = (&new.default, &old.default) {
             route.pool.keep_state_of(&was.pool);
         }
+    }
+
+    /// The server name pattern this rule serves (`[sni=...]`, normalised),
+    /// if it has one on a TCP listener.
+    pub(crate) fn server_name(&self) -> Option<&str> {
+        (self.bind_proto == Proto::Tcp)
+            .then_some(self.settings.sni.as_deref())
+            .flatten()
     }
 
     /// Every pool connections on this listener may use: its own, then the

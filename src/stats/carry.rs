@@ -73,7 +73,7 @@ impl Stats {
             out.push(json!({
                 "rates": { "rule": [owed.rule.0, owed.rule.1], "clients": clients },
                 "pool": pool,
-                "name": &*r.name,
+                "name": &*r.name(),
                 "counters": encode(&r.counters.values(rule_ended, from, to)),
                 "ended": [rule_ended.0, rule_ended.1],
                 "backends": backends,
@@ -112,7 +112,7 @@ impl Stats {
         let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
         let mut matched = 0;
         for c in carried["rules"].as_array().map_or(&[][..], Vec::as_slice) {
-            let Some(r) = rules.iter().find(|r| c["name"] == *r.name) else {
+            let Some(r) = rules.iter().find(|r| c["name"] == *r.name()) else {
                 continue;
             };
             matched += 1;

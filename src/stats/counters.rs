@@ -527,9 +527,22 @@ impl Counters {
         bump(active);
     }
 
-    /// Counts a handed-over connection of `kind` as active (not opened).
+    /// Counts a connection of `kind` as active, not opened: a handed-over
+    /// one, or one whose server name has not chosen its rule yet.
     pub(super) fn resumed(&self, kind: ConnKind) {
         bump(self.of(kind).1);
+    }
+
+    /// Counts a connection of `kind` already counted active as opened too
+    /// (routed by server name).
+    pub(super) fn admitted(&self, kind: ConnKind) {
+        bump(self.of(kind).0);
+    }
+
+    /// Counts a connection of `kind` no longer open here: routed by server
+    /// name to another rule, which counts it from then on.
+    pub(super) fn moved_out(&self, kind: ConnKind) {
+        drop_one(self.of(kind).1);
     }
 
     /// The (opened, active) pair `kind` counts in: a connection counts

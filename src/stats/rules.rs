@@ -80,8 +80,11 @@ pub struct BackendValues {
 /// One rule's counters: shared by its listener (across reloads that keep it)
 /// and by every connection it accepted.
 pub struct RuleStats {
-    /// How the rule is named in every output: `bindhost:port/proto`, as configured.
-    pub(super) name: Arc<str>,
+    /// How the rule is named in every output: `bindhost:port/proto`, as
+    /// configured, and `[sni=NAME]` after it for a rule routed by server
+    /// name. A lock: a reload can change the server name of the rule that
+    /// binds a shared listener, whose counters these stay ([`RuleStats::rename`]).
+    pub(super) name: parking_lot::Mutex<Arc<str>>,
     /// The listening side's protocol.
     pub(super) proto: Proto,
     /// The rule's own counters.
@@ -110,8 +113,16 @@ impl RuleStats {
     }
 
     /// The rule's name in outputs.
-    pub(crate) fn name(&self) -> &Arc<str> {
-        &self.name
+    pub(crate) fn name(&self) -> Arc<str> {
+        self.name.lock().clone()
+    }
+
+    /// Names the rule `name` from now on (see [`RuleStats::name`]'s field).
+    pub(crate) fn rename(&self, name: &str) {
+        let mut current = self.name.lock();
+        if **current != *name {
+            *current = name.into();
+        }
     }
 
     /// Counts a client refused before it was forwarded: by the ACLs
@@ -176,6 +187,22 @@ impl RuleStats {
     ) -> Registered {
         self.counters.opened(kind);
         self.process.opened(kind);
+        Live::register(self, kind, client.into())
+    }
+
+    /// Registers a connection on a listener rules share by server name,
+    /// before its ClientHello has chosen the rule: listed and counted as
+    /// open on this rule (the one that binds the listener) and the
+    /// process, not yet as opened. [`Registered::route_to`] counts it
+    /// opened on the rule it is routed to; one closed unrouted (or refused
+    /// by the routed rule) is counted opened nowhere.
+    pub(crate) fn register_unrouted(
+        self: Arc<Self>,
+        kind: ConnKind,
+        client: impl Into<crate::peer::Peer>,
+    ) -> Registered {
+        self.counters.resumed(kind);
+        self.process.resumed(kind);
         Live::register(self, kind, client.into())
     }
 

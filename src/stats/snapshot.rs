@@ -59,7 +59,7 @@ impl Stats {
         backends: &[SocketAddr],
     ) -> Arc<RuleStats> {
         let rule = Arc::new(RuleStats {
-            name: name.into(),
+            name: Mutex::new(name.into()),
             proto,
             counters: Counters::default(),
             process: self.process.clone(),
@@ -171,7 +171,7 @@ impl Stats {
                     })
                     .collect();
                 RuleValues {
-                    name: r.name.to_string(),
+                    name: r.name().to_string(),
                     algorithm: pool
                         .as_ref()
                         .map_or_else(|| "roundrobin".to_string(), |p| p.algorithm().to_string()),

@@ -221,3 +221,69 @@ fn an_upgrade_carries_the_uptime_the_last_reload_and_what_the_shared_buckets_owe
     let room = mine.rates.rule(1000).up.available(later);
     assert!(room <= crate::rate::Bucket::burst(1000) - 4_000, "{room}");
 }
+
+#[test]
+fn a_connection_routed_by_server_name_counts_on_the_rule_it_was_routed_to() {
+    let shared = Fixture::new();
+    let stats = &shared.stats;
+    let (a, d) = (addr("127.0.0.1:2"), addr("127.0.0.1:3"));
+    let listener = stats.add_rule("h:1/tcp".into(), Proto::Tcp, &[d]);
+    let routed = stats.add_rule("h:1/tcp[sni=a.example]".into(), Proto::Tcp, &[a]);
+    let count = |s: &Snapshot, i: usize| {
+        let c = &s.rules[i].counters;
+        (c.active_tcp, c.opened_tcp)
+    };
+
+    // While its ClientHello is read: open on the listener's rule, opened nowhere.
+    let mut conn = listener
+        .clone()
+        .register_unrouted(ConnKind::Tcp, addr("127.0.0.1:9"));
+    let s = shared.snapshot();
+    assert_eq!((count(&s, 0), count(&s, 1)), ((1, 0), (0, 0)));
+    assert_eq!((s.totals.active_tcp, s.totals.opened_tcp), (1, 0));
+
+    conn.routed_by("a.example".into());
+    conn.route_to(&routed);
+    conn.connected(a);
+    conn.publish(10, 20, ConnState::Open);
+    let s = shared.snapshot();
+    assert_eq!((count(&s, 0), count(&s, 1)), ((0, 0), (1, 1)));
+    assert_eq!((s.totals.active_tcp, s.totals.opened_tcp), (1, 1));
+    assert_eq!(
+        s.rules[1].backends[0].active, 1,
+        "on the routed rule's backend"
+    );
+    assert_eq!(s.rules[1].counters.from_client, 10);
+    let listed = stats.connections();
+    assert_eq!(listed.len(), 1, "listed once, under its rule");
+    assert_eq!(listed[0].rule, "h:1/tcp[sni=a.example]");
+    assert_eq!(listed[0].server_name.as_deref(), Some("a.example"));
+    drop(conn);
+    let s = shared.snapshot();
+    assert_eq!((count(&s, 0), count(&s, 1)), ((0, 0), (0, 1)));
+    assert_eq!(s.rules[1].backends[0].to_client, 20);
+    assert_eq!((s.totals.active_tcp, s.totals.opened_tcp), (0, 1));
+
+    // Routed to the rule that binds the listener: opened there, open once.
+    let mut own = listener
+        .clone()
+        .register_unrouted(ConnKind::Tcp, addr("127.0.0.1:9"));
+    own.route_to(&listener);
+    let s = shared.snapshot();
+    assert_eq!((count(&s, 0), count(&s, 1)), ((1, 1), (0, 1)));
+    drop(own);
+    // Closed unrouted: opened nowhere, open no more.
+    drop(
+        listener
+            .clone()
+            .register_unrouted(ConnKind::Tcp, addr("127.0.0.1:9")),
+    );
+    let s = shared.snapshot();
+    assert_eq!((count(&s, 0), count(&s, 1)), ((0, 1), (0, 1)));
+    assert_eq!((s.totals.active_tcp, s.totals.opened_tcp), (0, 2));
+    assert_eq!(
+        s.totals.opened_tcp,
+        s.rules.iter().map(|r| r.counters.opened_tcp).sum::<u64>(),
+        "the rules' opened add up to the process's"
+    );
+}

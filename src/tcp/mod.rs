@@ -107,37 +107,53 @@ pub(crate) async fn open<G: Guards>(
     };
     // Listed and counted until the connection ends (after its sockets have
     // closed: locals drop in reverse order, and `Open` drops it after them).
-    let live = stats.register(kind, peer);
-    let stats = live.rule();
+    // On a listener rules share by server name, counted opened only once
+    // routed, on the rule its name chose (`Registered::route_to`).
+    let mut live = match route.sni {
+        None => stats.register(kind, peer),
+        Some(_) => stats.register_unrouted(kind, peer),
+    };
     // A listener rules share by server name: the ClientHello picks the
     // rule (peeked, so every byte still reaches the backend).
     let server_name_route = route.sni.clone();
     let (route, server_name) = match server_name_route.clone() {
         None => (route, None),
-        Some(names) => match Box::pin(sni::choose(&client, &names, stats, &live, peer)).await {
-            Ok(routed) => routed,
-            Err(name) => {
-                let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
-                line.server_name = name;
-                shared.log.log(line);
-                return None;
+        Some(names) => {
+            let chosen = sni::choose(&client, &names, live.rule(), &live, peer);
+            match Box::pin(chosen).await {
+                Ok(routed) => routed,
+                Err(name) => {
+                    let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
+                    line.server_name = name;
+                    shared.log.log(line);
+                    return None;
+                }
             }
-        },
+        }
     };
     // The rule the server name chose admits the client, with its own ACL
     // and limits (`route::admit`; a unix listener is never shared by name).
+    // A refusal counts on that rule, where its allow/deny or limit is.
     if let (Some(_), Some(origin)) = (&server_name_route, origin) {
         let client = crate::route::client_ip(origin.client);
         let held = guards.held();
         if let Err(refused) = admit(&route, Counts::Routed, &shared.limits, held, client) {
             log::debug!("{peer}: {} on {}", refused.as_str(), route.bind);
-            stats.refused(refused.event());
+            route
+                .stats
+                .get()
+                .unwrap_or(live.rule())
+                .refused(refused.event());
             let mut line = route.event(ip, refused.event(), Bytes::NONE);
             line.server_name = server_name;
             shared.log.log(line);
             return None;
         }
     }
+    if let Some(counters) = route.stats.get() {
+        live.route_to(counters);
+    }
+    let stats = live.rule();
     // Every log line of the connection names the server name it was routed by.
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);

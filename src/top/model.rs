@@ -476,15 +476,24 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
             .as_deref()
             .map_or(String::new(), |f| format!("  rule {f}")),
     );
+    // The rule column fits the longest name (rules routed by server name
+    // add `[sni=NAME]`), so every row's columns line up.
+    let w = v
+        .rules
+        .iter()
+        .map(|r| r.name.len())
+        .chain(v.backends.iter().map(|b| b.rule.len()))
+        .chain(v.conns.iter().map(|c| c.rule.len()))
+        .fold(28, usize::max);
     let _ = writeln!(
         out,
-        "\n{:<28} {:>7} {:>8} {:>10} {:>10} {:>8} {:>7}",
+        "\n{:<w$} {:>7} {:>8} {:>10} {:>10} {:>8} {:>7}",
         "RULE", "ACTIVE", "NEW/S", "IN", "OUT", "REFUSED", "ERRORS"
     );
     for r in &v.rules {
         let _ = writeln!(
             out,
-            "{:<28} {:>7} {:>8.1} {:>10} {:>10} {:>8} {:>7}",
+            "{:<w$} {:>7} {:>8.1} {:>10} {:>10} {:>8} {:>7}",
             r.name,
             r.active,
             r.new_per_s,
@@ -496,31 +505,31 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<28} {:<24} {:<5} {:>7} {:>6} {:>10} {:>8}",
+        "\n{:<w$} {:<24} {:<5} {:>7} {:>6} {:>10} {:>8}",
         "RULE", "BACKEND", "STATE", "ACTIVE", "LOAD", "BYTES", "PROBE"
     );
     for b in &v.backends {
         let _ = writeln!(
             out,
-            "{:<28} {:<24} {:<5} {:>7} {:>5.0}% {:>10} {:>8}",
+            "{:<w$} {:<24} {:<5} {:>7} {:>5.0}% {:>10} {:>8}",
             b.rule,
             b.name,
             if b.up { "up" } else { "DOWN" },
             b.active,
             b.load * 100.0,
             human_rate(b.bytes_per_s),
-            b.probe_ms.map_or("-".into(), |p| format!("{p:.1}ms")),
+            b.probe_ms.map_or("-".into(), |p| format!("{p:.1}ms"))
         );
     }
     let _ = writeln!(
         out,
-        "\n{:<28} {:<5} {:<22} {:<22} {:>7} {:>10} {:>10}",
+        "\n{:<w$} {:<5} {:<22} {:<22} {:>7} {:>10} {:>10}",
         "RULE", "KIND", "CLIENT", "BACKEND", "AGE", "IN", "OUT"
     );
     for c in v.conns.iter().take(20) {
         let _ = writeln!(
             out,
-            "{:<28} {:<5} {:<22} {:<22} {:>6.0}s {:>10} {:>10}",
+            "{:<w$} {:<5} {:<22} {:<22} {:>6.0}s {:>10} {:>10}",
             c.rule,
             c.kind,
             c.client,

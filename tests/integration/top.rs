@@ -84,15 +84,17 @@ fn top_shows_rules_and_reacts_to_keys_while_traffic_flows() {
     }
     let backend = echo_backend("127.0.0.1:0");
     let (udp_backend, _datagrams) = udp_echo_backend("127.0.0.1:0");
-    let (tcp_port, udp_port) = (free_port(), free_udp_port());
+    let (tcp_port, udp_port, sni_port) = (free_port(), free_udp_port(), free_port());
     let dir = tempfile::tempdir().expect("tempdir");
     let conf = dir.path().join("oi.conf");
+    // Last, a listener two rules share by server name: each is a rule here.
     std::fs::write(
         &conf,
         format!(
-            "127.0.0.1 {tcp_port} 127.0.0.1 {}\n127.0.0.1 {udp_port}/udp 127.0.0.1 {}/udp\n",
-            backend.port(),
-            udp_backend.port()
+            "127.0.0.1 {tcp_port} 127.0.0.1 {b}\n127.0.0.1 {udp_port}/udp 127.0.0.1 {}/udp\n\
+             127.0.0.1 {sni_port} 127.0.0.1 {b} [sni=a.example.com]\n127.0.0.1 {sni_port} 127.0.0.1 {b}\n",
+            udp_backend.port(),
+            b = backend.port(),
         ),
     )
     .expect("conf");
@@ -128,10 +130,14 @@ fn top_shows_rules_and_reacts_to_keys_while_traffic_flows() {
     let tcp_rule = format!("127.0.0.1:{tcp_port}/tcp");
     let udp_rule = format!("127.0.0.1:{udp_port}/udp");
 
-    // Both rules, the backend, the live connection, and a rate that is moving.
-    tmux.wait_for("both rules and the live connection show with a rate", |s| {
+    let sni_rule = format!("127.0.0.1:{sni_port}/tcp[sni=a.example.com]");
+
+    // The rules, the backend, the live connection, and a rate that is moving.
+    tmux.wait_for("the rules and the live connection show with a rate", |s| {
         s.contains(&tcp_rule)
             && s.contains(&udp_rule)
+            && s.contains(&sni_rule)
+            && s.contains(&format!("127.0.0.1:{sni_port}/tcp "))
             && s.contains(&format!("127.0.0.1:{}", backend.port()))
             && s.contains("Busiest connections (1 live)")
             && s.contains("M/s")

@@ -316,6 +316,46 @@ impl Registered {
         self.set_state(ConnState::Open);
     }
 
+    /// Moves the connection to `rule`, the one its server name chose on a
+    /// listener rules share ([`RuleStats::register_unrouted`]): counted
+    /// opened there (and in the process), open there rather than on the
+    /// rule that accepted it, and listed under it. Called before the
+    /// backend's connect, once.
+    pub(crate) fn route_to(&mut self, rule: &Arc<RuleStats>) {
+        let kind = self.conn.kind;
+        rule.counters.admitted(kind);
+        rule.process.admitted(kind);
+        if Arc::ptr_eq(rule, &self.conn.rule) {
+            return;
+        }
+        self.conn.rule.counters.moved_out(kind);
+        rule.counters.resumed(kind);
+        let old = &self.conn;
+        let (from, to) = old.bytes();
+        let moved = Arc::new(Conn {
+            rule: rule.clone(),
+            client: old.client,
+            backend: old.backend.clone(),
+            started_ms: old.started_ms,
+            from_client: AtomicU64::new(from),
+            to_client: AtomicU64::new(to),
+            server_name: old.server_name.clone(),
+            kind,
+            state: AtomicU8::new(old.state.load(Ordering::Relaxed)),
+        });
+        // The entry's slot now lists the moved entry (an unlisted one,
+        // `UNLISTED`, has no slot to update).
+        if let Some(shard) = self.live().shards.get(self.shard as usize) {
+            let mut shard = shard.lock();
+            if let Some(Some(slot)) = shard.slots.get_mut(self.slot as usize) {
+                if Arc::ptr_eq(slot, &self.conn) {
+                    *slot = moved.clone();
+                }
+            }
+        }
+        self.conn = moved;
+    }
+
     /// The backend address that answered, once connected.
     pub(crate) fn backend(&self) -> Option<SocketAddr> {
         self.conn.backend.get().map(|(addr, _)| *addr)
