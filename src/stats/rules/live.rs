@@ -453,7 +453,7 @@ mod tests {
     /// `Stats` is in `snapshot`, above the rules this list is part of.
     fn rule() -> Arc<RuleStats> {
         Arc::new(RuleStats {
-            name: "a:1/tcp".into(),
+            name: parking_lot::Mutex::new(Arc::from("a:1/tcp")),
             proto: oi_config::Proto::Tcp,
             counters: Counters::default(),
             process: Arc::default(),
