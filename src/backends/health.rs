@@ -1,5 +1,5 @@
 //! Active health: what one probe result does to a member's health, and the
-//! reply check. Probes (`crate::probe`, the `oi-probe` thread) and client
+//! reply check. Probes (`crate::backends::probe`, the `oi-probe` thread) and client
 //! connects (`BackendPool::failed`, `succeeded`) feed the same
 //! [`MemberState`]:
 //!

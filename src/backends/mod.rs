@@ -13,7 +13,7 @@
 //! better than trying.
 //!
 //! Active health checks (`check-interval`, off by default) add probes:
-//! `health.rs` holds what a probe result does, `crate::probe` runs them.
+//! `health.rs` holds what a probe result does, `crate::backends::probe` runs them.
 //!
 //! A rule with one backend (almost every rinetd.conf rule) takes a path with
 //! no lock and no allocation: the pool is only consulted to count health.
@@ -21,8 +21,10 @@
 mod affinity;
 mod carry;
 mod choose;
+pub(crate) mod connect;
 mod dns;
 mod health;
+pub(crate) mod probe;
 
 #[cfg(test)]
 pub(crate) use dns::Lookup;

@@ -8,10 +8,10 @@
 //! order (each one's client→backend bytes, then its backend→client ones),
 //! then each connection's client and backend sockets.
 
-use super::park::{
+use super::wire::{self, Kind, Received};
+use crate::route::park::{
     Flow, HalfState, Offered, Origin, Parked, Parking, MAX_SERVER_NAME, PARK_WITHIN,
 };
-use super::wire::{self, Kind, Received};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -53,7 +53,7 @@ pub(crate) fn send(conn: &OwnedFd, parking: &Parking, counters: &dyn Fn() -> Val
 
 /// Sends the parked connections and returns the ids the new oi confirmed.
 /// A stream's sockets are copied for its message only (see
-/// [`super::park::Handing`]); one that cannot be copied is not offered,
+/// [`crate::route::park::Handing`]); one that cannot be copied is not offered,
 /// and so resumes here.
 fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<Vec<u64>, String> {
     let mut uncopied = 0usize;
@@ -346,7 +346,7 @@ pub(crate) fn confirm(conn: &OwnedFd, ids: &[u64]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handover::park::Handing;
+    use crate::route::park::Handing;
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
     fn half(unsent: &[u8], done: bool, bytes: u64) -> HalfState {
@@ -372,7 +372,7 @@ mod tests {
                 .expect("bind")
                 .into()
         };
-        let (verdict, _answer) = crate::handover::park::verdict();
+        let (verdict, _answer) = crate::route::park::verdict();
         let origin = Origin {
             client: "192.0.2.1:5000".parse().expect("addr"),
             local: Some("192.0.2.2:53".parse().expect("addr")),

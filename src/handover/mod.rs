@@ -16,7 +16,6 @@
 //! message saying why.
 
 pub(crate) mod conns;
-pub(crate) mod park;
 mod wire;
 
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
@@ -83,7 +82,7 @@ pub(crate) fn hand_over(
     binary: &Path,
     args: &[OsString],
     sockets: &[Handed],
-    parking: &park::Parking,
+    parking: &crate::route::park::Parking,
     counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let shown = binary.display();
@@ -125,7 +124,7 @@ fn converse(
     listener: &OwnedFd,
     child: &mut Child,
     sockets: &[Handed],
-    parking: &park::Parking,
+    parking: &crate::route::park::Parking,
     counters: &dyn Fn() -> serde_json::Value,
 ) -> Result<u32, String> {
     let deadline = Instant::now() + TIMEOUT;

@@ -6,12 +6,12 @@
 //! TCP→UDP ([`crate::udp`]).
 
 use super::driver::{Acceptor, Admitted};
-use crate::edge::{self, Origin};
-use crate::peer::Client;
+use crate::net::peer::Client;
 use crate::route::admit::{self, Counts};
+use crate::route::edge::{self, Origin};
 use crate::route::limits::{Held, RuleLimits};
+use crate::route::shared::Shared;
 use crate::route::{client_ip, Bytes, Route};
-use crate::shared::Shared;
 use crate::stats::RuleStats;
 use oi_config::Proto;
 use oi_runtime::reactor::{Async, SharedListener};

@@ -31,7 +31,7 @@ pub struct TcpGroup {
 /// A listening unix socket as `serve` takes it: opaque outside the crate.
 pub struct UnixSocket {
     /// The listener, and the file it made.
-    pub(crate) bound: crate::unix::UnixBound,
+    pub(crate) bound: crate::sys::unix::UnixBound,
     /// Where it listens: the listener's identity across reloads.
     pub(crate) addr: oi_config::UnixAddr,
 }
@@ -83,7 +83,7 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
         BindAddr::Ip(addr) => *addr,
         BindAddr::Unix(unix) => {
             let backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
-            let bound = crate::unix::bind(unix, rule.settings().mode, backlog)?;
+            let bound = crate::sys::unix::bind(unix, rule.settings().mode, backlog)?;
             return Ok(BoundSocket::Unix(UnixSocket {
                 bound,
                 addr: unix.clone(),
@@ -119,7 +119,7 @@ pub fn bind(rule: &ResolvedRule) -> io::Result<BoundSocket> {
 /// Another socket in `listener`'s `SO_REUSEPORT` group, for another
 /// executor thread; MPTCP when `listener` is.
 pub(crate) fn sibling(listener: &TcpListener, backlog: i32) -> io::Result<TcpListener> {
-    let mptcp = crate::mptcp::is_mptcp(socket2::SockRef::from(listener));
+    let mptcp = crate::sys::mptcp::is_mptcp(socket2::SockRef::from(listener));
     reuseport_listener(listener.local_addr()?, backlog, mptcp)
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn sibling(listener: &TcpListener, backlog: i32) -> io::Result<TcpLis
 /// `SO_REUSEPORT` group; MPTCP when `mptcp` (and the kernel allows it).
 fn reuseport_listener(addr: SocketAddr, backlog: i32, mptcp: bool) -> io::Result<TcpListener> {
     use socket2::{Domain, Type};
-    let s = crate::mptcp::stream(Domain::for_address(addr), Type::STREAM.cloexec(), mptcp)?;
+    let s = crate::sys::mptcp::stream(Domain::for_address(addr), Type::STREAM.cloexec(), mptcp)?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     // Accepted sockets inherit both from the listener (Linux copies the

@@ -7,10 +7,10 @@
 //! MPTCP, ...) is one `Acceptor` impl.
 
 use crate::logfile::Event;
-use crate::peer::{Client, Peer};
+use crate::net::peer::{Client, Peer};
 use crate::route::limits::{Held, RuleLimits};
+use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use oi_runtime::reactor::{Async, Timer};

@@ -133,7 +133,7 @@ impl Inherited {
         );
         let file = match (&key.0, first.file) {
             (BindAddr::Unix(oi_config::UnixAddr::Path(path)), Some(id)) => {
-                match crate::unix::SocketFile::adopt(path, id) {
+                match crate::sys::unix::SocketFile::adopt(path, id) {
                     Ok(f) => Some(f),
                     Err(e) => {
                         log::warn!("{}: {e}; it stays when oi exits", path.display());
@@ -147,7 +147,7 @@ impl Inherited {
         let first = sockets.next()?;
         Some(match (&key.0, key.1) {
             (BindAddr::Unix(addr), _) => BoundSocket::Unix(UnixSocket {
-                bound: crate::unix::UnixBound {
+                bound: crate::sys::unix::UnixBound {
                     listener: UnixListener::from(first),
                     // systemd made the file and removes it, oi leaves it
                     // alone; one a previous oi made is this one's now.

@@ -33,8 +33,8 @@ pub use inherit::bind_all;
 pub(crate) use inherit::{bind_all_with, Inherited};
 
 use crate::route::limits::RuleLimits;
+use crate::route::shared::Shared;
 use crate::route::Route;
-use crate::shared::Shared;
 use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use async_channel::{Receiver, Sender};
@@ -85,7 +85,7 @@ pub enum Command {
     /// listener here serves is placed on a thread, waiting at `gate`.
     Adopt {
         /// The connections.
-        conns: Vec<crate::handover::park::Offered>,
+        conns: Vec<crate::route::park::Offered>,
         /// Receives the ids of those placed; the others are closed here
         /// (the previous oi keeps serving them).
         reply: Sender<Vec<u64>>,
@@ -180,8 +180,8 @@ struct Running {
     /// Declared before `file`: a socket file goes only once its socket is closed.
     sockets: Vec<Listening>,
     /// A unix listener's socket file, so a reload's new `mode=` is applied
-    /// to the inode the bind made (see [`crate::safe_fs::SocketFile::set_mode`]).
-    file: Option<crate::unix::SocketFile>,
+    /// to the inode the bind made (see [`crate::sys::safe_fs::SocketFile::set_mode`]).
+    file: Option<crate::sys::unix::SocketFile>,
 }
 
 impl Running {
@@ -221,7 +221,7 @@ impl Listeners {
     /// that rule itself (failing, since this one still holds it).
     fn copies(&self) -> Vec<SocketCopy> {
         let all = self.serving.values().flat_map(|r| {
-            let file = r.file.as_ref().map(crate::unix::SocketFile::id);
+            let file = r.file.as_ref().map(crate::sys::unix::SocketFile::id);
             r.sockets.iter().map(move |s| (s, file))
         });
         all.filter_map(|(s, file)| Some((s.as_fd().try_clone_to_owned().ok()?, file)))
@@ -236,11 +236,11 @@ impl Listeners {
     /// logged: the previous oi keeps serving them.
     fn adopt(
         &self,
-        conns: Vec<crate::handover::park::Offered>,
+        conns: Vec<crate::route::park::Offered>,
         gate: &Receiver<()>,
         go: &Arc<AtomicBool>,
     ) -> Vec<u64> {
-        use crate::handover::park::Flow;
+        use crate::route::park::Flow;
         let mut ids = Vec::new();
         for c in conns {
             let (proto, backend_proto, what) = match c.flow {
@@ -397,7 +397,7 @@ impl Listeners {
                     log::warn!("cannot set the mode of {}: {e}", file.path().display());
                 }
             }
-            let stored = crate::notify::fd_name(&addr.with_proto(proto));
+            let stored = crate::sys::notify::fd_name(&addr.with_proto(proto));
             let spawned = self.spawn_loops(socket, &stored, route.clone(), &stats, limits.clone());
             let (tasks, sockets) = match spawned {
                 Ok(t) => t,
@@ -425,7 +425,7 @@ impl Listeners {
     /// Spawns the loops serving `socket`: one accept loop per executor for
     /// TCP (within the duplicate budget), one datagram loop on the main
     /// executor for UDP. With a descriptor store (see
-    /// [`crate::notify::fd_store_enabled`]) the sockets are stored under
+    /// [`crate::sys::notify::fd_store_enabled`]) the sockets are stored under
     /// `stored` first: every socket of a TCP listener's group (a member
     /// closed at exit would reset the connections in its queue), the UDP
     /// socket, an abstract unix socket. Not a unix socket with a file: oi
@@ -446,7 +446,7 @@ impl Listeners {
             }
             BoundSocket::Unix(socket) => {
                 if matches!(socket.addr, oi_config::UnixAddr::Abstract(_)) {
-                    crate::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
+                    crate::sys::notify::store_fds(stored, &[socket.bound.listener.as_fd()]);
                 }
                 let listener = Arc::new(Async::new(socket.bound.listener)?);
                 // One accept loop: a unix socket has no SO_REUSEPORT group;
@@ -469,7 +469,7 @@ impl Listeners {
                 Ok((vec![task], vec![listener]))
             }
             BoundSocket::Udp(s) => {
-                crate::notify::store_fds(stored, &[s.as_fd()]);
+                crate::sys::notify::store_fds(stored, &[s.as_fd()]);
                 let s = Arc::new(Async::new_datagram(s)?);
                 let looped = crate::udp::serve(
                     main.clone(),
@@ -528,7 +528,7 @@ impl Listeners {
         }
         fds.push(l);
         let group: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
-        crate::notify::store_fds(stored, &group);
+        crate::sys::notify::store_fds(stored, &group);
         drop(group);
         // One executor for a listener past the budget, in turn; else from the first.
         let first = if wanted == 1 {
@@ -574,7 +574,7 @@ impl Listeners {
         stats: &Arc<RuleStats>,
         limits: Arc<RuleLimits>,
     ) -> io::Result<(Vec<Task<()>>, Vec<Listening>)> {
-        crate::notify::store_fds(stored, &[l.as_fd()]);
+        crate::sys::notify::store_fds(stored, &[l.as_fd()]);
         let socket = Arc::new(l);
         let n = self.threads.len();
         let mut loops = Vec::with_capacity(n);
@@ -696,7 +696,7 @@ impl Listeners {
             self.shared.stats.remove_rule(&running.stats);
             running.stop().await;
             let name = key.0.with_proto(key.1);
-            crate::notify::remove_stored(&crate::notify::fd_name(&name));
+            crate::sys::notify::remove_stored(&crate::sys::notify::fd_name(&name));
             log::info!("stopped listening on {name}");
         }
         if let Err(e) = self.start(fresh) {
@@ -843,7 +843,7 @@ fn fmt_addrs(addrs: &[SocketAddr], proto: Proto) -> String {
 mod tests {
     use super::*;
     use crate::logfile::LogHandle;
-    use crate::shared::Settings;
+    use crate::route::shared::Settings;
     use oi_config::{AclRules, ResolvedConfig, ResolvedRule};
     use std::io::{Read, Write};
     use std::net::TcpListener;

@@ -10,8 +10,8 @@
 //! keeps the listener's; `oi upgrade` carries them by name like any rule's.
 
 use crate::backends::OnChange;
+use crate::route::shared::Shared;
 use crate::route::Route;
-use crate::shared::Shared;
 use crate::stats::RuleStats;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -5,8 +5,8 @@
 //! `--check` say so); the socket file's mode is the access control.
 
 use super::driver::{Acceptor, Admitted};
-use crate::peer::{Client, Peer};
-use crate::unix::SocketFile;
+use crate::net::peer::{Client, Peer};
+use crate::sys::unix::SocketFile;
 use oi_config::Proto;
 use oi_runtime::reactor::Async;
 use std::future::Future;
@@ -42,7 +42,7 @@ impl Acceptor for UnixAcceptor {
     const NOBODY: Client = Client::Unix;
 
     async fn accept(&self) -> io::Result<(Async<TcpStream>, UnixPeer)> {
-        let stream = self.listener.read_with(crate::unix::accept).await?;
+        let stream = self.listener.read_with(crate::sys::unix::accept).await?;
         Ok((stream, UnixPeer))
     }
 

@@ -23,7 +23,7 @@
 //! - write errors (a full disk wrote about 96 lines a second) are reported
 //!   once a minute with a count of the ones not shown.
 
-use crate::bounds::Every;
+use crate::net::bounds::Every;
 use chrono::{DateTime, Local};
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -127,7 +127,7 @@ pub struct LogEvent {
     pub time: SystemTime,
     /// The client's address (IPv4-mapped addresses already unmapped), or a
     /// unix socket client, printed `unix-client`.
-    pub client: crate::peer::Client,
+    pub client: crate::net::peer::Client,
     /// Which rule.
     pub rule: Arc<RuleNames>,
     /// Bytes received from the client.

@@ -8,7 +8,7 @@ use std::time::Instant;
 fn event(ev: Event) -> LogEvent {
     LogEvent {
         time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-        client: crate::peer::Client::Ip("127.0.0.2".parse().unwrap()),
+        client: crate::net::peer::Client::Ip("127.0.0.2".parse().unwrap()),
         rule: Arc::new(RuleNames {
             bind_host: "0.0.0.0".into(),
             bind_port: 80,

@@ -20,10 +20,10 @@ struct LogFile {
 
 /// Opens a log file for appending, creating it if needed, without ever
 /// blocking in open(2) and without following a symlink (see the module
-/// documentation and [`crate::safe_fs::open_append`]).
+/// documentation and [`crate::sys::safe_fs::open_append`]).
 fn open_append(path: &std::path::Path) -> std::io::Result<LogFile> {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
-    let file = crate::safe_fs::open_append(path)?;
+    let file = crate::sys::safe_fs::open_append(path)?;
     let nonblocking = !file.metadata()?.file_type().is_file();
     if !nonblocking {
         // O_NONBLOCK means nothing for a regular file; cleared so it is what it looks like.

@@ -8,7 +8,7 @@
 use super::format;
 use super::limits;
 use super::slots::{Slot, Slots};
-use crate::shared::Shared;
+use crate::route::shared::Shared;
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use oi_wire::request::{self, Query};
@@ -25,9 +25,9 @@ use std::time::Duration;
 /// file left by an oi that died is replaced; one that still answers
 /// (another oi) is not, nor anything else at the path. The returned file is
 /// removed when dropped, only if the path still names the socket bound here.
-pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::unix::SocketFile)> {
+pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::sys::unix::SocketFile)> {
     let addr = oi_config::UnixAddr::Path(path.to_path_buf());
-    let bound = crate::unix::bind(&addr, Some(0o600), BACKLOG)?;
+    let bound = crate::sys::unix::bind(&addr, Some(0o600), BACKLOG)?;
     let file = bound
         .file
         .ok_or_else(|| io::Error::other("a control socket path made no file"))?;

@@ -12,7 +12,7 @@
 
 use super::limits;
 use super::slots::{Slot, Slots};
-use crate::shared::Shared;
+use crate::route::shared::Shared;
 use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};

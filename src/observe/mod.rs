@@ -20,7 +20,7 @@ pub(crate) use control::UpgradeAsk;
 pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
 
-use crate::shared::Shared;
+use crate::route::shared::Shared;
 use async_io::{Async, Timer};
 use smol::LocalExecutor;
 use std::io;
@@ -85,7 +85,7 @@ pub struct Observer {
     thread: Option<JoinHandle<()>>,
     /// The control socket's file, removed on exit if it is still the one
     /// bound (another oi may have bound the path since).
-    control_socket: Option<crate::unix::SocketFile>,
+    control_socket: Option<crate::sys::unix::SocketFile>,
     /// Second descriptors of the metrics listener and the control socket
     /// (the thread owns the first), for `oi upgrade` to hand over.
     copies: Given,
@@ -165,7 +165,7 @@ impl Observer {
         let (control, control_socket) = match &settings.control_socket {
             Some(path) if given_control.is_some() => {
                 let file = given.control_file.and_then(|id| {
-                    crate::unix::SocketFile::adopt(path, id)
+                    crate::sys::unix::SocketFile::adopt(path, id)
                         .map_err(|e| {
                             log::warn!(
                                 "control socket {}: {e}; it is not removed at exit",
@@ -196,7 +196,9 @@ impl Observer {
         let copies = Given {
             metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: control.as_ref().and_then(|l| l.try_clone().ok()),
-            control_file: control_socket.as_ref().map(crate::unix::SocketFile::id),
+            control_file: control_socket
+                .as_ref()
+                .map(crate::sys::unix::SocketFile::id),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let handed = Arc::new(AtomicBool::new(false));

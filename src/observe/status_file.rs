@@ -2,7 +2,7 @@
 //! file in the same directory, then renamed over the old one, so a reader
 //! sees the previous file or the new one, never part of one. The temporary
 //! file's name is random and it is created exclusively, without following a
-//! symlink (see [`crate::safe_fs`]).
+//! symlink (see [`crate::sys::safe_fs`]).
 
 use super::{format, StatusFormat};
 use crate::stats::Snapshot;
@@ -56,8 +56,8 @@ impl StatusFile {
     }
 
     /// A temporary file beside the target, then rename(2) over it; see
-    /// [`crate::safe_fs::replace`] for why nothing planted there is followed.
+    /// [`crate::sys::safe_fs::replace`] for why nothing planted there is followed.
     fn replace(&self, bytes: &[u8]) -> io::Result<()> {
-        crate::safe_fs::replace(&self.path, bytes)
+        crate::sys::safe_fs::replace(&self.path, bytes)
     }
 }

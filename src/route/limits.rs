@@ -7,7 +7,7 @@
 //! never per read or write.
 //!
 //! Where the counts live decides what a reload does to them:
-//! - the global count is in [`crate::shared::Shared`], for the whole process;
+//! - the global count is in [`crate::route::shared::Shared`], for the whole process;
 //! - a rule's counts are in [`RuleLimits`], owned by its listener (not by its
 //!   `Route`), so a reload that keeps the listener keeps the counts of the
 //!   connections already open, and the new route's limits apply to them.

@@ -6,7 +6,10 @@
 //! line still names its own rule.
 
 pub(crate) mod admit;
+pub(crate) mod edge;
 pub(crate) mod limits;
+pub(crate) mod park;
+pub(crate) mod shared;
 
 use crate::backends::BackendPool;
 use crate::logfile::{Event, LogEvent, RuleNames};
@@ -66,7 +69,7 @@ pub struct Route {
     pub(crate) maxconn_per_client: Option<usize>,
     /// The bandwidth limits (`rate`, `rate-up`, `rate-down`, `rule-rate`,
     /// `client-rate`), resolved once: `rate-up`/`rate-down` win over `rate`.
-    pub(crate) rates: crate::rate::Rates,
+    pub(crate) rates: crate::stats::rate::Rates,
     /// The rules sharing this listener by TLS server name (`[sni=...]`);
     /// `None` for a listener of one rule.
     pub(crate) sni: Option<Arc<ServerNames>>,
@@ -179,7 +182,7 @@ impl Route {
             bind_port: rule.bind.ip().map_or(0, |a| a.port()),
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
-        let rates = crate::rate::Rates {
+        let rates = crate::stats::rate::Rates {
             up: settings.rate_up.or(settings.rate),
             down: settings.rate_down.or(settings.rate),
             rule: settings.rule_rate,
@@ -347,7 +350,7 @@ impl Route {
     /// A log line about `client` on this rule, stamped now.
     pub(crate) fn event(
         &self,
-        client: impl Into<crate::peer::Client>,
+        client: impl Into<crate::net::peer::Client>,
         event: Event,
         bytes: Bytes,
     ) -> LogEvent {
@@ -402,8 +405,8 @@ impl Route {
 
     /// How this rule's connection from `client` (the peer, or the address a
     /// PROXY header carried; `None` for a unix client) dials its backend.
-    pub(crate) fn dial(&self, client: Option<SocketAddr>) -> crate::connect::Dial {
-        crate::connect::Dial {
+    pub(crate) fn dial(&self, client: Option<SocketAddr>) -> crate::backends::connect::Dial {
+        crate::backends::connect::Dial {
             keepalive: self.keepalive(),
             from: client.filter(|_| self.transparent()),
             mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
@@ -443,5 +446,5 @@ impl Bytes {
 
 /// The client address as rinetd prints and matches it: IPv4-mapped IPv6 shown as IPv4.
 pub(crate) fn client_ip(peer: SocketAddr) -> IpAddr {
-    crate::peer::unmapped(peer)
+    crate::net::peer::unmapped(peer)
 }

@@ -171,9 +171,9 @@ fn since_epoch(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, nanos)
 }
 
-/// A rule's carried `rates` (see [`crate::rate::RuleRates::owed`]);
+/// A rule's carried `rates` (see [`crate::stats::rate::RuleRates::owed`]);
 /// entries that do not read are left out.
-fn owed(v: &Value) -> crate::rate::Owed {
+fn owed(v: &Value) -> crate::stats::rate::Owed {
     let ns = |v: &Value| v.as_u64().unwrap_or(0);
     let clients = v["clients"]
         .as_array()
@@ -184,7 +184,7 @@ fn owed(v: &Value) -> crate::rate::Owed {
             Some((ip, (ns(&c[1]), ns(&c[2]))))
         })
         .collect();
-    crate::rate::Owed {
+    crate::stats::rate::Owed {
         rule: (ns(&v["rule"][0]), ns(&v["rule"][1])),
         clients,
     }

@@ -37,6 +37,7 @@
 
 mod carry;
 mod counters;
+pub mod rate;
 mod rules;
 mod snapshot;
 #[cfg(test)]

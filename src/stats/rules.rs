@@ -103,7 +103,7 @@ pub struct RuleStats {
     /// The rule's bandwidth buckets (`rule-rate`, `client-rate`): here
     /// because this is what a listener keeps across a reload and what every
     /// connection of the rule already holds, so a reload keeps them.
-    pub(crate) rates: crate::rate::RuleRates,
+    pub(crate) rates: crate::stats::rate::RuleRates,
 }
 
 impl RuleStats {
@@ -183,7 +183,7 @@ impl RuleStats {
     pub(crate) fn register(
         self: Arc<Self>,
         kind: ConnKind,
-        client: impl Into<crate::peer::Peer>,
+        client: impl Into<crate::net::peer::Peer>,
     ) -> Registered {
         self.counters.opened(kind);
         self.process.opened(kind);
@@ -199,7 +199,7 @@ impl RuleStats {
     pub(crate) fn register_unrouted(
         self: Arc<Self>,
         kind: ConnKind,
-        client: impl Into<crate::peer::Peer>,
+        client: impl Into<crate::net::peer::Peer>,
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);
@@ -212,7 +212,7 @@ impl RuleStats {
     pub(crate) fn register_resumed(
         self: &Arc<Self>,
         kind: ConnKind,
-        client: impl Into<crate::peer::Peer>,
+        client: impl Into<crate::net::peer::Peer>,
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);

@@ -65,7 +65,7 @@ impl Stats {
             process: self.process.clone(),
             live: self.live.clone(),
             pool: arc_swap::ArcSwapOption::empty(),
-            rates: crate::rate::RuleRates::default(),
+            rates: crate::stats::rate::RuleRates::default(),
             backends: arc_swap::ArcSwap::from_pointee(
                 backends.iter().map(|a| BackendStats::new(*a)).collect(),
             ),

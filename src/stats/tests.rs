@@ -219,7 +219,10 @@ fn an_upgrade_carries_the_uptime_the_last_reload_and_what_the_shared_buckets_owe
     assert!(owed.clients[0].1 .1 > 2_000_000_000, "{owed:?}");
     // A fresh bucket would hold a full burst; this one lacks the 5,000 bytes.
     let room = mine.rates.rule(1000).up.available(later);
-    assert!(room <= crate::rate::Bucket::burst(1000) - 4_000, "{room}");
+    assert!(
+        room <= crate::stats::rate::Bucket::burst(1000) - 4_000,
+        "{room}"
+    );
 }
 
 #[test]

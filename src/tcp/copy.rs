@@ -1,8 +1,8 @@
 //! The portable direction mover: read into a pooled buffer, write it out.
 
 use super::mover::{Fault, Meter, Step, SMALL_BURST};
-use crate::buffers::BufferPool;
-use crate::pipes::Pipe;
+use crate::net::buffers::BufferPool;
+use crate::net::pipes::Pipe;
 use oi_runtime::reactor::Async;
 use std::io;
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 
 use super::pump::{Half, PumpOutcome};
 use super::{Open, Published};
-use crate::handover::park::{self, HalfState, Parked, Ticket};
+use crate::route::park::{self, HalfState, Parked, Ticket};
 use futures_lite::FutureExt;
 use std::future::Future;
 use std::os::fd::AsFd;

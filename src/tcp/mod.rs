@@ -18,15 +18,15 @@ pub(crate) mod sni;
 pub(crate) mod splice;
 mod throttle;
 
+use crate::backends::connect::{self, ConnectError};
 use crate::backends::Lease;
-use crate::connect::{self, ConnectError};
-use crate::edge::{self, Origin};
 use crate::logfile::Event;
-use crate::peer::Peer;
+use crate::net::peer::Peer;
 use crate::route::admit::{admit, Counts};
+use crate::route::edge::{self, Origin};
 use crate::route::limits::Held;
+use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::shared::Shared;
 use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
 use oi_runtime::reactor::Async;
 use pump::{Half, Limits, Pump, PumpOutcome, Side};
@@ -361,12 +361,12 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
 /// the byte counts it had; its end is logged here, as rinetd logs one.
 /// Counted on its backend's load as if chosen here.
 pub(crate) async fn adopted(
-    a: crate::handover::park::Offered,
+    a: crate::route::park::Offered,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let crate::handover::park::Flow::Stream { client, backend } = a.flow else {
+    let crate::route::park::Flow::Stream { client, backend } = a.flow else {
         return log::warn!("upgrade: a connection on {} is not a stream", route.bind);
     };
     let (client, backend) = match (

@@ -1,7 +1,7 @@
 //! What a direction mover (copy or splice) reports to the pump: how much it
 //! may still move, what it moved, and why it stopped.
 
-use crate::pipes::Pipe;
+use crate::net::pipes::Pipe;
 
 /// Which half of a direction's work failed; tells which peer misbehaved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -75,7 +75,7 @@ pub(crate) async fn choose(
     names: &ServerNames,
     stats: &RuleStats,
     live: &Registered,
-    peer: crate::peer::Peer,
+    peer: crate::net::peer::Peer,
 ) -> Result<(Arc<Route>, Option<Arc<str>>), Option<Arc<str>>> {
     let read = server_name(client).await;
     let name: Option<Arc<str>> = read.as_deref().ok().map(Arc::from);

@@ -44,7 +44,7 @@
 //! socket again, so no byte is lost or reordered.
 
 use super::mover::{Fault, Meter, Step, SMALL_BURST};
-use crate::pipes::{Pipe, PipePool};
+use crate::net::pipes::{Pipe, PipePool};
 use oi_config::SpliceMode;
 use oi_runtime::reactor::Async;
 use rustix::io::Errno;

@@ -3,7 +3,7 @@
 //! buckets). Only limited directions have one; an unlimited direction's
 //! `Option<Box<Throttle>>` is `None` and costs one test per step.
 
-use crate::rate::Limit;
+use crate::stats::rate::Limit;
 use oi_runtime::reactor::Timer;
 use std::future::Future;
 use std::pin::Pin;

@@ -9,12 +9,12 @@ use super::reply::{within, Reply};
 use super::udp_to_tcp::{self, Control, Pause, Paused, Queued};
 use super::{batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH};
 use crate::backends::Lease;
-use crate::bounds::ByteBudget;
-use crate::edge::Origin;
 use crate::logfile::{Event, LogEvent};
-use crate::rate::Limit;
+use crate::net::bounds::ByteBudget;
+use crate::route::edge::Origin;
+use crate::route::shared::Shared;
 use crate::route::{client_ip, Route};
-use crate::shared::Shared;
+use crate::stats::rate::Limit;
 use crate::stats::Registered;
 use async_task::Task;
 use futures_lite::FutureExt;
@@ -35,7 +35,7 @@ const TCP_QUEUE: usize = 16;
 /// Bytes one UDP→TCP association may hold queued (payloads plus
 /// [`QUEUE_OVERHEAD`] each): two of the largest datagrams, so one always fits
 /// (a 64 KiB budget could not hold a 65,507-byte payload and its overhead).
-/// All associations together are held to [`crate::shared::UDP_QUEUE_TOTAL`].
+/// All associations together are held to [`crate::route::shared::UDP_QUEUE_TOTAL`].
 pub const ASSOC_QUEUE_BYTES: usize = 128 * 1024;
 
 /// What a queued datagram costs besides its payload, charged to the budgets:

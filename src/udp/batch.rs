@@ -23,7 +23,7 @@
 //! and touched only as far as datagrams fill it. Batches are handled without
 //! waiting, so the buffer is never held across an `await` and no task owns one.
 
-use crate::shared::DATAGRAM_BUFFER;
+use crate::route::shared::DATAGRAM_BUFFER;
 use nix::sys::socket::{
     self as nx, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrIn,
     SockaddrIn6, SockaddrLike, SockaddrStorage,

@@ -7,10 +7,10 @@ mod upgrade;
 
 use super::assoc::Association;
 use super::{batch, is_transient, BATCH};
-use crate::edge::{self, Origin};
 use crate::logfile::Event;
+use crate::route::edge::{self, Origin};
+use crate::route::shared::Shared;
 use crate::route::{client_ip, Bytes, Route};
-use crate::shared::Shared;
 use crate::stats::{ConnKind, RuleStats};
 use arc_swap::ArcSwap;
 use futures_lite::FutureExt;

@@ -14,11 +14,11 @@
 //!
 //! Buffers are 65,536 bytes (every IPv4/IPv6 UDP payload fits, the largest
 //! being 65,507 bytes over IPv4) and come from the server's datagram pool
-//! ([`crate::shared::Shared::datagrams`]), so steady-state traffic allocates nothing.
+//! ([`crate::route::shared::Shared::datagrams`]), so steady-state traffic allocates nothing.
 //! Datagrams queued towards a TCP backend are the exception: each is copied
 //! into an allocation of its own size and charged to two byte budgets (its
 //! association's, [`ASSOC_QUEUE_BYTES`], and the process's,
-//! [`crate::shared::UDP_QUEUE_TOTAL`]), so a slow backend cannot make one-byte
+//! [`crate::route::shared::UDP_QUEUE_TOTAL`]), so a slow backend cannot make one-byte
 //! datagrams pin 64 KiB each.
 
 mod activity;
@@ -34,7 +34,7 @@ pub(crate) use listener::serve;
 pub(crate) use tcp_to_udp::{tcp_to_udp, tcp_to_udp_adopted};
 
 use crate::backends::{BackendPool, Lease};
-use crate::edge::Origin;
+use crate::route::edge::Origin;
 use crate::route::Route;
 use oi_runtime::reactor::Async;
 use oi_wire::proxy::{self, Encoded, ProxyVersion, Transport};
@@ -80,7 +80,7 @@ fn pick_backend(
     let member = lease.member();
     let bind = match transparent {
         Some(from) => {
-            let ip = crate::peer::unmapped(from);
+            let ip = crate::net::peer::unmapped(from);
             Some(Bind::Transparent(SocketAddr::new(ip, from.port())))
         }
         None => member.src().map(|ip| Bind::Local(SocketAddr::new(ip, 0))),
@@ -105,7 +105,7 @@ fn connected_socket(backend: SocketAddr, bind: Option<Bind>) -> io::Result<Async
         None => {}
         Some(Bind::Local(from)) => socket.bind(&SockAddr::from(from))?,
         Some(Bind::Transparent(from)) => {
-            crate::connect::set_transparent(&socket, from)?;
+            crate::backends::connect::set_transparent(&socket, from)?;
             socket
                 .bind(&SockAddr::from(from))
                 .map_err(|e| io::Error::new(e.kind(), format!("bind to {from}: {e}")))?;

@@ -8,9 +8,9 @@
 
 use super::activity::Activity;
 use super::batch;
-use crate::edge::Origin;
-use crate::rate::Limit;
+use crate::route::edge::Origin;
 use crate::route::{client_ip, Route};
+use crate::stats::rate::Limit;
 use oi_runtime::reactor::Async;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

@@ -16,13 +16,13 @@ use super::{
     connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
     MAX_PAYLOAD,
 };
-use crate::buffers::BufferPool;
-use crate::edge::Origin;
-use crate::handover::park::{self, HalfState, Offered, Parked, Ticket};
 use crate::logfile::Event;
-use crate::rate::Limit;
+use crate::net::buffers::BufferPool;
+use crate::route::edge::Origin;
+use crate::route::park::{self, HalfState, Offered, Parked, Ticket};
+use crate::route::shared::Shared;
 use crate::route::{client_ip, Route};
-use crate::shared::Shared;
+use crate::stats::rate::Limit;
 use crate::stats::{ConnKind, ConnectFailure, RuleStats};
 use oi_runtime::reactor::{Async, Timer};
 use oi_wire::proxy::Encoded;

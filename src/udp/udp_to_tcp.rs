@@ -14,11 +14,11 @@
 
 use super::reply::Reply;
 use super::MAX_PAYLOAD;
+use crate::backends::connect;
 use crate::backends::Lease;
-use crate::bounds::Charge;
-use crate::connect;
+use crate::net::bounds::Charge;
+use crate::route::shared::Shared;
 use crate::route::{client_ip, Route};
-use crate::shared::Shared;
 use crate::stats::ConnectFailure;
 use async_channel::{Receiver, Sender};
 use atomic_waker::AtomicWaker;

@@ -9,7 +9,7 @@
 //! snapshot locks one shard at a time only to copy its pointers out.
 
 use super::{BackendStats, RuleStats};
-use crate::peer::Peer;
+use crate::net::peer::Peer;
 use crate::stats::ConnKind;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -459,7 +459,7 @@ mod tests {
             process: Arc::default(),
             live: Arc::new(Live::new()),
             pool: arc_swap::ArcSwapOption::empty(),
-            rates: crate::rate::RuleRates::default(),
+            rates: crate::stats::rate::RuleRates::default(),
             backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
         })
     }

@@ -4,10 +4,10 @@
 //! the ones the new oi did not take after the listener closes.
 
 use super::{Listener, MAX_SWEEP};
-use crate::edge;
-use crate::handover::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::logfile::Event;
-use crate::shared::Shared;
+use crate::route::edge;
+use crate::route::park::{self, Flow, HalfState, Handing, Parked, Ticket};
+use crate::route::shared::Shared;
 use crate::stats::ConnKind;
 use crate::udp::assoc::Association;
 use crate::udp::udp_to_tcp::Paused;

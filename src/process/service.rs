@@ -6,16 +6,16 @@
 //! does), the fork happens before any thread exists, and READY=1 goes out
 //! once every listener's loops run.
 
-use crate::cli::RunOptions;
-use crate::daemon;
-use crate::diagnostics;
 use crate::handover;
 use crate::listen::{self, BoundSocket, Command};
 use crate::logfile::{Format, LogHandle};
-use crate::notify;
 use crate::observe::{Given, Observer, UpgradeAsk};
+use crate::process::cli::RunOptions;
+use crate::route::shared::Shared;
 use crate::route::Route;
-use crate::shared::Shared;
+use crate::sys::daemon;
+use crate::sys::diagnostics;
+use crate::sys::notify;
 use crate::watch::Watcher;
 use async_channel::{Receiver, Sender};
 use async_signal::{Signal, Signals};
@@ -65,7 +65,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         return ask(q, &opts.conf_file);
     }
     if opts.check {
-        return crate::check::run(&opts.conf_file, opts.quiet);
+        return crate::process::check::run(&opts.conf_file, opts.quiet);
     }
     if let Some(to) = opts.convert {
         return convert(&opts.conf_file, to);
@@ -267,7 +267,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
 
 /// `oi status` / `oi connections`: prints the running server's answer.
 /// The socket is `--socket`, else the `controlsocket` line of `-c FILE`.
-fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
+fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
     let from_config = || {
         oi_config::load(conf_file)
             .ok()
@@ -281,9 +281,11 @@ fn ask(q: &crate::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
         return ExitCode::from(2);
     };
     let (query, json) = match &q.action {
-        crate::cli::ClientAction::Print { query, json } => (*query, *json),
-        crate::cli::ClientAction::Top { interval } => return crate::top::run(&socket, *interval),
-        crate::cli::ClientAction::Upgrade { binary } => {
+        crate::process::cli::ClientAction::Print { query, json } => (*query, *json),
+        crate::process::cli::ClientAction::Top { interval } => {
+            return crate::top::run(&socket, *interval)
+        }
+        crate::process::cli::ClientAction::Upgrade { binary } => {
             return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
                 Ok(answer) => {
                     print!("{answer}");
@@ -337,7 +339,7 @@ fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
         .iter()
         .find(|r| r.rule.options.transparent == Some(true));
     if let Some(r) = transparent {
-        if crate::privileges::may_be_transparent() == Some(false) {
+        if crate::sys::privileges::may_be_transparent() == Some(false) {
             log::warn!(
                 "{}/{}: transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which oi does not \
                  have: each client of a transparent rule will be closed (local-socket-failed)",
@@ -350,7 +352,7 @@ fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
 
 /// Becomes `--user` (or the configuration's `user`), if one is given,
 /// handing it the TCP listeners first so each thread still gets a socket
-/// of its own in their `SO_REUSEPORT` groups ([`crate::privileges::give_listeners`]).
+/// of its own in their `SO_REUSEPORT` groups ([`crate::sys::privileges::give_listeners`]).
 fn drop_privileges(
     opts: &RunOptions,
     cfg: &ResolvedConfig,
@@ -365,7 +367,7 @@ fn drop_privileges(
             None => return Ok(()),
         },
     };
-    let target = crate::privileges::resolve(user, group)?;
+    let target = crate::sys::privileges::resolve(user, group)?;
     // Started by `oi upgrade` from an oi that dropped to this user: it
     // runs as that user already (and could not change again), and the
     // sockets it was handed are that user's.
@@ -381,7 +383,7 @@ fn drop_privileges(
         .collect();
     // Not fatal: a listener the user does not own still serves, with one
     // accept loop instead of one per thread.
-    if let Err(e) = crate::privileges::give_listeners(&target, &listeners) {
+    if let Err(e) = crate::sys::privileges::give_listeners(&target, &listeners) {
         log::warn!("cannot hand the listeners to {user} ({e}): each keeps one accept loop");
     }
     // Kept for a transparent rule at start; one a reload adds gets none
@@ -390,7 +392,7 @@ fn drop_privileges(
         .rules
         .iter()
         .any(|r| r.rule.options.transparent == Some(true));
-    crate::privileges::drop_to(&target, transparent)
+    crate::sys::privileges::drop_to(&target, transparent)
         .map_err(|e| format!("cannot run as {user}: {e}"))
 }
 

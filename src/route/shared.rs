@@ -2,10 +2,10 @@
 //! the command line, the buffer and pipe pools, and the connection log.
 
 use crate::backends::Refresher;
-use crate::bounds::{ByteBudget, Every};
-use crate::buffers::BufferPool;
 use crate::logfile::LogHandle;
-use crate::pipes::{self, PipePool};
+use crate::net::bounds::{ByteBudget, Every};
+use crate::net::buffers::BufferPool;
+use crate::net::pipes::{self, PipePool};
 use crate::route::limits::GlobalLimit;
 use crate::stats::{Pools, RuleStats, Snapshot, Stats};
 use oi_config::SpliceMode;
@@ -77,7 +77,7 @@ pub struct Shared {
     pub(crate) udp_queue: Arc<ByteBudget>,
     /// Every pumping TCP connection, so `oi upgrade` can pause them and
     /// hand them to the new oi.
-    pub(crate) parking: crate::handover::park::Parking,
+    pub(crate) parking: crate::route::park::Parking,
     /// Client datagrams dropped because an upstream could not take them
     /// (queue or byte budget full): for the statistics, and the warning.
     udp_dropped: AtomicU64,
@@ -100,7 +100,7 @@ pub struct Shared {
     /// Looks backend names up again, on a thread of its own (`dns-refresh`).
     pub(crate) dns: Refresher,
     /// Probes backends of rules with `check-interval`, on a thread of its own.
-    pub(crate) probes: crate::probe::Prober,
+    pub(crate) probes: crate::backends::probe::Prober,
 }
 
 impl Shared {
@@ -130,7 +130,7 @@ impl Shared {
             udp_assoc_cap: AtomicUsize::new(usize::MAX),
             limits: GlobalLimit::default(),
             dns: Refresher::default(),
-            probes: crate::probe::Prober::default(),
+            probes: crate::backends::probe::Prober::default(),
         })
     }
 

@@ -372,4 +372,4 @@ fn clear_stale(at: &Entry, path: &Path, sockaddr: &SocketAddrUnix) -> io::Result
     }
 }
 
-// Tested through every site that uses it: src/tests_safe_fs.rs.
+// Tested through every site that uses it: src/process/tests_safe_fs.rs.

@@ -231,12 +231,12 @@ async fn probe(member: &Member, check: &Check) -> Result<Duration, String> {
     let started = Instant::now();
     let work = async {
         let mut stream = match member.unix() {
-            Some(unix) => crate::unix::connect(unix, check.timeout)
+            Some(unix) => crate::sys::unix::connect(unix, check.timeout)
                 .await
                 .map_err(|e| format!("cannot connect: {e}"))?,
             None => {
                 let addrs = member.addrs().to_vec();
-                crate::connect::connect(&addrs, member.src(), check.timeout, false)
+                crate::backends::connect::connect(&addrs, member.src(), check.timeout, false)
                     .await
                     .map(|(s, _)| s)
                     .map_err(|e| e.to_string())?

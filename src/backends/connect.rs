@@ -75,7 +75,7 @@ pub(crate) async fn through_pool(
     for lease in pool.attempts(client) {
         let member = lease.member();
         let attempt = match member.unix() {
-            Some(unix) => crate::unix::connect(unix, timeout)
+            Some(unix) => crate::sys::unix::connect(unix, timeout)
                 .await
                 .map(|stream| (stream, None))
                 .map_err(ConnectError::Connect),
@@ -144,7 +144,7 @@ async fn dial_addrs(
     let mut last: Option<io::Error> = None;
     // Transparent: the client's address, port 0, instead of `src`.
     let from = match dial.from {
-        Some(client) => Some(SocketAddr::new(crate::peer::unmapped(client), 0)),
+        Some(client) => Some(SocketAddr::new(crate::net::peer::unmapped(client), 0)),
         None => src.map(|ip| SocketAddr::new(ip, 0)),
     };
     if let (Some(client), Some(from)) = (dial.from, from) {
@@ -200,7 +200,7 @@ fn new_socket(
 ) -> io::Result<Socket> {
     // SOCK_NONBLOCK at creation saves the two fcntl calls set_nonblocking makes.
     let kind = Type::STREAM.nonblocking().cloexec();
-    let socket = crate::mptcp::stream(Domain::for_address(addr), kind, dial.mptcp)?;
+    let socket = crate::sys::mptcp::stream(Domain::for_address(addr), kind, dial.mptcp)?;
     // Every forwarded socket: no Nagle delay (small messages go out at once),
     // now or before the second write (`nodelay_later`), keepalive on (dead
     // peers are noticed) unless the rule says `keepalive=off`. Accepted

@@ -15,10 +15,10 @@ use std::path::Path;
 pub(crate) const DEFAULT_PIDFILE: &str = "/var/run/rinetd.pid";
 
 /// Writes our pid, with a newline, replacing the file: a temporary file
-/// renamed over it ([`crate::safe_fs::replace`]), so a symlink or FIFO
+/// renamed over it ([`crate::sys::safe_fs::replace`]), so a symlink or FIFO
 /// planted at the path is replaced, never followed or waited on.
 pub(crate) fn write_pidfile(path: &Path) -> io::Result<()> {
-    crate::safe_fs::replace(path, format!("{}\n", std::process::id()).as_bytes())
+    crate::sys::safe_fs::replace(path, format!("{}\n", std::process::id()).as_bytes())
 }
 
 /// Forks into the background. Returns only in the daemon; the original

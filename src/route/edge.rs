@@ -142,7 +142,7 @@ async fn consume(client: &Async<TcpStream>, into: &mut [u8]) -> io::Result<()> {
 /// Writes the PROXY header of `version` for a unix socket client, which has
 /// no address to carry: version 1 `PROXY UNKNOWN`, version 2 a `LOCAL`
 /// header (the backend uses the connection's own addresses). The client
-/// socket is not asked for anything (it is a unix socket: see `crate::unix`).
+/// socket is not asked for anything (it is a unix socket: see `crate::sys::unix`).
 pub(crate) async fn send_header_without_address(
     backend: &Async<TcpStream>,
     version: ProxyVersion,

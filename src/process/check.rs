@@ -28,7 +28,7 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
         for w in edge_warnings(&parsed) {
             eprintln!("{}", format_warning(&file, &w));
         }
-        let net_admin = crate::privileges::may_be_transparent();
+        let net_admin = crate::sys::privileges::may_be_transparent();
         for w in transparent_warnings(&parsed, net_admin) {
             eprintln!("{}", format_warning(&file, &w));
         }

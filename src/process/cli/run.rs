@@ -4,7 +4,7 @@
 
 use super::{Ask, Cli, MAX_THREADS};
 use crate::observe::{ObserveSettings, Query};
-use crate::shared::Settings;
+use crate::route::shared::Settings;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! adopted (the new oi confirmed it; this one closes its copies and forgets
 //! the connection) or resume (anything else: it pumps on here, nothing lost).
 
-pub(crate) use crate::edge::Origin;
+pub(crate) use crate::route::edge::Origin;
 use async_channel::{Receiver, Sender};
 use atomic_waker::AtomicWaker;
 use parking_lot::{Condvar, Mutex};

@@ -4,7 +4,7 @@
 //! followed, blocked on or removed. A module of its own (test builds only),
 //! so the sites it drives (daemon, observe, unix) are not imports of `safe_fs`.
 
-use crate::safe_fs::open_append;
+use crate::sys::safe_fs::open_append;
 use oi_config::UnixAddr;
 use rustix::fs::Mode;
 use std::io::Write;
@@ -51,7 +51,7 @@ fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
 #[test]
 fn the_status_file_never_writes_through_a_symlink_or_waits_on_a_fifo_at_its_temporary_name() {
     use crate::observe::{ObserveSettings, Observer};
-    use crate::shared::{Settings, Shared};
+    use crate::route::shared::{Settings, Shared};
     let d = tempfile::tempdir().expect("dir");
     let v = victim(d.path());
     let status = d.path().join("status.json");
@@ -99,7 +99,7 @@ fn the_pid_file_replaces_a_symlink_or_fifo_at_its_path_without_following_or_wait
     for path in [link, fifo_pid, foreign] {
         let p = path.clone();
         within_10s("writing the pid file", move || {
-            crate::daemon::write_pidfile(&p)
+            crate::sys::daemon::write_pidfile(&p)
         })
         .expect("pid file written");
         let meta = std::fs::symlink_metadata(&path).expect("pid file");
@@ -153,7 +153,7 @@ fn the_log_file_refuses_a_symlink_never_waits_on_a_fifo_and_appends_to_an_existi
 #[test]
 fn the_control_socket_is_made_0600_and_at_exit_removes_only_the_socket_it_bound() {
     use crate::observe::{ObserveSettings, Observer};
-    use crate::shared::{Settings, Shared};
+    use crate::route::shared::{Settings, Shared};
     let d = tempfile::tempdir().expect("dir");
     let path = d.path().join("oi.sock");
     let start = |path: &Path| {
@@ -214,7 +214,7 @@ fn a_unix_listener_refuses_a_planted_symlink_fifo_or_file_and_removes_only_its_o
         let addr = UnixAddr::Path(path.to_path_buf());
         let p = addr.clone();
         let e = within_10s("binding", move || {
-            crate::unix::bind(&p, Some(0o666), 16).err()
+            crate::sys::unix::bind(&p, Some(0o666), 16).err()
         })
         .expect("refused");
         assert!(e.to_string().contains("not a socket"), "{e}");
@@ -225,7 +225,8 @@ fn a_unix_listener_refuses_a_planted_symlink_fifo_or_file_and_removes_only_its_o
     untouched(&v);
     // Its own file, made at the configured mode, replaced by someone's: kept.
     let path = d.path().join("own.sock");
-    let bound = crate::unix::bind(&UnixAddr::Path(path.clone()), Some(0o640), 16).expect("bind");
+    let bound =
+        crate::sys::unix::bind(&UnixAddr::Path(path.clone()), Some(0o640), 16).expect("bind");
     let mode = std::fs::symlink_metadata(&path)
         .expect("socket")
         .permissions()
@@ -248,7 +249,8 @@ fn a_reloads_mode_change_never_reaches_a_file_swapped_in_for_the_socket() {
     let v = victim(d.path());
     let path = d.path().join("s.sock");
     let aside = d.path().join("aside.sock");
-    let bound = crate::unix::bind(&UnixAddr::Path(path.clone()), Some(0o600), 16).expect("bind");
+    let bound =
+        crate::sys::unix::bind(&UnixAddr::Path(path.clone()), Some(0o600), 16).expect("bind");
     let file = bound.file.clone().expect("a path has a file");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let swapper = {
@@ -332,7 +334,7 @@ fn no_other_module_writes_or_removes_files_by_path() {
     assert!(files > 50, "read only {files} source files");
     assert!(
         found.is_empty(),
-        "outside src/safe_fs.rs:\n{}",
+        "outside src/sys/safe_fs.rs:\n{}",
         found.join("\n")
     );
 }

@@ -37,7 +37,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
-pub(crate) use crate::safe_fs::{stream_socket, SocketFile};
+pub(crate) use crate::sys::safe_fs::{stream_socket, SocketFile};
 
 /// The kernel's address for `addr`.
 fn socket_addr(addr: &UnixAddr) -> io::Result<SocketAddrUnix> {
@@ -58,7 +58,7 @@ pub(crate) struct UnixBound {
 }
 
 /// Binds and listens on `addr` with `backlog`. For a path (see
-/// [`crate::safe_fs::bind_unix`]): a stale socket file (a socket nothing
+/// [`crate::sys::safe_fs::bind_unix`]): a stale socket file (a socket nothing
 /// answers on, left by a process that died) is removed first; anything else
 /// at the path is refused and left alone: a socket something listens on, a
 /// regular file, a directory, a symlink. The file is created with `mode`
@@ -67,7 +67,7 @@ pub(crate) struct UnixBound {
 pub(crate) fn bind(addr: &UnixAddr, mode: Option<u32>, backlog: i32) -> io::Result<UnixBound> {
     let fd = stream_socket()?;
     let file = match addr {
-        UnixAddr::Path(path) => Some(crate::safe_fs::bind_unix(&fd, path, mode)?),
+        UnixAddr::Path(path) => Some(crate::sys::safe_fs::bind_unix(&fd, path, mode)?),
         UnixAddr::Abstract(_) => {
             rustix::net::bind(&fd, &socket_addr(addr)?)?;
             None
