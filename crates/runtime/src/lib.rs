@@ -30,7 +30,10 @@
 #![forbid(unsafe_code)]
 
 pub mod executor;
+#[cfg(all(test, shuttle))]
+mod model;
 pub mod reactor;
+mod sync;
 mod threads;
 
 pub use threads::{Placed, Runtime, Threads, SLACK};
