@@ -18,7 +18,7 @@
 //! (callgrind, one thread).
 //!
 //! Checked in debug builds: `run`'s poll and the reactor's turn each hold a
-//! [`MayWake`], and a task put on a thread's own queue outside both fails a
+//! `MayWake`, and a task put on a thread's own queue outside both fails a
 //! `debug_assert!` (the whole test suite runs the debug build). The
 //! hand-off of a task woken on another thread (shared queue, then the
 //! runner's waker, then its reactor's wake flags) is explored by the model
