@@ -4,6 +4,7 @@ use crate::backends::{BackendPool, Lease};
 use futures_lite::FutureExt;
 use oi_runtime::reactor::{Async, Timer};
 use socket2::{Domain, SockAddr, Socket, Type};
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -110,20 +111,39 @@ pub(crate) async fn through_pool(
     Err(ConnectError::Connect(last.unwrap_or_else(no_address)))
 }
 
-/// Connects to the first of `addrs` that answers within `timeout` each,
-/// from `src` if given (addresses of the other family are skipped). Returns
-/// the stream and the address that answered (no getpeername needed to learn it).
-pub(crate) async fn connect(
+/// A health probe's connection to the first of `addrs` that answers within
+/// `timeout` each, from `src` if given (addresses of the other family are
+/// skipped), made as a forwarded connection's socket is (`Dial`'s defaults
+/// but keepalive off) and registered with async-io's reactor: the probe
+/// thread is a control-plane thread, which drives no oi reactor (see
+/// `oi_runtime`'s notes). Returns the stream and the address that answered.
+pub(crate) async fn for_probe(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
-    keepalive: bool,
-) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
-    let dial = Dial {
-        keepalive,
-        ..Dial::default()
+) -> Result<(async_io::Async<TcpStream>, SocketAddr), ConnectError> {
+    let attempt = |socket: Socket, addr: SocketAddr| async move {
+        let in_progress = issue_connect(&socket, addr)?;
+        // Created with SOCK_NONBLOCK: registered as it is.
+        let stream = async_io::Async::new_nonblocking(TcpStream::from(socket))?;
+        if in_progress {
+            let answered = async {
+                stream.writable().await?;
+                if let Some(e) = stream.get_ref().take_error()? {
+                    return Err(e);
+                }
+                // Writable with no error but not connected (see `finish_connect`).
+                stream.get_ref().peer_addr().map(drop)
+            };
+            let deadline = async {
+                async_io::Timer::after(timeout).await;
+                Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+            };
+            answered.or(deadline).await?;
+        }
+        Ok(stream)
     };
-    dial_addrs(addrs, src, timeout, dial).await
+    dial_each(addrs, src, Dial::default(), attempt).await
 }
 
 /// The error of a connect that had no address to try: made only then
@@ -134,13 +154,46 @@ fn no_address() -> io::Error {
     io::Error::new(io::ErrorKind::AddrNotAvailable, "no backend address")
 }
 
-/// [`connect`] with every way of making the socket that `dial` gives.
+/// Connects to the first of `addrs` that answers within `timeout` each,
+/// from `src` if given (addresses of the other family are skipped), with
+/// every way of making the socket that `dial` gives, on this thread's oi
+/// reactor. Returns the stream and the address that answered (no
+/// getpeername needed to learn it).
 async fn dial_addrs(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
     dial: Dial,
 ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
+    let attempt = |socket: Socket, addr: SocketAddr| async move {
+        match start_connect(socket, addr)? {
+            Started::Connected(stream) => Ok(stream),
+            // Only a connect still in flight gets a timer (an entry in the
+            // thread's timer queue: no system call).
+            Started::InProgress(stream) => {
+                let deadline = async {
+                    Timer::after(timeout).await;
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                };
+                finish_connect(stream).or(deadline).await
+            }
+        }
+    };
+    dial_each(addrs, src, dial, attempt).await
+}
+
+/// The address loop both kinds of connection share: for each of `addrs`
+/// (those of `from`'s family only, when there is a `from`), a socket made
+/// as `dial` says ([`new_socket`]) and handed to `attempt`, which connects
+/// it (and waits, on its own reactor, within its timeout); the first that
+/// connects is returned with its address. A socket that cannot be made is
+/// not the backend's fault and ends the loop.
+async fn dial_each<S, F: Future<Output = io::Result<S>>>(
+    addrs: &[SocketAddr],
+    src: Option<IpAddr>,
+    dial: Dial,
+    mut attempt: impl FnMut(Socket, SocketAddr) -> F,
+) -> Result<(S, SocketAddr), ConnectError> {
     let mut last: Option<io::Error> = None;
     // Transparent: the client's address, port 0, instead of `src`.
     let from = match dial.from {
@@ -165,20 +218,7 @@ async fn dial_addrs(
         let transparent = dial.from.is_some();
         let socket =
             new_socket(addr, from, transparent, dial).map_err(ConnectError::LocalSocket)?;
-        let outcome = match start_connect(socket, addr) {
-            Ok(Started::Connected(stream)) => Ok(stream),
-            // Only a connect still in flight gets a timer (an entry in the
-            // thread's timer map: no system call).
-            Ok(Started::InProgress(stream)) => {
-                let deadline = async {
-                    Timer::after(timeout).await;
-                    Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
-                };
-                finish_connect(stream).or(deadline).await
-            }
-            Err(e) => Err(e),
-        };
-        match outcome {
+        match attempt(socket, addr).await {
             Ok(stream) => return Ok((stream, addr)),
             Err(e) => {
                 log::debug!("connect to {addr} failed: {e}");
@@ -258,11 +298,7 @@ enum Started {
 /// connection): [`finish_connect`] hears the answer from the reactor, in the
 /// same `epoll_wait` that brings the client's first bytes.
 fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
-    let in_progress = match socket.connect(&SockAddr::from(addr)) {
-        Ok(()) => false,
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => true,
-        Err(e) => return Err(e),
-    };
+    let in_progress = issue_connect(&socket, addr)?;
     // Created with SOCK_NONBLOCK: no ioctl(FIONBIO) needed to register it.
     let stream = Async::new_nonblocking(TcpStream::from(socket))?;
     Ok(if in_progress {
@@ -270,6 +306,18 @@ fn start_connect(socket: Socket, addr: SocketAddr) -> io::Result<Started> {
     } else {
         Started::Connected(stream)
     })
+}
+
+/// Issues a non-blocking connect of `socket` to `addr`: true while it is
+/// still in progress (EINPROGRESS), false if it already completed.
+fn issue_connect(socket: &Socket, addr: SocketAddr) -> io::Result<bool> {
+    match socket.connect(&SockAddr::from(addr)) {
+        Ok(()) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {
+            Ok(true)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Waits until an in-progress connect completes or fails.
@@ -295,14 +343,34 @@ async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::sync::Arc;
 
     const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Runs `f` on this thread with an oi reactor of its own: the data
+    /// path's sockets and timers are polled only on such a thread.
+    fn on_oi<T>(f: impl Future<Output = T>) -> T {
+        let reactor = oi_runtime::reactor::Reactor::new().expect("epoll");
+        oi_runtime::reactor::block_on(Arc::new(reactor), f)
+    }
+
+    /// [`dial_addrs`] from no particular address, keepalive as given.
+    async fn connect(
+        addrs: &[SocketAddr],
+        keepalive: bool,
+    ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
+        let dial = Dial {
+            keepalive,
+            ..Dial::default()
+        };
+        dial_addrs(addrs, None, TIMEOUT, dial).await
+    }
 
     #[test]
     fn connects_to_a_listening_backend() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
-        let stream = smol::block_on(connect(&[addr], None, TIMEOUT, true)).expect("connect");
+        let stream = on_oi(connect(&[addr], true)).expect("connect");
         let (stream, reached) = stream;
         assert_eq!(reached, addr);
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), addr);
@@ -313,8 +381,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
         for want in [true, false] {
-            let (stream, _) =
-                smol::block_on(connect(&[addr], None, TIMEOUT, want)).expect("connect");
+            let (stream, _) = on_oi(connect(&[addr], want)).expect("connect");
             let got = socket2::SockRef::from(stream.get_ref())
                 .keepalive()
                 .expect("getsockopt");
@@ -328,7 +395,7 @@ mod tests {
         let closed = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("bind");
-        match smol::block_on(connect(&[closed], None, TIMEOUT, true)) {
+        match on_oi(connect(&[closed], true)) {
             Err(ConnectError::Connect(e)) => {
                 assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}")
             }
@@ -337,10 +404,67 @@ mod tests {
         }
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let open = listener.local_addr().expect("local_addr");
-        let stream =
-            smol::block_on(connect(&[closed, open], None, TIMEOUT, true)).expect("fallback");
+        let stream = on_oi(connect(&[closed, open], true)).expect("fallback");
         let (stream, reached) = stream;
         assert_eq!(reached, open, "the address that answered is reported");
         assert_eq!(stream.get_ref().peer_addr().expect("peer"), open);
+    }
+
+    /// The probe thread's connect (async-io's reactor, no oi reactor on the
+    /// thread): from the member's `src`, to the next address when one is
+    /// refused.
+    #[test]
+    fn a_probe_connects_from_the_members_source_address_on_async_io() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let open = listener.local_addr().expect("local_addr");
+        let src: IpAddr = "127.0.0.2".parse().expect("address");
+        let (stream, reached) =
+            async_io::block_on(for_probe(&[closed, open], Some(src), TIMEOUT)).expect("connect");
+        assert_eq!(reached, open);
+        let (_, peer) = listener.accept().expect("accept");
+        assert_eq!(peer.ip(), src, "the probe did not come from src");
+        assert_eq!(stream.get_ref().local_addr().expect("local").ip(), src);
+        assert!(
+            oi_runtime::reactor::current().is_none(),
+            "the probe's thread drives no oi reactor"
+        );
+    }
+
+    /// A backend whose accept queue is full drops the SYN: the probe's
+    /// connect waits in SYN_SENT until its timeout, and says so.
+    #[test]
+    fn a_probe_connect_nobody_answers_times_out_within_the_probe_timeout() {
+        let (addr, _full) = full_listener();
+        let limit = Duration::from_millis(300);
+        let started = std::time::Instant::now();
+        let outcome = async_io::block_on(for_probe(&[addr], None, limit));
+        let took = started.elapsed();
+        match outcome {
+            Err(ConnectError::Connect(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("connected to a full accept queue"),
+        }
+        assert!(took >= limit, "gave up early: {took:?}");
+        assert!(took < limit * 10, "took {took:?}");
+    }
+
+    /// A listener with a backlog of 0 whose one queue slot is taken by a
+    /// connection nobody accepts: the kernel drops every further SYN.
+    /// Returns its address and what keeps it so.
+    fn full_listener() -> (SocketAddr, (Socket, TcpStream)) {
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        l.bind(&SockAddr::from(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .expect("bind");
+        l.listen(0).expect("listen");
+        let addr = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("address");
+        let filler = TcpStream::connect(addr).expect("the one queue slot");
+        (addr, (l, filler))
     }
 }

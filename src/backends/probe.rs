@@ -10,6 +10,11 @@
 //! is down: ...; 3 failed probes in a row", "is up again after 2 good
 //! probes"); single failures only at debug level.
 //!
+//! The thread is a control-plane thread: smol's `LocalExecutor` under
+//! `async_io::block_on`, its sockets and timers async-io's
+//! (`connect::for_probe`, `unix::connect_for_probe`), never oi's data-plane
+//! reactor (which only the runtime's threads drive; see `oi_runtime`).
+//!
 //! Bounds: one thread for the whole server, started with the first pool
 //! that has a check; at most [`MAX_IN_FLIGHT`] probes (so descriptors) at
 //! once, and none between probes: a socket exists only while its probe
@@ -231,12 +236,12 @@ async fn probe(member: &Member, check: &Check) -> Result<Duration, String> {
     let started = Instant::now();
     let work = async {
         let mut stream = match member.unix() {
-            Some(unix) => crate::sys::unix::connect(unix, check.timeout)
+            Some(unix) => crate::sys::unix::connect_for_probe(unix, check.timeout)
                 .await
                 .map_err(|e| format!("cannot connect: {e}"))?,
             None => {
                 let addrs = member.addrs().to_vec();
-                crate::backends::connect::connect(&addrs, member.src(), check.timeout, false)
+                crate::backends::connect::for_probe(&addrs, member.src(), check.timeout)
                     .await
                     .map(|(s, _)| s)
                     .map_err(|e| e.to_string())?

@@ -32,8 +32,10 @@ use oi_config::UnixAddr;
 use oi_runtime::reactor::{Async, Timer};
 use rustix::io::Errno;
 use rustix::net::{SocketAddrUnix, SocketFlags};
+use std::future::Future;
 use std::io;
 use std::net::TcpStream;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
@@ -98,15 +100,36 @@ const LAST_RETRY: Duration = Duration::from_millis(100);
 /// a growing pause, until `timeout` runs out: the timeout a TCP connect
 /// honours bounds this one too.
 pub(crate) async fn connect(addr: &UnixAddr, timeout: Duration) -> io::Result<Async<TcpStream>> {
+    let fd = connect_fd(addr, timeout, Timer::after).await?;
+    Async::new_nonblocking(TcpStream::from(fd))
+}
+
+/// A health probe's [`connect`], waiting and registered on async-io's
+/// reactor: the probe thread drives no oi reactor (see `oi_runtime`'s notes).
+pub(crate) async fn connect_for_probe(
+    addr: &UnixAddr,
+    timeout: Duration,
+) -> io::Result<async_io::Async<TcpStream>> {
+    let fd = connect_fd(addr, timeout, async_io::Timer::after).await?;
+    async_io::Async::new_nonblocking(TcpStream::from(fd))
+}
+
+/// [`connect`]'s loop, pausing with `pause` (a timer of the caller's
+/// reactor): the connected socket, non-blocking and close-on-exec.
+async fn connect_fd<P: Future<Output = Instant>>(
+    addr: &UnixAddr,
+    timeout: Duration,
+    pause_for: impl Fn(Duration) -> P,
+) -> io::Result<OwnedFd> {
     let sockaddr = socket_addr(addr)?;
     let started = Instant::now();
     let mut pause = FIRST_RETRY;
     loop {
         let fd = stream_socket()?;
         match rustix::net::connect(&fd, &sockaddr) {
-            Ok(()) => return Async::new_nonblocking(TcpStream::from(fd)),
+            Ok(()) => return Ok(fd),
             Err(Errno::AGAIN) if started.elapsed() < timeout => {
-                Timer::after(pause).await;
+                pause_for(pause).await;
                 pause = (pause * 2).min(LAST_RETRY);
             }
             Err(Errno::AGAIN) => {
@@ -126,6 +149,13 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
+
+    /// Runs `f` on this thread with an oi reactor of its own: the data
+    /// path's sockets and timers are polled only on such a thread.
+    fn on_oi<T>(f: impl std::future::Future<Output = T>) -> T {
+        let reactor = oi_runtime::reactor::Reactor::new().expect("epoll");
+        oi_runtime::reactor::block_on(std::sync::Arc::new(reactor), f)
+    }
 
     fn dir() -> PathBuf {
         let d = std::env::temp_dir().join(format!(
@@ -183,7 +213,7 @@ mod tests {
         }
         let limit = Duration::from_millis(200);
         let started = Instant::now();
-        let e = smol::block_on(connect(&addr, limit)).expect_err("queue full");
+        let e = on_oi(connect(&addr, limit)).expect_err("queue full");
         assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
         assert!(
             started.elapsed() >= limit,
@@ -204,18 +234,35 @@ mod tests {
         let d = dir();
         let addr = UnixAddr::Path(d.join("b.sock"));
         let bound = bind(&addr, None, 16).expect("bind");
-        let mut stream = smol::block_on(connect(&addr, Duration::from_secs(5))).expect("connect");
         bound.listener.set_nonblocking(false).expect("blocking");
-        let (mut server, _) = bound.listener.accept().expect("accept");
-        smol::block_on(futures_lite::AsyncWriteExt::write_all(&mut stream, b"hi")).expect("write");
+        on_oi(async {
+            let mut stream = connect(&addr, Duration::from_secs(5))
+                .await
+                .expect("connect");
+            let (mut server, _) = bound.listener.accept().expect("accept");
+            futures_lite::AsyncWriteExt::write_all(&mut stream, b"hi")
+                .await
+                .expect("write");
+            let mut b = [0u8; 2];
+            server.read_exact(&mut b).expect("read");
+            assert_eq!(&b, b"hi");
+            server.write_all(b"yo").expect("write back");
+            futures_lite::AsyncReadExt::read_exact(&mut stream, &mut b)
+                .await
+                .expect("read");
+            assert_eq!(&b, b"yo");
+        });
+        // The health probe's connect, on async-io's reactor.
+        let mut probe = async_io::block_on(connect_for_probe(&addr, Duration::from_secs(5)))
+            .expect("the probe's connect");
+        let (mut server, _) = bound.listener.accept().expect("accept the probe");
+        async_io::block_on(futures_lite::AsyncWriteExt::write_all(&mut probe, b"ok"))
+            .expect("probe write");
         let mut b = [0u8; 2];
-        server.read_exact(&mut b).expect("read");
-        assert_eq!(&b, b"hi");
-        server.write_all(b"yo").expect("write back");
-        smol::block_on(futures_lite::AsyncReadExt::read_exact(&mut stream, &mut b)).expect("read");
-        assert_eq!(&b, b"yo");
+        server.read_exact(&mut b).expect("read the probe");
+        assert_eq!(&b, b"ok");
         let missing = UnixAddr::Path(d.join("none.sock"));
-        let e = smol::block_on(connect(&missing, Duration::from_secs(5))).expect_err("no socket");
+        let e = on_oi(connect(&missing, Duration::from_secs(5))).expect_err("no socket");
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -317,3 +317,58 @@ fn a_reload_keeps_the_health_of_kept_backends_and_the_probes_follow_the_file() {
     assert_eq!(b["healthy"], serde_json::json!(true), "{b}");
     drop(oi);
 }
+
+/// The names of `pid`'s threads, sorted.
+fn thread_names(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("oi's threads");
+    let mut names: Vec<String> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// One runtime story, seen from outside: a plain `oi -c` with a
+/// health-checked rule runs oi's executor threads (each on its own epoll),
+/// its control-plane threads and async-io's reactor thread, and no other:
+/// no fallback reactor (`oi-reactor`, once started for the probes'
+/// sockets, registered on it and polled from the probe thread).
+#[test]
+fn a_health_checked_server_has_no_fallback_reactor_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (good_l, good) = listener();
+    let seen = backend(good_l, 1, true);
+    let port = free_port();
+    let conf = dir.path().join("oi.yaml");
+    write_atomic(&conf, &config(port, &[good], Some(1)));
+    let oi = OiProcess::start(dir.path(), &conf, &["--threads", "2"]);
+    wait_until("a probe reached the backend", || {
+        seen.probes.load(Ordering::SeqCst) >= 2
+    });
+    assert_eq!(client(port), 1, "a client is forwarded");
+    let names = thread_names(oi.child.id());
+    // Sorted, as `names` is.
+    let expected = [
+        // async-io's reactor: the control plane's sockets, signals and timers.
+        "async-io",
+        // Executor 0 on its epoll, also running the service (signals, reloads).
+        "oi",
+        // The log file's writer.
+        "oi-logfile",
+        // The status file, control socket and metrics (smol on async-io).
+        "oi-observe",
+        // The health probes (smol on async-io).
+        "oi-probe",
+        // The second executor, on its own epoll.
+        "oi-worker-1",
+    ];
+    assert_eq!(
+        names,
+        expected,
+        "oi's threads; stderr:\n{}",
+        oi.stderr_tail()
+    );
+    drop(oi);
+}

@@ -150,7 +150,7 @@ pub enum Default {
         /// The value for a YAML file.
         yaml: &'static str,
     },
-    /// The engine's setting ([`crate::shared::Settings`], which the
+    /// The engine's setting (the daemon's `Settings`, which the
     /// command line fills), whose own default is this value.
     Engine(&'static str),
     /// Unset: the feature is off, or what the text says happens.

@@ -17,6 +17,13 @@
 //! pop were about 340 of 3,420 user-space instructions per 64 B round trip
 //! (callgrind, one thread).
 //!
+//! Checked in debug builds: `run`'s poll and the reactor's turn each hold a
+//! `MayWake`, and a task put on a thread's own queue outside both fails a
+//! `debug_assert!` (the whole test suite runs the debug build). The
+//! hand-off of a task woken on another thread (shared queue, then the
+//! runner's waker, then its reactor's wake flags) is explored by the model
+//! tests (`crate::model`, under `--cfg shuttle`).
+//!
 //! Why not smol's `Executor`: built for many threads running one executor,
 //! it looks for work in its global queue, its runner's local queue and every
 //! other runner's queue (a read lock and a random start), and keeps a
@@ -32,6 +39,7 @@
 //! task waiting on a socket would hold that socket's registration, which
 //! holds the task's waker: neither would ever be freed.
 
+use crate::sync::{AtomicBool, Ordering};
 use async_task::{Runnable, Task};
 use concurrent_queue::ConcurrentQueue;
 use parking_lot::Mutex;
@@ -39,7 +47,6 @@ use slab::Slab;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -49,11 +56,52 @@ use std::task::{Context, Poll, Wake, Waker};
 /// self-waking tasks cannot starve the sockets.
 const TASKS_PER_POLL: usize = 64;
 
-thread_local! {
+crate::sync::thread_local! {
     /// The executor this thread runs, and the tasks of it woken on this thread.
     static LOCAL: RefCell<Local> = const {
         RefCell::new(Local { owner: 0, queue: VecDeque::new() })
     };
+}
+
+#[cfg(debug_assertions)]
+crate::sync::thread_local! {
+    /// How many [`MayWake`]s this thread holds: inside a poll of `run` or a
+    /// reactor's turn (they nest: a turn inside a `run`'s task does not
+    /// happen, but a `run` inside another's task may).
+    static MAY_WAKE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Held while this thread polls `run` or turns its reactor: the places the
+/// module's invariant lets a task be woken onto this thread's own queue.
+/// Counted in debug builds only; nothing in a release build.
+pub(crate) struct MayWake {
+    /// Not made outside [`MayWake::enter`].
+    _private: (),
+}
+
+impl MayWake {
+    /// Marks this thread as inside `run`'s poll or a reactor's turn until dropped.
+    #[inline]
+    pub(crate) fn enter() -> MayWake {
+        #[cfg(debug_assertions)]
+        MAY_WAKE.with(|n| n.set(n.get() + 1));
+        MayWake { _private: () }
+    }
+
+    /// Whether this thread holds one (always true in a release build).
+    fn held() -> bool {
+        #[cfg(debug_assertions)]
+        return MAY_WAKE.try_with(|n| n.get() > 0).unwrap_or(false);
+        #[cfg(not(debug_assertions))]
+        true
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for MayWake {
+    fn drop(&mut self) {
+        let _ = MAY_WAKE.try_with(|n| n.set(n.get().saturating_sub(1)));
+    }
 }
 
 /// Runs `f` on this thread's [`Local`]; `None` while it is borrowed (never
@@ -195,6 +243,10 @@ impl State {
         let mut runnable = Some(runnable);
         with_local(|l| {
             if l.owner == me {
+                debug_assert!(
+                    MayWake::held(),
+                    "a task woken onto its runner's own queue outside `run` and the reactor's turn"
+                );
                 if let Some(r) = runnable.take() {
                     l.queue.push_back(r);
                 }
@@ -300,6 +352,7 @@ impl Executor {
         let owner = Owner::enter(&self.state);
         let mut main: Option<Arc<MainWaker>> = None;
         std::future::poll_fn(|cx| {
+            let _waking = MayWake::enter();
             self.state.notify.get_or_init(|| cx.waker().clone());
             // First poll, or polled with another waker: a new one, and
             // the future polled now.

@@ -38,7 +38,7 @@ pub(super) fn fill(to: Slot<'_>, from: Slot<'_>) {
 /// every setting: `cli` (the command line's flags), then the rule's own
 /// options, then `globals` (the file's global lines), then the built-in
 /// default for `format`. Options that stay `None` are off (or, for
-/// [`Default::Engine`] settings, left to [`crate::shared::Settings`], the
+/// [`Default::Engine`] settings, left to the daemon's `Settings`, the
 /// engine's defaults, which the command line fills).
 pub fn resolve(
     cli: &RuleOptions,

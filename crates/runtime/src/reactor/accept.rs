@@ -335,8 +335,9 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     /// Whether `reactor`'s epoll reported a source readable since the last
-    /// look (one turn without waiting).
-    fn heard(reactor: &Reactor, readiness: &Mutex<Readiness>) -> bool {
+    /// look (one turn without waiting, by this thread as its driver).
+    fn heard(reactor: &Arc<Reactor>, readiness: &Mutex<Readiness>) -> bool {
+        let _driving = Reactor::enter(reactor.clone());
         reactor.turn(false).expect("epoll_wait");
         std::mem::take(&mut readiness.lock().readable)
     }
@@ -344,8 +345,8 @@ mod tests {
     #[test]
     fn a_busy_thread_leaves_while_another_is_idle_and_one_always_stays() {
         let board = Board::new(2);
-        let r0 = Reactor::seated(board.clone(), 0).expect("epoll");
-        let r1 = Reactor::seated(board.clone(), 1).expect("epoll");
+        let r0 = Arc::new(Reactor::seated(board.clone(), 0).expect("epoll"));
+        let r1 = Arc::new(Reactor::seated(board.clone(), 1).expect("epoll"));
         let l = Arc::new(TcpListener::bind("127.0.0.1:0").expect("bind"));
         l.set_nonblocking(true).expect("non-blocking");
         let addr = l.local_addr().expect("addr");
@@ -389,7 +390,7 @@ mod tests {
         // report of a connection that is not there.
         // Two seats, the other idle, so a busy spell takes this one out.
         let board = Board::new(2);
-        let r0 = Reactor::seated(board.clone(), 0).expect("epoll");
+        let r0 = Arc::new(Reactor::seated(board.clone(), 0).expect("epoll"));
         let l = Arc::new(TcpListener::bind("127.0.0.1:0").expect("bind"));
         l.set_nonblocking(true).expect("non-blocking");
         let addr = l.local_addr().expect("addr");
@@ -427,7 +428,7 @@ mod tests {
         // Else a thread that fell asleep busy stays out of its listeners
         // until something of its own wakes it (goals.sh's -P8 on one thread).
         let board = Board::new(2);
-        let r0 = Reactor::seated(board.clone(), 0).expect("epoll");
+        let r0 = Arc::new(Reactor::seated(board.clone(), 0).expect("epoll"));
         let l = Arc::new(TcpListener::bind("127.0.0.1:0").expect("bind"));
         let (k0, _) = r0.register_exclusive(l).expect("register");
         assert_eq!(r0.capped(None), None, "an idle thread may sleep forever");

@@ -2,10 +2,9 @@
 //! thread's own reactor whenever the future has nothing to do.
 
 use super::accept::Load;
-use super::Reactor;
+use super::{Reactor, WakeFlags};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -44,41 +43,81 @@ pub fn block_on<T>(reactor: Arc<Reactor>, future: impl Future<Output = T>) -> T 
     let waker = Waker::from(Arc::new(ThreadWaker {
         reactor: reactor.clone(),
     }));
-    let mut cx = Context::from_waker(&waker);
+    // Only a runtime's threads share listeners (and judge their load).
+    let load = reactor.seat.is_some().then(Load::new);
+    drive(&mut Driven { reactor, load }, &waker, future)
+}
+
+/// What [`drive`] waits on: a reactor (or, in the model tests, a model of one).
+pub(crate) trait Park {
+    /// The flags its wakers set.
+    fn flags(&self) -> &WakeFlags;
+
+    /// One turn: waits for events (blocking when `block`, as
+    /// [`WakeFlags::around_wait`] allows) and wakes the tasks they concern.
+    fn turn(&mut self, block: bool);
+}
+
+/// Polls `future` with `waker` until it is ready, turning `park` whenever
+/// the future has nothing to do: blocking when nothing woke it, and every
+/// [`BUSY_POLLS_PER_PEEK`] polls in a row that something did, without.
+pub(crate) fn drive<T>(park: &mut impl Park, waker: &Waker, future: impl Future<Output = T>) -> T {
+    let mut cx = Context::from_waker(waker);
     let mut future = pin!(future);
     let mut busy = 0u32;
-    // Only a runtime's threads share listeners (and judge their load).
-    let mut load = reactor.seat.is_some().then(Load::new);
     loop {
-        reactor.woken.store(false, Ordering::SeqCst);
+        park.flags().clear();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        if reactor.woken.load(Ordering::SeqCst) {
+        if park.flags().woken() {
             busy += 1;
             if busy < BUSY_POLLS_PER_PEEK {
                 continue;
             }
             busy = 0;
-            turn(&reactor, false);
-            if let Some(l) = timed(&mut load) {
+            park.turn(false);
+        } else {
+            busy = 0;
+            park.turn(true);
+        }
+    }
+}
+
+/// A thread's own reactor, with the load it judges when in a runtime.
+struct Driven {
+    /// The reactor this thread drives.
+    reactor: Arc<Reactor>,
+    /// The thread's load, for a runtime's thread; `None` outside one.
+    load: Option<Load>,
+}
+
+impl Park for Driven {
+    fn flags(&self) -> &WakeFlags {
+        &self.reactor.flags
+    }
+
+    fn turn(&mut self, block: bool) {
+        let reactor = &self.reactor;
+        if !block {
+            turn(reactor, false);
+            if let Some(l) = timed(&mut self.load) {
                 if let Some(b) = l.note(Instant::now(), Duration::ZERO) {
                     reactor.set_busy(b);
                 }
             }
-        } else {
-            busy = 0;
-            match timed(&mut load) {
-                Some(l) => {
-                    let from = Instant::now();
-                    turn(&reactor, true);
-                    let now = Instant::now();
-                    if let Some(b) = l.note(now, now.saturating_duration_since(from)) {
-                        reactor.set_busy(b);
-                    }
+            return;
+        }
+        match timed(&mut self.load) {
+            Some(l) => {
+                let from = Instant::now();
+                turn(reactor, true);
+                let now = Instant::now();
+                if let Some(b) = l.note(now, now.saturating_duration_since(from)) {
+                    reactor.set_busy(b);
                 }
-                None => turn(&reactor, true),
             }
+            None => turn(reactor, true),
         }
     }
 }

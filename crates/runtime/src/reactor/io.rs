@@ -7,7 +7,7 @@
 //! fails with `WouldBlock`, the next poll waits for a new edge (the same
 //! contract as async-io's `poll_readable`).
 
-use super::{current, Reactor, Readiness};
+use super::{driving, is_current, Reactor, Readiness};
 use futures_lite::{AsyncRead, AsyncWrite};
 use parking_lot::Mutex;
 use std::future::Future;
@@ -74,7 +74,7 @@ impl<T: AsFd> Async<T> {
     /// The registration, made now if this is the first poll.
     fn registration(&self) -> io::Result<&Registration> {
         let r = self.registration.get_or_init(|| {
-            let reactor = current();
+            let reactor = driving("an oi socket")?;
             let (key, readiness) = reactor.register(self.get_ref(), self.datagram)?;
             Ok(Registration {
                 reactor,
@@ -216,58 +216,107 @@ fn poll_registered(
     write: bool,
     wait: &mut Wait,
 ) -> Poll<io::Result<()>> {
+    debug_assert!(
+        is_current(&reg.reactor),
+        "an oi socket polled on a thread other than its reactor's"
+    );
     let mut r = reg.readiness.lock();
-    let i = usize::from(write);
-    let ready = if write {
-        std::mem::take(&mut r.writable) || r.broken
-    } else {
-        std::mem::take(&mut r.readable) || r.read_closed
-    };
-    let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != r.tick(i));
-    if ready || ticked {
-        if write && r.out_armed {
-            // The wait is over: stop hearing of every send (see `datagram`).
-            r.out_armed = false;
-            let flags = super::interest(true, false);
-            let data = rustix::event::epoll::EventData::new_u64(reg.key);
-            rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
-        }
-        return Poll::Ready(Ok(()));
-    }
-    if write && r.datagram && !r.out_armed {
-        // Adding EPOLLOUT reports the current state at once if writable.
-        let flags = super::interest(true, true);
-        let data = rustix::event::epoll::EventData::new_u64(reg.key);
-        rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
-        r.out_armed = true;
-    }
-    let tick = r.tick(i);
-    // The slot keeps its task after an edge (see `Readiness::edge`): the
-    // same task waits again without a clone, and another one takes the
-    // slot unless its task waits now.
-    let slot_waits = r.set_waits(i);
-    let slot = if write { &mut r.writer } else { &mut r.reader };
-    match slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        Some(_) if slot_waits && !matches!(wait, Wait::Slot) => {
-            // Another task waits here: queue beside it (once per task).
-            let others = r.others.get_or_insert_with(Box::default);
-            if !others
-                .iter()
-                .any(|(d, w)| *d == write && w.will_wake(cx.waker()))
-            {
-                others.push((write, cx.waker().clone()));
+    match r.poll(write, cx.waker(), wait) {
+        Polled::Ready { disarm } => {
+            if disarm {
+                // The wait is over: stop hearing of every send (see `datagram`).
+                let flags = super::interest(true, false);
+                let data = rustix::event::epoll::EventData::new_u64(reg.key);
+                rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
             }
+            Poll::Ready(Ok(()))
         }
-        slot => *slot = Some(cx.waker().clone()),
+        Polled::Pending { arm } => {
+            if arm {
+                // Adding EPOLLOUT reports the current state at once if writable.
+                let flags = super::interest(true, true);
+                let data = rustix::event::epoll::EventData::new_u64(reg.key);
+                rustix::event::epoll::modify(&reg.reactor.epoll, fd, data, flags)?;
+                r.out_armed = true;
+            }
+            Poll::Pending
+        }
     }
-    if !matches!(wait, Wait::Slot) {
-        *wait = Wait::Queued {
-            tick,
-            waker: cx.waker().clone(),
+}
+
+/// What one poll for readiness found ([`Readiness::poll`]).
+pub(crate) enum Polled {
+    /// Ready. `disarm`: a datagram socket's writer is done waiting, take
+    /// EPOLLOUT out of its interest (`out_armed` is already cleared).
+    Ready {
+        /// Whether to take EPOLLOUT out of the interest.
+        disarm: bool,
+    },
+    /// Not ready: the waker is kept and an edge will wake it. `arm`: a
+    /// datagram socket's writer waits, add EPOLLOUT to its interest and
+    /// then set `out_armed`.
+    Pending {
+        /// Whether to add EPOLLOUT to the interest.
+        arm: bool,
+    },
+}
+
+impl Readiness {
+    /// One poll for readiness in one direction (`write`) by the task of
+    /// `waker`, waiting as `wait` says: the hand-off with [`Readiness::edge`],
+    /// both under the readiness's lock. Ready if an edge came since the
+    /// last poll that consumed one (consuming it), if the direction is
+    /// closed or broken, or if an edge came since this waiter began to wait;
+    /// otherwise the waker is left where the next edge wakes it.
+    #[inline]
+    pub(crate) fn poll(&mut self, write: bool, waker: &Waker, wait: &mut Wait) -> Polled {
+        let i = usize::from(write);
+        let ready = if write {
+            std::mem::take(&mut self.writable) || self.broken
+        } else {
+            std::mem::take(&mut self.readable) || self.read_closed
         };
+        let ticked = matches!(wait, Wait::Queued { tick, .. } if *tick != self.tick(i));
+        if ready || ticked {
+            let disarm = write && self.out_armed;
+            if disarm {
+                self.out_armed = false;
+            }
+            return Polled::Ready { disarm };
+        }
+        let arm = write && self.datagram && !self.out_armed;
+        let tick = self.tick(i);
+        // The slot keeps its task after an edge (see `Readiness::edge`): the
+        // same task waits again without a clone, and another one takes the
+        // slot unless its task waits now.
+        let slot_waits = self.set_waits(i);
+        let slot = if write {
+            &mut self.writer
+        } else {
+            &mut self.reader
+        };
+        match slot {
+            Some(w) if w.will_wake(waker) => {}
+            Some(_) if slot_waits && !matches!(wait, Wait::Slot) => {
+                // Another task waits here: queue beside it (once per task).
+                let others = self.others.get_or_insert_with(Box::default);
+                if !others
+                    .iter()
+                    .any(|(d, w)| *d == write && w.will_wake(waker))
+                {
+                    others.push((write, waker.clone()));
+                }
+            }
+            slot => *slot = Some(waker.clone()),
+        }
+        if !matches!(wait, Wait::Slot) {
+            *wait = Wait::Queued {
+                tick,
+                waker: waker.clone(),
+            };
+        }
+        Polled::Pending { arm }
     }
-    Poll::Pending
 }
 
 /// A listening socket shared by every executor thread's accept loop: each
@@ -300,7 +349,7 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
     /// The registration, made now if this is the first poll.
     fn registration(&self) -> io::Result<&Registration> {
         let r = self.registration.get_or_init(|| {
-            let reactor = current();
+            let reactor = driving("an oi listening socket")?;
             let shared: Arc<dyn AsFd + Send + Sync> = self.socket.clone();
             let (key, readiness) = reactor.register_exclusive(shared)?;
             Ok(Registration {
@@ -358,7 +407,7 @@ impl<L: AsFd + Send + Sync + 'static> Drop for SharedListener<L> {
 }
 
 /// How a poll for readiness waits.
-enum Wait {
+pub(crate) enum Wait {
     /// In the direction's one slot, replacing whoever waited there
     /// (`poll_readable`/`poll_writable`).
     Slot,

@@ -20,28 +20,45 @@
 //! - timers live in the thread's own queue ([`timer::TimerQueue`]) and the
 //!   soonest becomes the `epoll_wait` timeout: no timerfd;
 //! - a waker running on the thread that runs the task only sets a flag; the
-//!   eventfd is written only when another thread wakes a sleeping one.
+//!   eventfd is written only when another thread wakes a sleeping one
+//!   (`wake.rs`).
 //!
-//! A thread with no reactor of its own (tests, the health-check thread)
-//! registers on a process-wide fallback reactor driven by a thread of its
-//! own, `oi-reactor`, which wakes tasks across threads, as async-io does.
+//! # One thread per reactor, no fallback
+//!
+//! A source ([`Async`], [`SharedListener`]) or [`Timer`] registers with the
+//! reactor of the thread that polls it first, and is polled from that
+//! thread only: readiness is recorded by that thread's turn and consumed by
+//! its tasks. Only a thread inside [`block_on`] drives a reactor (a
+//! runtime's executor threads; a test's own `block_on`). A source polled on
+//! any other thread, a control-plane thread under async-io or a plain test
+//! thread, is refused (a debug build panics, see [`current`]): there is no
+//! process-wide fallback reactor and no thread of its own for one.
+//! `debug_assert!`s check that a registration and a timer are polled only
+//! on their reactor's thread, and that a reactor turns only on its own.
 //!
 //! The data path uses this reactor: TCP listeners, client and backend
 //! sockets, unix stream sockets carried as `TcpStream`, and UDP sockets
 //! (listeners, associations, TCP->UDP streams; registered for reading only,
-//! see [`Readiness::datagram`]). Signals, the control socket, the metrics
-//! endpoint and health checks stay on async-io, whose own thread drives them.
+//! see [`Readiness::datagram`]). The control plane (signals, the control
+//! socket, the metrics endpoint, the health probes) uses async-io's: see
+//! the crate's notes.
 
 mod accept;
 mod block_on;
 mod io;
 mod timer;
+mod wake;
 
 pub use accept::Board;
 pub use block_on::block_on;
+#[cfg(all(test, shuttle))]
+pub(crate) use block_on::{drive, Park};
 pub use io::{Async, SharedListener};
+#[cfg(all(test, shuttle))]
+pub(crate) use io::{Polled, Wait};
 pub use timer::Timer;
 use timer::{TimerId, TimerQueue};
+pub(crate) use wake::WakeFlags;
 
 // parking_lot's locks, not std's, here and in `accept` and `io`: a readiness
 // lock is taken on every poll for readiness and every event, and std's lock
@@ -57,7 +74,7 @@ use std::cell::{Cell, RefCell};
 use std::io as stdio;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -145,7 +162,7 @@ impl Readiness {
     /// is one); queued ones through `wake`. The wake runs under
     /// the reactor's locks: an executor's wake only queues the task (and
     /// may write another thread's eventfd), and takes none of them.
-    fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
+    pub(crate) fn edge(&mut self, write: bool, wake: &mut Vec<Waker>) {
         let i = usize::from(write);
         let waits = self.ticks[i] & WAITS != 0;
         // The count moves on (a carry out of its seven bits lands in `WAITS`
@@ -198,13 +215,10 @@ pub struct Reactor {
     /// read-modify-writes fewer per turn (44 -> 34 per 64 B round trip,
     /// benches/conn_footprint.sh).
     timers_pending: AtomicBool,
-    /// Set while the driving thread is (about to be) in `epoll_wait` with
-    /// no timeout shorter than its timers: others must write the eventfd.
-    sleeping: AtomicBool,
-    /// Set when a waker or a new timer needs the driving thread to go round again.
-    woken: AtomicBool,
+    /// Whether the driving thread sleeps or must go round again (see [`wake`]).
+    flags: WakeFlags,
     /// The runtime's board of busy threads and this thread's index on it;
-    /// `None` for a reactor outside a runtime (tests, the fallback).
+    /// `None` for a reactor outside a runtime (tests).
     seat: Option<(Arc<Board>, usize)>,
     /// Listening sockets shared with the other threads (see [`accept`]).
     accepting: Mutex<accept::Accepting>,
@@ -246,37 +260,41 @@ fn take_budget_spent() -> bool {
     BUDGET_SPENT.with(|b| b.replace(false))
 }
 
-/// The fallback reactor for threads that drive none, with its thread.
-static FALLBACK: OnceLock<Arc<Reactor>> = OnceLock::new();
+/// The reactor this thread drives, if it drives one: an executor thread
+/// inside [`block_on`]. There is no fallback: a source or timer of this
+/// crate polled on any other thread is a bug (see [`driving`]).
+pub fn current() -> Option<Arc<Reactor>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
 
-/// The reactor sources and timers created on this thread register with.
-pub fn current() -> Arc<Reactor> {
-    if let Some(r) = CURRENT.with(|c| c.borrow().clone()) {
-        return r;
-    }
-    FALLBACK
-        .get_or_init(|| {
-            // Without an epoll instance nothing can be forwarded: there is no
-            // reasonable way to go on (descriptor limits are checked at start).
-            let reactor = Arc::new(Reactor::new().expect("creating the fallback epoll instance"));
-            let driven = reactor.clone();
-            std::thread::Builder::new()
-                .name("oi-reactor".into())
-                .spawn(move || loop {
-                    driven.woken.store(false, Ordering::SeqCst);
-                    if let Err(e) = driven.turn(true) {
-                        log::error!("fallback reactor: {e}");
-                    }
-                })
-                .expect("starting the fallback reactor thread");
-            reactor
-        })
-        .clone()
+/// The reactor a source or timer first polled now registers with: this
+/// thread's. On a thread that drives none (a control-plane thread under
+/// async-io, a plain test thread) that is a bug, not a case to serve: a
+/// debug build panics, a release build returns the error (a timer never
+/// fires), rather than register on a reactor no thread drives, or on
+/// another thread's.
+fn driving(what: &str) -> stdio::Result<Arc<Reactor>> {
+    current().ok_or_else(|| {
+        let thread = std::thread::current();
+        let e = format!(
+            "{what} polled on thread {:?}, which drives no oi reactor: only the runtime's \
+             threads (oi_runtime::reactor::block_on, Runtime) may poll oi's sockets and timers",
+            thread.name().unwrap_or("unnamed")
+        );
+        if cfg!(debug_assertions) {
+            panic!("{e}");
+        }
+        stdio::Error::other(e)
+    })
 }
 
 /// Whether `reactor` is the one this thread drives.
-fn is_current(reactor: &Arc<Reactor>) -> bool {
-    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|r| Arc::ptr_eq(r, reactor)))
+fn is_current(reactor: &Reactor) -> bool {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|r| std::ptr::eq(Arc::as_ptr(r), reactor))
+    })
 }
 
 impl Reactor {
@@ -296,8 +314,7 @@ impl Reactor {
             sources: Mutex::default(),
             timers: Mutex::default(),
             timers_pending: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
-            woken: AtomicBool::new(false),
+            flags: WakeFlags::new(),
             seat: None,
             accepting: Mutex::default(),
         })
@@ -374,18 +391,15 @@ impl Reactor {
         }
     }
 
-    /// Adds a timer firing at `at`; returns its id.
+    /// Adds a timer firing at `at`; returns its id. Only the driving
+    /// thread adds timers (a timer registers with the reactor of the thread
+    /// that first polls it), and it looks at its timers before it next
+    /// sleeps: no interrupt is needed, even for a new soonest one.
     fn add_timer(self: &Arc<Self>, at: Instant, waker: Waker) -> TimerId {
-        let (id, soonest) = {
-            let mut t = self.timers.lock();
-            let added = t.add(at, waker);
-            self.timers_pending.store(true, Ordering::Release);
-            added
-        };
-        // Only a new soonest timer changes how long the driving thread may sleep.
-        if soonest && !is_current(self) {
-            self.interrupt();
-        }
+        debug_assert!(is_current(self), "a timer added from another thread");
+        let mut t = self.timers.lock();
+        let (id, _soonest) = t.add(at, waker);
+        self.timers_pending.store(true, Ordering::Release);
         id
     }
 
@@ -404,8 +418,7 @@ impl Reactor {
     /// Asks the driving thread to go round again; writes the eventfd only if
     /// it sleeps (or is about to).
     pub fn interrupt(&self) {
-        self.woken.store(true, Ordering::SeqCst);
-        if self.sleeping.swap(false, Ordering::SeqCst) {
+        if self.flags.interrupt() {
             // A full counter (never in practice) still leaves the eventfd readable.
             let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
         }
@@ -414,6 +427,12 @@ impl Reactor {
     /// Waits for events (blocking when `block`, up to the soonest timer),
     /// then wakes the tasks whose sockets or timers are ready.
     fn turn(&self, block: bool) -> stdio::Result<()> {
+        debug_assert!(
+            is_current(self),
+            "a reactor turned by a thread that does not drive it"
+        );
+        // The wakes below may put tasks on this thread's own run queue.
+        let _waking = crate::executor::MayWake::enter();
         // This thread's buffers, kept from turn to turn: a fresh event
         // buffer (3 KiB, past malloc's per-thread cache) and waker list per
         // turn cost about a tenth of the instructions a 64-byte round trip
@@ -423,40 +442,27 @@ impl Reactor {
         let (mut events, mut wake) = SCRATCH.with(|s| s.take());
         events.clear();
         events.reserve(EVENTS_PER_WAIT);
-        let timeout = if block {
-            self.sleeping.store(true, Ordering::SeqCst);
-            if self.woken.load(Ordering::SeqCst) {
-                // Woken between the last poll and now: do not sleep.
-                self.sleeping.store(false, Ordering::SeqCst);
-                Some(Duration::ZERO)
-            } else {
+        let waited = self.flags.around_wait(block, |may_block| {
+            let timeout = if may_block {
                 self.capped(self.next_timeout())
-            }
-        } else {
-            Some(Duration::ZERO)
-        };
-        let timeout = timeout.map(|d| {
-            // Whole milliseconds, rounded up so a timer never fires early
-            // and the thread never spins on a sub-millisecond remainder.
-            let ms = d.as_nanos().div_ceil(1_000_000);
-            Timespec {
-                tv_sec: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
-                tv_nsec: ((ms % 1000) * 1_000_000) as _,
-            }
+            } else {
+                Some(Duration::ZERO)
+            };
+            let timeout = timeout.map(|d| {
+                // Whole milliseconds, rounded up so a timer never fires early
+                // and the thread never spins on a sub-millisecond remainder.
+                let ms = d.as_nanos().div_ceil(1_000_000);
+                Timespec {
+                    tv_sec: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+                    tv_nsec: ((ms % 1000) * 1_000_000) as _,
+                }
+            });
+            epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                timeout.as_ref(),
+            )
         });
-        let waited = epoll::wait(
-            &self.epoll,
-            rustix::buffer::spare_capacity(&mut events),
-            timeout.as_ref(),
-        );
-        if block {
-            // Release, not SeqCst (an `xchg`, an atomic read-modify-write,
-            // on every turn, blocking or not): a waker that still sees
-            // `true` writes the eventfd once more, which the next turn
-            // reads. No wake is lost: the SeqCst store before the wait and
-            // the look at `woken` after it see to that.
-            self.sleeping.store(false, Ordering::Release);
-        }
         match waited {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
@@ -569,196 +575,4 @@ impl std::task::Wake for WakeCount {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::net::{Shutdown, TcpListener, TcpStream};
-
-    /// A connected pair on loopback: (ours, registered on first poll; the peer, blocking).
-    fn pair() -> (Async<TcpStream>, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let peer = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
-        let (ours, _) = l.accept().expect("accept");
-        (Async::new(ours).expect("non-blocking"), peer)
-    }
-
-    #[test]
-    fn eof_behind_the_last_bytes_of_a_short_read_is_still_reported() {
-        // The peer's last bytes and its FIN arrive before we look: one edge
-        // for both. A short read takes the bytes (and the FIN); the next
-        // wait must not wait for an edge that will never come.
-        let (ours, mut peer) = pair();
-        peer.write_all(b"last").expect("write");
-        peer.shutdown(Shutdown::Write).expect("shutdown");
-        let reactor = Arc::new(Reactor::new().expect("epoll"));
-        let read = async {
-            let mut buf = [0u8; 64];
-            let mut got = Vec::new();
-            loop {
-                // The first wait registers the socket: one edge for both.
-                ours.readable().await.expect("readable");
-                match ours.get_ref().read(&mut buf) {
-                    Ok(0) => return Some(got),
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => panic!("read: {e}"),
-                }
-            }
-        };
-        let limit = async {
-            Timer::after(Duration::from_secs(10)).await;
-            None
-        };
-        let got = block_on(reactor, futures_lite::FutureExt::or(read, limit));
-        let got = got.expect("EOF was never reported after the short read");
-        assert_eq!(got, b"last");
-    }
-
-    #[test]
-    fn a_timer_fires_and_a_wake_from_another_thread_interrupts_the_wait() {
-        let reactor = Arc::new(Reactor::new().expect("epoll"));
-        let (tx, rx) = async_channel::bounded::<()>(1);
-        let start = Instant::now();
-        block_on(reactor, async {
-            Timer::after(Duration::from_millis(5)).await;
-            assert!(start.elapsed() >= Duration::from_millis(5), "fired early");
-            // Nothing here wakes this thread but the other thread's send.
-            let sender = std::thread::spawn(move || tx.send_blocking(()));
-            rx.recv().await.expect("sent");
-            sender.join().expect("sender").expect("send");
-        });
-    }
-
-    #[test]
-    fn an_edge_wakes_the_slots_task_only_while_it_waits_and_keeps_it() {
-        let count = Arc::new(WakeCount::default());
-        let woken = || count.0.load(Ordering::SeqCst);
-        let mut r = Readiness {
-            reader: Some(Waker::from(count.clone())),
-            ..Readiness::default()
-        };
-        let mut queued = Vec::new();
-        // Waiting (a poll returned Pending): the edge wakes it, in place.
-        r.set_waits(0);
-        r.edge(false, &mut queued);
-        assert_eq!((woken(), queued.len()), (1, 0));
-        assert!(
-            r.reader.is_some(),
-            "the slot keeps its task for its next wait"
-        );
-        // Not waiting (it has not found WouldBlock since): no wake.
-        r.edge(false, &mut queued);
-        assert_eq!(woken(), 1, "an edge woke a task that was not waiting");
-        // Waiting again: woken again; the writer's edges never wake the reader.
-        r.set_waits(0);
-        r.edge(true, &mut queued);
-        assert_eq!(woken(), 1);
-        r.edge(false, &mut queued);
-        assert_eq!(woken(), 2);
-        // The edge count wraps at 128, below the waiting bit.
-        assert_eq!(r.tick(0), 3);
-        for _ in 0..128 {
-            r.edge(false, &mut queued);
-        }
-        assert_eq!((r.tick(0), r.ticks[0] & WAITS, woken()), (3, 0, 2));
-    }
-
-    #[test]
-    fn one_edge_wakes_every_task_waiting_on_a_socket() {
-        // A UDP listener's reply tasks all wait on it: each must hear the
-        // edge, not only the one in the slot.
-        let reactor = Arc::new(Reactor::new().expect("epoll"));
-        let server = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let addr = server.local_addr().expect("addr");
-        let socket = Arc::new(Async::new_datagram(server).expect("non-blocking"));
-        let ex = smol::Executor::new();
-        let (started, wait_started) = async_channel::unbounded::<()>();
-        let waiters: Vec<_> = (0..3)
-            .map(|_| {
-                let (socket, started) = (socket.clone(), started.clone());
-                ex.spawn(async move {
-                    let mut ready = socket.readable();
-                    // Polled once (registered), then told it waits.
-                    let first = futures_lite::future::poll_once(&mut ready).await;
-                    assert!(first.is_none(), "readable before any datagram");
-                    started.send(()).await.expect("send");
-                    ready.await.expect("readable");
-                })
-            })
-            .collect();
-        let run = ex.run(async {
-            for _ in 0..3 {
-                wait_started.recv().await.expect("started");
-            }
-            let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-            client.send_to(b"x", addr).expect("send");
-            for w in waiters {
-                w.await;
-            }
-            true
-        });
-        let limit = async {
-            Timer::after(Duration::from_secs(10)).await;
-            false
-        };
-        let all = block_on(reactor, futures_lite::FutureExt::or(run, limit));
-        assert!(all, "a task waiting beside another never heard the edge");
-    }
-
-    #[test]
-    fn an_error_on_a_datagram_socket_is_reported_once_not_forever() {
-        // A connected UDP socket to a closed port gets an ICMP error: one
-        // receive reads it and the socket goes on. Were it sticky, every
-        // wait after it would return at once and the reply task would spin.
-        let reactor = Arc::new(Reactor::new().expect("epoll"));
-        let closed = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let port = closed.local_addr().expect("addr");
-        drop(closed);
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        s.connect(port).expect("connect");
-        let s = Async::new_datagram(s).expect("non-blocking");
-        let outcome = block_on(reactor, async {
-            s.get_ref().send(b"x").expect("send");
-            s.readable().await.expect("readable");
-            let err = s.get_ref().recv(&mut [0u8; 8]).expect_err("the ICMP error");
-            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
-            let again = s.get_ref().recv(&mut [0u8; 8]).expect_err("nothing more");
-            assert_eq!(again.kind(), std::io::ErrorKind::WouldBlock);
-            let quiet = async {
-                Timer::after(Duration::from_millis(50)).await;
-                "quiet"
-            };
-            let woke = async {
-                let _ = s.readable().await;
-                "woke"
-            };
-            futures_lite::FutureExt::or(woke, quiet).await
-        });
-        assert_eq!(
-            outcome, "quiet",
-            "the error stayed reported after it was read"
-        );
-    }
-
-    #[test]
-    fn a_sockets_readiness_stays_small() {
-        // Every idle connection holds two, each in an `Arc` (16 bytes more)
-        // behind glibc's 8-byte header, rounded to 16: at 56 bytes the chunk
-        // is 80, at 64 it was 96: 32 bytes per idle connection
-        // (benches/idle_memory.sh: 1.59 -> 1.57 KiB).
-        let size = std::mem::size_of::<Mutex<Readiness>>();
-        assert!(
-            size <= 56,
-            "Mutex<Readiness> is {size} bytes, over its 56-byte budget"
-        );
-    }
-
-    #[test]
-    fn a_socket_first_polled_on_a_thread_without_a_reactor_uses_the_fallback() {
-        let (ours, mut peer) = pair();
-        peer.write_all(b"x").expect("write");
-        // smol::block_on drives no reactor of ours: the fallback thread does.
-        let n = smol::block_on(ours.read_with(|mut s| s.read(&mut [0u8; 8]))).expect("read");
-        assert_eq!(n, 1);
-    }
-}
+mod tests;

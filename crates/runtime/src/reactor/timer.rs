@@ -15,7 +15,7 @@
 //! Bound: the heap holds the pending timers plus at most as many cancelled
 //! places again (and 64): past that, a cancel sweeps the cancelled ones out.
 
-use super::{current, Reactor};
+use super::{driving, is_current, Reactor};
 use slab::Slab;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -196,6 +196,10 @@ impl Future for Timer {
             return Poll::Pending;
         };
         if let Some((reactor, id)) = &self.registered {
+            debug_assert!(
+                is_current(reactor),
+                "an oi timer polled on a thread other than its reactor's"
+            );
             // Still pending: not due yet, or due and fired by the reactor's
             // next turn, which wakes this task. Gone: the reactor fired it,
             // having found the deadline passed. So no poll reads the clock:
@@ -208,7 +212,16 @@ impl Future for Timer {
         }
         // The first poll reads no clock either: a deadline already past
         // fires on the reactor's next turn, which waits no time for it.
-        let reactor = current();
+        let reactor = match driving("an oi timer") {
+            Ok(reactor) => reactor,
+            Err(e) => {
+                // A release build's timer with no reactor never fires (the
+                // bug is logged once per timer; a debug build panicked).
+                log::error!("{e}");
+                self.when = None;
+                return Poll::Pending;
+            }
+        };
         let id = reactor.add_timer(at, cx.waker().clone());
         self.registered = Some((reactor, id));
         Poll::Pending
