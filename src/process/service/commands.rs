@@ -1,0 +1,71 @@
+//! The commands that ask a running oi or convert a file, rather than run
+//! one: `oi status`, `oi connections`, `oi top`'s one-shot table and the
+//! rest of the control socket's clients, and `oi convert`.
+
+use super::*;
+
+/// `oi status` / `oi connections`: prints the running server's answer.
+/// The socket is `--socket`, else the `controlsocket` line of `-c FILE`.
+pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::Path) -> ExitCode {
+    let from_config = || {
+        oi_config::load(conf_file)
+            .ok()
+            .and_then(|c| c.globals.control_socket)
+    };
+    let Some(socket) = q.socket.clone().or_else(from_config) else {
+        eprintln!(
+            "oi: which server? give its control socket with --socket PATH, or a `controlsocket PATH` line in {}",
+            conf_file.display()
+        );
+        return ExitCode::from(2);
+    };
+    let (query, json) = match &q.action {
+        crate::process::cli::ClientAction::Print { query, json } => (*query, *json),
+        crate::process::cli::ClientAction::Top { interval } => {
+            return crate::top::run(&socket, *interval)
+        }
+        crate::process::cli::ClientAction::Upgrade { binary } => {
+            return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
+                Ok(answer) => {
+                    print!("{answer}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("oi: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
+    match crate::observe::ask(&socket, query, json) {
+        Ok(answer) => {
+            print!("{answer}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oi: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `oi convert`: the file (with its includes) in the format `to`, on stdout.
+pub(super) fn convert(conf_file: &std::path::Path, to: oi_config::Format) -> ExitCode {
+    let source = conf_file.display().to_string();
+    match oi_config::load(conf_file) {
+        Ok(c) => {
+            print!(
+                "{}",
+                match to {
+                    oi_config::Format::Yaml => oi_config::convert::to_yaml(&c, &source),
+                    oi_config::Format::Conf => oi_config::convert::to_conf(&c, &source),
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

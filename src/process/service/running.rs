@@ -1,0 +1,327 @@
+//! The service once started: its state, and the loop that waits for a
+//! signal, a control-socket command or a file change and acts on it
+//! (reload, status, watch on and off, upgrade, stop and drain).
+
+use super::*;
+
+/// What the signal loop needs while the server runs.
+pub(super) struct Service {
+    /// The executor threads, for draining open connections at the end.
+    pub(super) runtime: Arc<Runtime>,
+    /// The server's shared state: the log to reopen and flush.
+    pub(super) shared: Arc<Shared>,
+    /// Reloads go to the server here; closing it stops the listeners.
+    pub(super) commands: Sender<Command>,
+    /// Absolute path of the configuration file.
+    pub(super) path: PathBuf,
+    /// The path as the user gave it, for messages.
+    pub(super) file: String,
+    /// Whether rinetd's default pid file applies (drop-in mode).
+    pub(super) rinetd_defaults: bool,
+    /// How long open connections may run on after SIGTERM.
+    pub(super) drain: Duration,
+    /// The command line's flags that override rule options, applied to every reload too.
+    pub(super) command_line: oi_config::RuleOptions,
+    /// The command line's flags that override globals (`--watch`), for
+    /// deciding after each reload whether to watch the files.
+    pub(super) flags: oi_config::Globals,
+    /// The file watcher, while `--watch` or the file's `watch on` asks for one.
+    pub(super) watcher: Option<Watcher>,
+    /// Given to each watcher: it sends here when the files change.
+    pub(super) changed: Sender<()>,
+    /// Where file changes arrive: a reload, as SIGHUP's.
+    pub(super) changes: Receiver<()>,
+    /// The metrics endpoint and control socket, whose sockets an upgrade hands over.
+    pub(super) observer: Observer,
+    /// The binary `oi upgrade` starts by default: this one's path as started.
+    pub(super) binary: PathBuf,
+    /// The arguments it starts it with: this one's.
+    pub(super) args: Vec<std::ffi::OsString>,
+    /// `oi upgrade` requests, from the control socket.
+    pub(super) upgrades: Receiver<UpgradeAsk>,
+}
+
+/// What woke the service loop.
+pub(super) enum Wakeup {
+    /// A signal (`None`: the signal stream ended).
+    Signal(Option<std::io::Result<Signal>>),
+    /// The watcher saw the configuration change.
+    Changed,
+    /// `oi upgrade` asked for an upgrade.
+    Upgrade(UpgradeAsk),
+}
+
+/// Starts a watcher on the configuration at `path` (`loaded`: the digest
+/// of the files the running configuration was read from, when known); a
+/// failure (no inotify descriptor left, say) is logged and oi serves on,
+/// reloading on SIGHUP.
+pub(super) fn start_watcher(
+    path: &Path,
+    changed: &Sender<()>,
+    loaded: Option<u64>,
+) -> Option<Watcher> {
+    match Watcher::start(path.to_path_buf(), changed.clone(), loaded) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log::error!(
+                "cannot watch {} for changes: {e}; SIGHUP still reloads",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+impl Service {
+    /// Serves until SIGINT or SIGTERM, reloading on SIGHUP; then stops the
+    /// listeners, drains, and flushes the log.
+    /// A change the watcher saw takes the SIGHUP path.
+    pub(super) async fn until_stopped(
+        mut self,
+        server: smol::Task<()>,
+        mut signals: Signals,
+    ) -> ExitCode {
+        let mut handed_over = false;
+        loop {
+            let wakeup = async { Wakeup::Signal(signals.next().await) }
+                .or(async {
+                    // Never closed: `self.changed` is a sender.
+                    let _ = self.changes.recv().await;
+                    Wakeup::Changed
+                })
+                .or(async {
+                    match self.upgrades.recv().await {
+                        Ok(ask) => Wakeup::Upgrade(ask),
+                        // The observer stopped: no more requests.
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                })
+                .await;
+            match wakeup {
+                Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
+                    notify::reloading();
+                    let (status, watch) = self.reload().await;
+                    notify::ready(&status);
+                    if let Some(watch) = watch {
+                        self.set_watching(watch);
+                    }
+                }
+                Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
+                    if self.upgrade(None).await.is_ok() {
+                        handed_over = true;
+                        break;
+                    }
+                }
+                Wakeup::Upgrade(ask) => {
+                    let outcome = self.upgrade(ask.binary).await;
+                    let done = outcome.is_ok();
+                    // The answer is written before this process goes on
+                    // (and may exit): the observer drops `written` then.
+                    let (written, wait) = async_channel::bounded::<()>(1);
+                    if ask.reply.send((outcome, written)).await.is_ok() {
+                        let _ = wait
+                            .recv()
+                            .or(async {
+                                async_io::Timer::after(Duration::from_secs(5)).await;
+                                Ok(())
+                            })
+                            .await;
+                    }
+                    if done {
+                        handed_over = true;
+                        break;
+                    }
+                }
+                Wakeup::Signal(Some(Ok(_)) | None) => break,
+                Wakeup::Signal(Some(Err(e))) => log::warn!("signal stream: {e}"),
+            }
+        }
+        // Stops the watcher thread before the drain.
+        self.watcher = None;
+        // A status request that arrived together with the stop is still
+        // answered (the stream does not promise the order of signals that
+        // are pending at once). Bounded: only what is already there.
+        for _ in 0..8 {
+            match futures_lite::future::poll_once(signals.next()).await {
+                Some(Some(Ok(Signal::Usr1))) => self.status(),
+                Some(Some(_)) => {}
+                _ => break,
+            }
+        }
+        if handed_over {
+            // The files are the new oi's now; and it, not this one, is the
+            // service systemd watches: no STOPPING=1.
+            let _ = self.commands.send(Command::KeepFiles).await;
+            self.observer.handed_over();
+        } else {
+            log::info!("stopping");
+            notify::stopping();
+        }
+        self.commands.close();
+        server.await;
+        // A second SIGTERM or SIGINT cuts the drain short.
+        let again = async {
+            while let Some(sig) = signals.next().await {
+                if matches!(sig, Ok(Signal::Int | Signal::Term)) {
+                    log::info!("second signal: exiting without waiting for connections");
+                    return;
+                }
+            }
+        };
+        // After a hand-over the open connections are this process's to
+        // finish (they are not handed over yet): as long as they last.
+        let drain = if handed_over {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.drain
+        };
+        self.runtime.drained(drain).or(again).await;
+        if handed_over {
+            // UDP associations the new oi did not take, served until they
+            // end (their idle timeout at most; a second signal exits).
+            let shared = self.shared.clone();
+            let kept = smol::unblock(move || shared.parking.wait_leftovers());
+            kept.or(async {
+                let mut signals = signals;
+                while let Some(sig) = signals.next().await {
+                    if matches!(sig, Ok(Signal::Int | Signal::Term)) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
+        let log = self.shared.log.clone();
+        smol::unblock(move || log.flush()).await;
+        ExitCode::SUCCESS
+    }
+
+    /// Answers SIGUSR1 with one line on the diagnostics log: the STATS
+    /// summary of the same snapshot every other output reads, plus the
+    /// bounded queues' state.
+    pub(super) fn status(&self) {
+        let s = self.shared.snapshot();
+        log::info!(
+            "status: {}; UDP: {} byte(s) queued towards TCP backends, {} datagram(s) \
+             dropped, {} dropped by accept-proxy; limit-reached: {} connection(s) refused; \
+             log file: {} line(s) queued, {} dropped",
+            crate::observe::format::stats_line(&s),
+            s.udp_queued_bytes,
+            s.udp_datagrams_dropped,
+            s.totals.udp_proxy_dropped,
+            s.totals.limit_reached,
+            s.log_lines_queued,
+            s.log_lines_dropped
+        );
+    }
+
+    /// Starts or stops the watcher after a reload, as the new file's `watch`
+    /// (under `--watch`) says; a running watcher has already followed the
+    /// files' new include list.
+    pub(super) fn set_watching(&mut self, on: bool) {
+        match (on, self.watcher.is_some()) {
+            (true, false) => self.watcher = start_watcher(&self.path, &self.changed, None),
+            (false, true) => {
+                // Waits for the thread, which ends at once (at most one scan).
+                self.watcher = None;
+                log::info!("no longer watching {} for changes", self.file);
+            }
+            _ => {}
+        }
+    }
+
+    /// Re-reads the configuration and applies it; on error keeps the old one
+    /// running. Returns a status line for the service manager and, when the
+    /// reload succeeded, whether the files are now to be watched.
+    pub(super) async fn reload(&self) -> (String, Option<bool>) {
+        let path = self.path.clone();
+        let file = self.file.clone();
+        // The descriptor budget is checked on the parsed rules, before their
+        // names are looked up: resolving 32,768 rules only to refuse them
+        // left 30 MiB with the allocator after the reload.
+        // A rinetd.conf file is refused on the first pass's count, before
+        // any rule is built: building 32,768 rules to refuse them left 9 MiB
+        // with the allocator.
+        let loaded = smol::unblock(move || {
+            let parsed = oi_config::load_within(&path, Some(listen::rules_budget()))?;
+            let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
+            if let Err(refused) = listen::check_budget(&file, counted) {
+                return Ok(Err(refused));
+            }
+            let services = oi_config::services::Services::system();
+            let shown = path.display().to_string();
+            oi_config::resolve(parsed, &services)
+                .map(Ok)
+                .map_err(|e| e.with_file(&shown))
+        });
+        let cfg = match loaded.await {
+            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Err(refused)) => {
+                log::error!("{refused}");
+                log::error!("reload refused: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                let status = "reload refused: previous configuration still serving";
+                return (status.into(), None);
+            }
+            Err(e) => {
+                for line in e.with_file(&self.file).to_string().lines() {
+                    log::error!("{line}");
+                }
+                log::error!("reload failed: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                let status = "reload failed: previous configuration still serving";
+                return (status.into(), None);
+            }
+        };
+        let log = self.shared.log.clone();
+        let logfile = cfg.config.logfile.clone();
+        let format = log_format(&cfg);
+        let pidfile = pidfile_for(&cfg, self.rinetd_defaults);
+        let status = format!("serving {} rule(s)", cfg.rules.len());
+        let max_connections = cfg.config.globals.max_connections;
+        let watch = watch_wanted(&self.flags, &cfg.config.globals);
+        // The listeners first: a configuration they refuse changes nothing,
+        // the log file and the global maxconn included.
+        let (done, errors) = async_channel::bounded(1);
+        let command = Command::Reload {
+            config: cfg,
+            file: self.file.clone(),
+            done,
+        };
+        if self.commands.send(command).await.is_err() {
+            return ("reload failed: the server has stopped".into(), None);
+        }
+        match errors.recv().await {
+            Ok(Ok(errors)) => {
+                for e in capped(&errors) {
+                    log::error!("{e}");
+                }
+            }
+            Ok(Err(refused)) => {
+                for e in capped(&refused) {
+                    log::error!("{e}");
+                }
+                log::error!("reload refused: keeping the previous configuration");
+                self.shared.stats.reloaded(false);
+                let status = "reload refused: previous configuration still serving";
+                return (status.into(), None);
+            }
+            Err(_) => return ("reload failed: the server has stopped".into(), None),
+        }
+        // The global `maxconn` follows the file; open connections stay.
+        self.shared.set_max_connections(max_connections);
+        let reopened = smol::unblock(move || {
+            let reopened = log.reopen(logfile, format);
+            write_pidfile(pidfile.as_deref());
+            reopened
+        })
+        .await;
+        if let Err(e) = reopened {
+            log::error!("cannot reopen the log file: {e}");
+        }
+        self.shared.stats.reloaded(true);
+        log::info!("reloaded {}: {status}", self.file);
+        (status, Some(watch))
+    }
+}
