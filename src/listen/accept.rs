@@ -166,7 +166,8 @@ async fn setup(
         // Not boxed apart: this whole setup is.
         Proto::Tcp => crate::tcp::open(held, client, Some(origin), route, shared, stats).await,
         Proto::Udp => {
-            Box::pin(crate::udp::tcp_to_udp(client, origin, route, shared, stats)).await;
+            let start = crate::udp::TcpToUdp::Fresh { client, origin };
+            Box::pin(crate::udp::tcp_to_udp(start, route, shared, stats)).await;
             None
         }
     }

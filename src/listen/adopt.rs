@@ -89,7 +89,10 @@ impl Listeners {
                     }
                     match backend_proto {
                         Proto::Tcp => crate::tcp::adopted(c, route, shared, stats).await,
-                        Proto::Udp => crate::udp::tcp_to_udp_adopted(c, route, shared, stats).await,
+                        Proto::Udp => {
+                            let handed = crate::udp::TcpToUdp::Handed(c);
+                            crate::udp::tcp_to_udp(handed, route, shared, stats).await
+                        }
                     }
                 })
                 .detach();

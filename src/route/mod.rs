@@ -11,9 +11,9 @@ pub(crate) mod limits;
 pub(crate) mod park;
 pub(crate) mod shared;
 
-use crate::backends::BackendPool;
+use crate::backends::{BackendPool, Lease};
 use crate::logfile::{Event, LogEvent, RuleNames};
-use crate::stats::RuleStats;
+use crate::stats::{Registered, RuleStats};
 use oi_config::acl::{self, Verdict};
 use oi_config::{
     AclRules, BindAddr, Pattern, Proto, ResolvedConfig, ResolvedRule, RuleOptions, SpliceMode,
@@ -412,6 +412,15 @@ impl Route {
             mptcp: self.settings.mptcp.is_some_and(|m| m.connects()),
             nodelay_later: false,
         }
+    }
+
+    /// Records the backend at `addr` of a flow a previous oi handed over
+    /// (`oi upgrade`) on its live entry, and gives it a place on that
+    /// backend: counted on the member's load as if chosen here. `None`
+    /// when the rule no longer lists the address.
+    pub(crate) fn handed_lease(&self, live: &Registered, addr: SocketAddr) -> Option<Lease> {
+        live.reconnected(addr);
+        self.pool.lease_of(addr)
     }
 
     /// The idle limit of this rule's UDP associations and TCP→UDP connections.

@@ -1,6 +1,9 @@
 //! A pump's two hooks for `oi upgrade` (`docs/handover.md`): running it so a
 //! hand-over can pause it at a safe point and give its connection away
 //! ([`run`]), and the conversions between a pump's direction and the wire's.
+//!
+//! Hand-over state declared here: how a direction ([`Half`]) travels, as
+//! the wire's `HalfState`; the rest a connection carries is its [`Open`]'s.
 
 use super::pump::{Half, PumpOutcome};
 use super::{Open, Published};

@@ -9,6 +9,12 @@
 //!
 //! The accept loop (`listen`) has already placed the connection on a thread
 //! and checked the ACLs.
+//!
+//! Hand-over state declared here: across `oi upgrade` a connection carries
+//! its two sockets, each direction's unsent bytes, half-close and byte
+//! count (`pump::Half`, converted to the wire's in `handed.rs`), when it
+//! started and the server name that routed it. One accepted here ([`open`])
+//! and one handed over ([`adopted`]) both run as one [`Open`] in [`pumped`].
 
 mod copy;
 mod handed;
@@ -98,13 +104,7 @@ pub(crate) async fn open<G: Guards>(
     let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
     let ip = peer.client();
     let started = handed::now();
-    // Counted as unix when either side is a unix socket: rinetd-uv counts a
-    // TCP client forwarded to a unix backend as unix (its status file's
-    // `total_unix`), and a unix listener's clients are unix too.
-    let kind = match (peer, &route.unix_backend) {
-        (Peer::Ip(_), None) => ConnKind::Tcp,
-        _ => ConnKind::Unix,
-    };
+    let kind = conn_kind(peer, &route);
     // Listed and counted until the connection ends (after its sockets have
     // closed: locals drop in reverse order, and `Open` drops it after them).
     // On a listener rules share by server name, counted opened only once
@@ -246,6 +246,17 @@ impl Guards for (oi_runtime::Placed, Held) {
     }
 }
 
+/// How a connection from `peer` on `route` is counted: as unix when either
+/// side is a unix socket. rinetd-uv counts a TCP client forwarded to a unix
+/// backend as unix (its status file's `total_unix`), and a unix listener's
+/// clients are unix too.
+fn conn_kind(peer: Peer, route: &Route) -> ConnKind {
+    match (peer, &route.unix_backend) {
+        (Peer::Ip(_), None) => ConnKind::Tcp,
+        _ => ConnKind::Unix,
+    }
+}
+
 /// Whether a rule's backend sockets are dialled without TCP_NODELAY, for
 /// the pump to set before its second write (`connect::Dial::nodelay_later`):
 /// one setsockopt fewer per connection that sends its backend one burst
@@ -383,20 +394,13 @@ pub(crate) async fn adopted(
     };
     // A unix socket has no IP peer: such a client is a unix one.
     let peer = client.get_ref().peer_addr().map_or(Peer::Unix, Peer::Ip);
-    let kind = match (peer, &route.unix_backend) {
-        (Peer::Ip(_), None) => ConnKind::Tcp,
-        _ => ConnKind::Unix,
-    };
-    let live = stats.register_resumed(kind, peer);
+    let live = stats.register_resumed(conn_kind(peer, &route), peer);
     if let Some(name) = a.server_name.as_deref() {
         live.routed_by(Arc::from(name));
     }
     // Counted on its backend's load (least connections) while it lasts.
     let lease = match backend.get_ref().peer_addr() {
-        Ok(addr) => {
-            live.reconnected(addr);
-            route.pool.lease_of(addr)
-        }
+        Ok(addr) => route.handed_lease(&live, addr),
         Err(_) => {
             live.set_state(ConnState::Open);
             None

@@ -5,11 +5,39 @@
 //! Its own module, below `assoc`, `reply` and `tcp_to_udp`: all three read
 //! and touch it, and in `assoc` it made `tcp_to_udp` and `reply` depend on
 //! the association that owns them.
+//!
+//! Hand-over state declared here: [`Carried`], what a UDP flow's counters
+//! carry across `oi upgrade` (its byte counts and how long it had been
+//! idle); a flow starts from it or afresh ([`Since`]) through one
+//! constructor, [`Activity::register`].
 
 use crate::route::Bytes;
-use crate::stats::{ConnState, Registered};
+use crate::stats::{ConnKind, ConnState, Registered, RuleStats};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Where a UDP flow's counters start.
+pub(crate) enum Since {
+    /// Opened here: counted as opened, active now. The instant is the clock
+    /// its traffic is timed on (a listener's, shared by its associations).
+    Opened(Instant),
+    /// Handed over by the previous oi (`oi upgrade`): counted as resumed
+    /// (its opening was counted there), from where it was.
+    Handed(Carried),
+}
+
+/// What a UDP flow's counters carry across `oi upgrade`.
+pub(crate) struct Carried {
+    /// Payload bytes from the client so far.
+    pub(crate) from_client: u64,
+    /// Payload bytes to the client so far.
+    pub(crate) to_client: u64,
+    /// How long it has had no traffic either way: its idle deadline
+    /// carries on from there.
+    pub(crate) idle: Duration,
+}
 
 /// Traffic counters shared by an association's owner and its task.
 ///
@@ -29,29 +57,36 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// Fresh counters for the live entry `conn`, active now.
-    pub(crate) fn new(epoch: Instant, conn: Registered) -> Self {
+    /// Lists a flow of `kind` from `client` on `stats` (its live entry) and
+    /// starts its counters `since` then. A handed-over flow's clock starts
+    /// as long ago as it had been idle, so its idle deadline carries on;
+    /// compare activities by [`Activity::last`], not by [`Activity::last_ms`].
+    pub(crate) fn register(
+        stats: &Arc<RuleStats>,
+        kind: ConnKind,
+        client: SocketAddr,
+        since: Since,
+    ) -> Self {
+        let (conn, epoch, active) = match since {
+            Since::Opened(epoch) => (stats.clone().register(kind, client), epoch, true),
+            Since::Handed(carried) => {
+                let conn = stats.register_resumed(kind, client);
+                conn.add_from_client(carried.from_client);
+                conn.add_to_client(carried.to_client);
+                let now = Instant::now();
+                (conn, now.checked_sub(carried.idle).unwrap_or(now), false)
+            }
+        };
         let a = Activity {
             epoch,
             last_ms: AtomicU64::new(0),
             conn,
             ended: AtomicBool::new(false),
         };
-        a.touch();
-        a
-    }
-
-    /// Counters for a flow a previous oi handed over (`oi upgrade`) with no
-    /// traffic for `idle`: its idle deadline carries on from there. Its
-    /// clock starts that long ago, so compare activities by [`Activity::last`].
-    pub(crate) fn resumed(conn: Registered, idle: Duration) -> Self {
-        let now = Instant::now();
-        Activity {
-            epoch: now.checked_sub(idle).unwrap_or(now),
-            last_ms: AtomicU64::new(0),
-            conn,
-            ended: AtomicBool::new(false),
+        if active {
+            a.touch();
         }
+        a
     }
 
     /// Records traffic now.

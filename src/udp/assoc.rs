@@ -3,11 +3,17 @@
 //! carries the backend's replies back to that client. Its activity counters
 //! (`activity.rs`) and reply half (`reply.rs`) are modules below this one,
 //! which the UDP→TCP task shares.
+//!
+//! Hand-over state declared here: across `oi upgrade` an association
+//! carries its upstream ([`Handed`]: its connected UDP socket, or its TCP
+//! stream and the datagrams that waited in its queue) with its counters
+//! ([`Carried`]); [`Association::start`] starts one from that or afresh
+//! ([`Start`]), one way for both.
 
-use super::activity::Activity;
+use super::activity::{Activity, Carried, Since};
 use super::reply::{within, Reply};
 use super::udp_to_tcp::{self, Control, Pause, Paused, Queued};
-use super::{batch, connected_socket, datagram_header, is_transient, pick_backend, BATCH};
+use super::{backend_socket, batch, datagram_header, is_transient, BackendSocket, BATCH};
 use crate::backends::Lease;
 use crate::logfile::{Event, LogEvent};
 use crate::net::bounds::ByteBudget;
@@ -15,7 +21,7 @@ use crate::route::edge::Origin;
 use crate::route::shared::Shared;
 use crate::route::{client_ip, Route};
 use crate::stats::rate::Limit;
-use crate::stats::Registered;
+use crate::stats::{ConnKind, RuleStats};
 use async_task::Task;
 use futures_lite::FutureExt;
 use oi_config::Proto;
@@ -62,7 +68,7 @@ struct TcpUpstream {
     /// Where the paused task gives its parts back.
     parked: async_channel::Receiver<Paused>,
     /// The task's end of `parked` and its queue, kept to start it again
-    /// after a pause ([`Association::resume_tcp`]).
+    /// after a pause ([`TcpUpstream::carry`]).
     control: (
         async_channel::Sender<Paused>,
         async_channel::Receiver<Queued>,
@@ -70,26 +76,21 @@ struct TcpUpstream {
 }
 
 impl TcpUpstream {
-    /// A queue, a pause cell and their task's [`Control`].
-    fn new(pause: Arc<Pause>) -> (TcpUpstream, Control) {
+    /// A queue and a byte budget for a task paused as `pause` says.
+    fn new(pause: Arc<Pause>) -> TcpUpstream {
         let (tx, rx) = async_channel::bounded(TCP_QUEUE);
         let (parked_tx, parked) = async_channel::bounded(1);
-        let control = Control {
-            queue: rx.clone(),
-            pause: pause.clone(),
-            parked: parked_tx.clone(),
-        };
-        let upstream = TcpUpstream {
+        TcpUpstream {
             queue: tx,
             budget: ByteBudget::new(ASSOC_QUEUE_BYTES),
             pause,
             parked,
             control: (parked_tx, rx),
-        };
-        (upstream, control)
+        }
     }
 
-    /// The task's [`Control`] again, to start it after a pause.
+    /// The task's [`Control`]: its end of the queue, the pause cell and
+    /// the channel it gives its parts back by.
     fn control(&self) -> Control {
         Control {
             queue: self.control.1.clone(),
@@ -97,6 +98,49 @@ impl TcpUpstream {
             parked: self.control.0.clone(),
         }
     }
+
+    /// Spawns the task that carries a stream on from `paused`, its unsent
+    /// bytes first: one handed over, or one kept here after an offer.
+    fn carry(
+        &self,
+        ex: &Executor,
+        paused: Paused,
+        shared: &Arc<Shared>,
+        route: &Arc<Route>,
+    ) -> Task<()> {
+        let task = udp_to_tcp::carry(paused, self.control(), shared.clone(), route.clone());
+        ex.spawn(task)
+    }
+}
+
+/// How an association starts: all that differs between one opened here
+/// and one the previous oi handed over.
+pub(crate) enum Start {
+    /// Opened here, on its client's first datagram: its upstream goes to
+    /// the backend the pool chooses (UDP: a new connected socket; TCP: a
+    /// stream its task connects, the PROXY header first).
+    Fresh {
+        /// The listener's clock, which its associations are timed on.
+        epoch: Instant,
+    },
+    /// Handed over by the previous oi (`oi upgrade`): its upstream and
+    /// counters as they were there, counted on its backend's load as if
+    /// chosen here.
+    Handed {
+        /// Its upstream.
+        upstream: Handed,
+        /// Its byte counts and idle time.
+        carried: Carried,
+    },
+}
+
+/// The upstream of an association the previous oi handed over.
+pub(crate) enum Handed {
+    /// UDP→UDP: its socket connected to the backend.
+    Datagram(OwnedFd),
+    /// UDP→TCP: its stream to the backend, and the datagrams that waited in
+    /// its queue (the stream's next bytes).
+    Stream(OwnedFd, Vec<u8>),
 }
 
 /// One client address's association, owned by its listener's map.
@@ -126,64 +170,88 @@ pub(crate) struct Association {
 }
 
 impl Association {
-    /// Opens the association for `client` on `route`: creates the upstream and
-    /// spawns the reply task. Sends nothing yet (no empty "hello" datagram).
-    /// `origin` is who the client is: `client` itself, or the addresses its
-    /// PROXY header carried (`accept-proxy`); replies go to `client` all the same.
+    /// Starts the association for `client` on `route` (see [`Start`]):
+    /// lists it on `stats`, makes or takes up its upstream and spawns the
+    /// task that carries replies back. Sends nothing yet (no empty "hello"
+    /// datagram). `origin` is who the client is: `client` itself, or the
+    /// addresses its PROXY header carried (`accept-proxy`); replies go to
+    /// `client` from `listener` all the same.
     // One over clippy's count: the reply address and the origin are two
     // parameters on purpose, as they differ under `accept-proxy`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn open(
+    pub(crate) fn start(
         ex: &Executor,
         route: Arc<Route>,
         shared: &Arc<Shared>,
         listener: &Arc<Async<UdpSocket>>,
         client: SocketAddr,
         origin: Origin,
-        epoch: Instant,
-        conn: Registered,
+        start: Start,
+        stats: &Arc<RuleStats>,
     ) -> io::Result<Self> {
-        let activity = Arc::new(Activity::new(epoch, conn));
+        let (since, handed) = match start {
+            Start::Fresh { epoch } => (Since::Opened(epoch), None),
+            Start::Handed { upstream, carried } => (Since::Handed(carried), Some(upstream)),
+        };
+        let activity = Activity::register(stats, ConnKind::Udp, origin.client, since);
+        let activity = Arc::new(activity);
         let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
         // UDP→UDP: a header on every datagram; UDP→TCP: one at the start of
-        // the stream. Without a carried destination, it is the listening
-        // socket's address (a wildcard address when the rule binds one: a
-        // datagram's own destination would need IP_PKTINFO on every receive).
-        let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
-        let (upstream, task) = match route.backend_proto {
-            Proto::Udp => {
+        // the stream (a handed-over stream had it in the previous oi).
+        // Without a carried destination, it is the listening socket's
+        // address (a wildcard address when the rule binds one: a datagram's
+        // own destination would need IP_PKTINFO on every receive).
+        let mut proxy = match &handed {
+            Some(Handed::Stream(..)) => None,
+            _ => datagram_header(&route, origin, || listener.get_ref().local_addr())?,
+        };
+        let ip = client_ip(origin.client);
+        let (upstream, task) = match (handed, route.backend_proto) {
+            (None, Proto::Udp) => {
                 // Transparent: from the client's address and port.
                 let from = Some(origin.client).filter(|_| route.transparent());
-                let (backend, bind, lease) =
-                    pick_backend(&route.pool, client_ip(origin.client), from)?;
-                let socket = Arc::new(connected_socket(backend, bind)?);
-                batch::enable_gro(socket.get_ref());
-                activity.conn.connected(backend);
-                let family = batch::Family::of(backend);
-                let task = ex.spawn(udp_replies(socket.clone(), family, reply, Some(lease)));
-                (Upstream::Udp(socket), task)
+                udp_upstream(ex, &route, reply, ip, BackendSocket::Chosen(from))?
             }
-            Proto::Tcp => {
-                let (upstream, control) = TcpUpstream::new(Pause::connecting());
+            (Some(Handed::Datagram(socket)), _) => {
+                let socket = Async::new_datagram(UdpSocket::from(socket))?;
+                udp_upstream(ex, &route, reply, ip, BackendSocket::Handed(socket))?
+            }
+            (None, Proto::Tcp) => {
+                let t = TcpUpstream::new(Pause::connecting());
                 let dial = route.dial(Some(origin.client));
-                let task = ex.spawn(udp_to_tcp::connect_then_carry(
-                    control,
+                // The header goes to the task, which sends it with the stream.
+                let header = proxy.take();
+                let task = udp_to_tcp::connect_then_carry(
+                    t.control(),
                     route.clone(),
                     shared.clone(),
                     reply,
-                    proxy,
+                    header,
                     dial,
-                ));
-                (Upstream::Tcp(upstream), task)
+                );
+                (Upstream::Tcp(t), ex.spawn(task))
+            }
+            (Some(Handed::Stream(stream, unsent)), _) => {
+                let stream = Async::new(TcpStream::from(stream))?;
+                let peer = stream.get_ref().peer_addr().ok();
+                let lease = peer.and_then(|addr| route.handed_lease(&activity.conn, addr));
+                let paused = Paused {
+                    stream,
+                    lease,
+                    reply,
+                    unsent,
+                };
+                let t = TcpUpstream::new(Pause::running());
+                let task = t.carry(ex, paused, shared, &route);
+                (Upstream::Tcp(t), task)
             }
         };
         Ok(Association {
             upstream,
             activity,
-            client_ip: client_ip(origin.client),
+            client_ip: ip,
             origin,
-            // UDP→TCP's header went to its task with the stream.
-            proxy: proxy.filter(|_| route.backend_proto == Proto::Udp),
+            proxy,
             route,
             shared: shared.clone(),
             up,
@@ -234,107 +302,14 @@ impl Association {
     }
 
     /// `oi upgrade` kept this UDP→TCP association here: its task starts
-    /// again from `paused`, its unsent bytes first.
+    /// again from `paused`, its unsent bytes first, as a handed-over
+    /// stream's does ([`TcpUpstream::carry`]).
     pub(crate) fn resume_tcp(&mut self, ex: &Executor, paused: Paused) {
         let Upstream::Tcp(t) = &self.upstream else {
             return;
         };
         t.pause.rearm();
-        let task = udp_to_tcp::carry(paused, t.control(), self.shared.clone(), self.route.clone());
-        self._task = ex.spawn(task);
-    }
-
-    /// A UDP→TCP association a previous oi handed over (`oi upgrade`):
-    /// `stream` is its connected TCP socket and `unsent` the datagrams that
-    /// waited in its queue, written first; as [`Association::resumed`].
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn resumed_tcp(
-        ex: &Executor,
-        route: Arc<Route>,
-        shared: &Arc<Shared>,
-        listener: &Arc<Async<UdpSocket>>,
-        client: SocketAddr,
-        origin: Origin,
-        (stream, unsent): (OwnedFd, Vec<u8>),
-        idle: Duration,
-        conn: Registered,
-    ) -> io::Result<Self> {
-        let stream = Async::new(TcpStream::from(stream))?;
-        let lease = stream.get_ref().peer_addr().ok().and_then(|addr| {
-            conn.reconnected(addr);
-            route.pool.lease_of(addr)
-        });
-        let activity = Arc::new(Activity::resumed(conn, idle));
-        let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
-        let (upstream, control) = TcpUpstream::new(Pause::running());
-        let paused = Paused {
-            stream,
-            lease,
-            reply,
-            unsent,
-        };
-        let task = ex.spawn(udp_to_tcp::carry(
-            paused,
-            control,
-            shared.clone(),
-            route.clone(),
-        ));
-        Ok(Association {
-            upstream: Upstream::Tcp(upstream),
-            activity,
-            client_ip: client_ip(origin.client),
-            origin,
-            // Its header went at the start of the stream, in the previous oi.
-            proxy: None,
-            route,
-            shared: shared.clone(),
-            up,
-            _task: task,
-        })
-    }
-
-    /// An association a previous oi handed over (`oi upgrade`): `backend`
-    /// is its connected socket, `idle` how long it had no traffic; replies
-    /// go to `client` from `listener` as before. Counted on its backend's
-    /// load as if chosen here.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn resumed(
-        ex: &Executor,
-        route: Arc<Route>,
-        shared: &Arc<Shared>,
-        listener: &Arc<Async<UdpSocket>>,
-        client: SocketAddr,
-        origin: Origin,
-        backend: OwnedFd,
-        idle: Duration,
-        conn: Registered,
-    ) -> io::Result<Self> {
-        let socket = Arc::new(Async::new_datagram(UdpSocket::from(backend))?);
-        batch::enable_gro(socket.get_ref());
-        let peer = socket.get_ref().peer_addr().ok();
-        let lease = peer.and_then(|addr| {
-            conn.reconnected(addr);
-            route.pool.lease_of(addr)
-        });
-        let family = peer.map_or_else(
-            || batch::Family::of_socket(socket.get_ref()),
-            batch::Family::of,
-        );
-        let activity = Arc::new(Activity::resumed(conn, idle));
-        let (up, reply) = Reply::with_limits(&route, listener, client, origin, &activity);
-        let proxy = datagram_header(&route, origin, || listener.get_ref().local_addr())?;
-        let task = ex.spawn(udp_replies(socket.clone(), family, reply, lease));
-        Ok(Association {
-            upstream: Upstream::Udp(socket),
-            activity,
-            client_ip: client_ip(origin.client),
-            origin,
-            proxy,
-            route,
-            shared: shared.clone(),
-            up,
-            _task: task,
-        })
+        self._task = t.carry(ex, paused, &self.shared, &self.route);
     }
 
     /// Passes one client datagram on; see [`Association::forward_run`].
@@ -411,6 +386,28 @@ impl Association {
         self.route
             .event(self.client_ip, event, self.activity.bytes())
     }
+}
+
+/// A UDP→UDP association's upstream, its socket `from` where
+/// [`BackendSocket`] says, and its reply task.
+/// `client` is who the pool chooses for (the origin's address).
+fn udp_upstream(
+    ex: &Executor,
+    route: &Route,
+    reply: Reply,
+    client: IpAddr,
+    from: BackendSocket,
+) -> io::Result<(Upstream, Task<()>)> {
+    let conn = &reply.activity.conn;
+    let (socket, peer, lease) = backend_socket(route, conn, client, from)?;
+    let socket = Arc::new(socket);
+    batch::enable_gro(socket.get_ref());
+    let family = peer.map_or_else(
+        || batch::Family::of_socket(socket.get_ref()),
+        batch::Family::of,
+    );
+    let task = ex.spawn(udp_replies(socket.clone(), family, reply, lease));
+    Ok((Upstream::Udp(socket), task))
 }
 
 /// UDP→UDP: reads the backend's datagrams and sends each to the client.

@@ -5,13 +5,13 @@
 
 mod upgrade;
 
-use super::assoc::Association;
+use super::assoc::{Association, Start};
 use super::{batch, is_transient, BATCH};
 use crate::logfile::Event;
 use crate::route::edge::{self, Origin};
 use crate::route::shared::Shared;
 use crate::route::{client_ip, Bytes, Route};
-use crate::stats::{ConnKind, RuleStats};
+use crate::stats::RuleStats;
 use arc_swap::ArcSwap;
 use futures_lite::FutureExt;
 use oi_runtime::executor::Executor;
@@ -287,15 +287,15 @@ impl Listener {
         while self.assocs.len() >= cap {
             self.evict_oldest();
         }
-        let opened = Association::open(
+        let opened = Association::start(
             &self.ex,
             route.clone(),
             &self.shared,
             &self.socket,
             peer,
             origin,
-            self.epoch,
-            self.stats.clone().register(ConnKind::Udp, client),
+            Start::Fresh { epoch: self.epoch },
+            &self.stats,
         );
         match opened {
             Ok(a) => {

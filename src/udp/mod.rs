@@ -31,11 +31,12 @@ mod udp_to_tcp;
 
 pub use assoc::ASSOC_QUEUE_BYTES;
 pub(crate) use listener::serve;
-pub(crate) use tcp_to_udp::{tcp_to_udp, tcp_to_udp_adopted};
+pub(crate) use tcp_to_udp::{tcp_to_udp, Start as TcpToUdp};
 
 use crate::backends::{BackendPool, Lease};
 use crate::route::edge::Origin;
 use crate::route::Route;
+use crate::stats::Registered;
 use oi_runtime::reactor::Async;
 use oi_wire::proxy::{self, Encoded, ProxyVersion, Transport};
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -95,6 +96,41 @@ fn pick_backend(
         .find(|a| family.is_none_or(|v4| v4 == a.is_ipv4()))
         .ok_or_else(no_address)?;
     Ok((addr, bind, lease))
+}
+
+/// Where a UDP flow's connected backend socket comes from.
+enum BackendSocket {
+    /// A new one, connected to the backend the pool chooses; the address
+    /// to send from under `transparent`, as [`pick_backend`] takes it.
+    Chosen(Option<SocketAddr>),
+    /// The one a previous oi handed over (`oi upgrade`).
+    Handed(Async<UdpSocket>),
+}
+
+/// A UDP flow's connected backend socket, recorded with its backend on the
+/// flow's live entry `conn`; the backend's address (`None`: a handed-over
+/// socket that cannot say); and the lease that counts the flow on its
+/// backend while it lasts (`None`: a handed-over one's backend the rule no
+/// longer lists). `client` is who the pool chooses for.
+fn backend_socket(
+    route: &Route,
+    conn: &Registered,
+    client: IpAddr,
+    from: BackendSocket,
+) -> io::Result<(Async<UdpSocket>, Option<SocketAddr>, Option<Lease>)> {
+    match from {
+        BackendSocket::Chosen(transparent) => {
+            let (backend, bind, lease) = pick_backend(&route.pool, client, transparent)?;
+            let socket = connected_socket(backend, bind)?;
+            conn.connected(backend);
+            Ok((socket, Some(backend), Some(lease)))
+        }
+        BackendSocket::Handed(socket) => {
+            let peer = socket.get_ref().peer_addr().ok();
+            let lease = peer.and_then(|addr| route.handed_lease(conn, addr));
+            Ok((socket, peer, lease))
+        }
+    }
 }
 
 /// A non-blocking UDP socket connected to `backend`, bound as `bind` says.

@@ -10,11 +10,16 @@
 //! per connection and sent with each read as UDP associations send theirs;
 //! each read is then shorter by the header's length, so header and read
 //! still fit in one datagram.
+//!
+//! Hand-over state declared here: across `oi upgrade` a connection carries
+//! its client's socket, its connected UDP socket, who its client is, its
+//! counters ([`Carried`]) and when it started (`park::Flow::TcpToUdp`, made
+//! by [`offer`]); [`tcp_to_udp`] runs one started from that or afresh
+//! ([`Start`]), one way for both.
 
-use super::activity::Activity;
+use super::activity::{Activity, Carried, Since};
 use super::{
-    connected_socket, datagram_header, is_transient, pick_backend, send_datagram, BATCH,
-    MAX_PAYLOAD,
+    backend_socket, datagram_header, is_transient, send_datagram, BackendSocket, BATCH, MAX_PAYLOAD,
 };
 use crate::logfile::Event;
 use crate::net::buffers::BufferPool;
@@ -56,43 +61,72 @@ impl End {
     }
 }
 
-/// Forwards one TCP client to a `/udp` backend (ACL already checked).
-/// `origin` is the client: the accepted peer, or what its PROXY header carried.
+/// How a TCP→UDP connection starts: all that differs between one accepted
+/// here and one the previous oi handed over.
+pub(crate) enum Start {
+    /// Accepted here (ACL already checked): it gets a new socket to the
+    /// backend the pool chooses, and logs its `opened` line.
+    Fresh {
+        /// The TCP client.
+        client: Async<TcpStream>,
+        /// Who the client is: the accepted peer, or what its PROXY header
+        /// carried.
+        origin: Origin,
+    },
+    /// Handed over by the previous oi (`oi upgrade`): it carries on with
+    /// its sockets, counters and idle time, counted on its backend's load
+    /// as if chosen here.
+    Handed(Offered),
+}
+
+/// Forwards one TCP client to a `/udp` backend, started as `start` says,
+/// until it ends (its end logged here) or `oi upgrade` hands it to the new
+/// oi (which logs its end).
 pub(crate) async fn tcp_to_udp(
-    client: Async<TcpStream>,
-    origin: Origin,
+    start: Start,
     route: Arc<Route>,
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let peer = origin.client;
-    let ip = client_ip(peer);
-    let activity = Activity::new(
-        Instant::now(),
-        stats.clone().register(ConnKind::TcpToUdp, peer),
-    );
+    let (client, origin, backend, since, started) = match start {
+        Start::Fresh { client, origin } => {
+            // Transparent: from the client's address, a port the kernel
+            // picks (the client's TCP port may be in use by another UDP
+            // flow of the same client).
+            let from = Some(SocketAddr::new(origin.client.ip(), 0)).filter(|_| route.transparent());
+            let (chosen, since) = (BackendSocket::Chosen(from), Since::Opened(Instant::now()));
+            (client, origin, chosen, since, park::now_secs())
+        }
+        Start::Handed(a) => match handed(a, &route) {
+            Some(parts) => parts,
+            None => return,
+        },
+    };
+    let fresh = matches!(since, Since::Opened(_));
+    let ip = client_ip(origin.client);
+    let activity = Activity::register(&stats, ConnKind::TcpToUdp, origin.client, since);
     let event = |event| route.event(ip, event, activity.bytes());
-    shared.log.log_with(|| event(Event::Opened));
-    // Transparent: from the client's address, a port the kernel picks (the
-    // client's TCP port may be in use by another UDP flow of the same client).
-    let from = Some(SocketAddr::new(peer.ip(), 0)).filter(|_| route.transparent());
-    let socket = pick_backend(&route.pool, ip, from).and_then(|(backend, bind, lease)| {
-        let s = connected_socket(backend, bind)?;
-        activity.conn.connected(backend);
-        Ok((s, lease))
-    });
+    if fresh {
+        shared.log.log_with(|| event(Event::Opened));
+    }
     // The address the client connected to: the accepted socket's own, unless
     // a header carried one.
-    let header = socket.and_then(|s| {
+    let socket = backend_socket(&route, &activity.conn, ip, backend).and_then(|(s, _, lease)| {
         let h = datagram_header(&route, origin, || client.get_ref().local_addr())?;
-        Ok((s, h))
+        Ok((s, lease, h))
     });
     // `_lease` counts the connection on its backend until it ends.
-    let ((socket, _lease), header) = match header {
+    let (socket, _lease, header) = match socket {
         Ok(s) => s,
+        Err(e) if !fresh => {
+            return log::warn!(
+                "upgrade: cannot take up a connection on {}: {e}",
+                route.bind
+            )
+        }
         Err(e) => {
             stats.connect_failed(ConnectFailure::Other);
-            shared.local_socket_failed(&route.names.connect_host, &peer, &e);
+            shared.local_socket_failed(&route.names.connect_host, &origin.client, &e);
             return shared.log.log(event(Event::LocalSocketFailed));
         }
     };
@@ -107,7 +141,7 @@ pub(crate) async fn tcp_to_udp(
         header: header.as_ref(),
         activity: &activity,
         origin,
-        started: park::now_secs(),
+        started,
     };
     let limits = (up.as_ref(), down.as_ref());
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
@@ -115,70 +149,43 @@ pub(crate) async fn tcp_to_udp(
     }
 }
 
-/// A TCP→UDP connection a previous oi handed over (`oi upgrade`): it
-/// carries on with its counters and idle time, and its end is logged here.
-/// Counted on its backend's load as if chosen here.
-pub(crate) async fn tcp_to_udp_adopted(
+/// A handed-over connection's parts, as [`tcp_to_udp`] starts from them:
+/// its client, who it is, its backend socket, its counters and when the
+/// previous oi accepted it. `None` (and a warning) when it cannot be taken up.
+fn handed(
     a: Offered,
-    route: Arc<Route>,
-    shared: Arc<Shared>,
-    stats: Arc<RuleStats>,
-) {
+    route: &Route,
+) -> Option<(Async<TcpStream>, Origin, BackendSocket, Since, u64)> {
     let park::Flow::TcpToUdp {
         client,
         backend,
         origin,
-        idle: was_idle,
+        idle,
     } = a.flow
     else {
-        return log::warn!("upgrade: a connection on {} is not TCP->UDP", route.bind);
+        log::warn!("upgrade: a connection on {} is not TCP->UDP", route.bind);
+        return None;
     };
-    let (client, socket) = match (
+    let (client, backend) = match (
         Async::new(TcpStream::from(client)),
         Async::new_datagram(UdpSocket::from(backend)),
     ) {
         (Ok(c), Ok(s)) => (c, s),
         (Err(e), _) | (_, Err(e)) => {
-            return log::warn!(
+            log::warn!(
                 "upgrade: cannot take up a connection on {}: {e}",
                 route.bind
-            )
+            );
+            return None;
         }
     };
-    let ip = client_ip(origin.client);
-    let conn = stats.register_resumed(ConnKind::TcpToUdp, origin.client);
-    conn.add_from_client(a.up.bytes);
-    conn.add_to_client(a.down.bytes);
-    // Counted on its backend's load while it lasts.
-    let _lease = socket.get_ref().peer_addr().ok().and_then(|addr| {
-        conn.reconnected(addr);
-        route.pool.lease_of(addr)
-    });
-    let activity = Activity::resumed(conn, was_idle);
-    let header = match datagram_header(&route, origin, || client.get_ref().local_addr()) {
-        Ok(h) => h,
-        Err(e) => {
-            return log::warn!(
-                "upgrade: cannot take up a connection on {}: {e}",
-                route.bind
-            )
-        }
+    let carried = Carried {
+        from_client: a.up.bytes,
+        to_client: a.down.bytes,
+        idle,
     };
-    let (up, down) = route.rates.limits(&stats.rates, Some(ip));
-    let flow = Flow {
-        client: &client,
-        socket: &socket,
-        header: header.as_ref(),
-        activity: &activity,
-        origin,
-        started: a.started,
-    };
-    let limits = (up.as_ref(), down.as_ref());
-    if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
-        shared
-            .log
-            .log_with(|| route.event(ip, end.event(), activity.bytes()));
-    }
+    let backend = BackendSocket::Handed(backend);
+    Some((client, origin, backend, Since::Handed(carried), a.started))
 }
 
 /// One TCP→UDP connection's parts, as [`carry`] runs them.

@@ -11,6 +11,10 @@
 //! and gives its stream back to the listener ([`Paused`]), which offers it
 //! to the new oi and then lets it go or starts the task again where it
 //! stopped ([`carry`], its unsent bytes first).
+//!
+//! Hand-over state declared here: [`Paused`], what a paused task gives
+//! back (its stream, its lease, its reply half and the queued datagrams as
+//! unsent bytes); the association hands the stream and those bytes over.
 
 use super::reply::Reply;
 use super::MAX_PAYLOAD;

@@ -8,8 +8,8 @@ use crate::logfile::Event;
 use crate::route::edge;
 use crate::route::park::{self, Flow, HalfState, Handing, Parked, Ticket};
 use crate::route::shared::Shared;
-use crate::stats::ConnKind;
-use crate::udp::assoc::Association;
+use crate::udp::activity::Carried;
+use crate::udp::assoc::{Association, Handed, Start};
 use crate::udp::udp_to_tcp::Paused;
 use crate::udp::{batch, is_transient, BATCH};
 use futures_lite::FutureExt;
@@ -241,40 +241,36 @@ impl Listener {
     pub(super) fn resume_handed(&mut self) {
         let route = self.route.load_full();
         for o in self.shared.parking.unstash(&route.bind.to_string()) {
-            let (client, origin) = match &o.flow {
-                Flow::Datagram { client, origin, .. } | Flow::UdpToTcp { client, origin, .. } => {
-                    (*client, *origin)
-                }
-                _ => continue,
-            };
-            let conn = self.stats.register_resumed(ConnKind::Udp, origin.client);
-            conn.add_from_client(o.up.bytes);
-            conn.add_to_client(o.down.bytes);
-            let resumed = match o.flow {
-                Flow::UdpToTcp { backend, idle, .. } => Association::resumed_tcp(
-                    &self.ex,
-                    route.clone(),
-                    &self.shared,
-                    &self.socket,
-                    client,
-                    origin,
-                    (backend, o.up.unsent),
-                    idle,
-                    conn,
-                ),
-                Flow::Datagram { backend, idle, .. } => Association::resumed(
-                    &self.ex,
-                    route.clone(),
-                    &self.shared,
-                    &self.socket,
+            let (client, origin, upstream, idle) = match o.flow {
+                Flow::Datagram {
                     client,
                     origin,
                     backend,
                     idle,
-                    conn,
-                ),
+                } => (client, origin, Handed::Datagram(backend), idle),
+                Flow::UdpToTcp {
+                    client,
+                    origin,
+                    backend,
+                    idle,
+                } => (client, origin, Handed::Stream(backend, o.up.unsent), idle),
                 _ => continue,
             };
+            let carried = Carried {
+                from_client: o.up.bytes,
+                to_client: o.down.bytes,
+                idle,
+            };
+            let resumed = Association::start(
+                &self.ex,
+                route.clone(),
+                &self.shared,
+                &self.socket,
+                client,
+                origin,
+                Start::Handed { upstream, carried },
+                &self.stats,
+            );
             match resumed {
                 Ok(a) => {
                     self.assocs.insert(client, a);
