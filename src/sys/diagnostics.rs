@@ -114,7 +114,7 @@ pub(crate) fn daemonized(program: &'static str) {
 }
 
 /// One stderr line, as env_logger's default format writes it
-/// (`[2026-11-27T07:45:00Z INFO  oxidinetd::service] message`, the level
+/// (`[2026-11-27T07:45:00Z INFO  oxidinetd::process::service] message`, the level
 /// coloured on a terminal, later lines of a message indented by four
 /// spaces), with the UTC timestamp from chrono, which oi already links.
 /// env_logger's own timestamp needs its `humantime` feature, and with it

@@ -229,7 +229,7 @@ fn stderr_lines_carry_time_level_and_module() {
         "not a UTC time to the second: {time:?} in {line}"
     );
     assert!(
-        rest.starts_with("INFO  oxidinetd::service] oi "),
+        rest.starts_with("INFO  oxidinetd::process::service] oi "),
         "level, module, message: {line}"
     );
 }
