@@ -4,7 +4,6 @@ use crate::backends::{BackendPool, Lease};
 use futures_lite::FutureExt;
 use oi_runtime::reactor::{Async, Timer};
 use socket2::{Domain, SockAddr, Socket, Type};
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -113,8 +112,9 @@ pub(crate) async fn through_pool(
 
 /// A health probe's connection to the first of `addrs` that answers within
 /// `timeout` each, from `src` if given (addresses of the other family are
-/// skipped), made as a forwarded connection's socket is (`Dial`'s defaults
-/// but keepalive off) and registered with async-io's reactor: the probe
+/// skipped): its sockets made and connected as a forwarded connection's are
+/// ([`source`], [`sockets`], [`issue_connect`]; `Dial`'s defaults, so
+/// keepalive off), then registered with async-io's reactor: the probe
 /// thread is a control-plane thread, which drives no oi reactor (see
 /// `oi_runtime`'s notes). Returns the stream and the address that answered.
 pub(crate) async fn for_probe(
@@ -122,28 +122,41 @@ pub(crate) async fn for_probe(
     src: Option<IpAddr>,
     timeout: Duration,
 ) -> Result<(async_io::Async<TcpStream>, SocketAddr), ConnectError> {
-    let attempt = |socket: Socket, addr: SocketAddr| async move {
-        let in_progress = issue_connect(&socket, addr)?;
-        // Created with SOCK_NONBLOCK: registered as it is.
-        let stream = async_io::Async::new_nonblocking(TcpStream::from(socket))?;
-        if in_progress {
-            let answered = async {
-                stream.writable().await?;
-                if let Some(e) = stream.get_ref().take_error()? {
-                    return Err(e);
-                }
-                // Writable with no error but not connected (see `finish_connect`).
-                stream.get_ref().peer_addr().map(drop)
-            };
-            let deadline = async {
-                async_io::Timer::after(timeout).await;
-                Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
-            };
-            answered.or(deadline).await?;
+    let dial = Dial::default();
+    let from = source(addrs, src, dial)?;
+    let mut last: Option<io::Error> = None;
+    for (addr, socket) in sockets(addrs, from, dial) {
+        let socket = socket.map_err(ConnectError::LocalSocket)?;
+        let attempt = async {
+            let in_progress = issue_connect(&socket, addr)?;
+            // Created with SOCK_NONBLOCK: registered as it is.
+            let stream = async_io::Async::new_nonblocking(TcpStream::from(socket))?;
+            if in_progress {
+                let answered = async {
+                    stream.writable().await?;
+                    if let Some(e) = stream.get_ref().take_error()? {
+                        return Err(e);
+                    }
+                    // Writable with no error, yet not connected: see `finish_connect`.
+                    stream.get_ref().peer_addr().map(drop)
+                };
+                let deadline = async {
+                    async_io::Timer::after(timeout).await;
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                };
+                answered.or(deadline).await?;
+            }
+            Ok(stream)
+        };
+        match attempt.await {
+            Ok(stream) => return Ok((stream, addr)),
+            Err(e) => {
+                log::debug!("probe: connect to {addr} failed: {e}");
+                last = Some(e);
+            }
         }
-        Ok(stream)
-    };
-    dial_each(addrs, src, Dial::default(), attempt).await
+    }
+    Err(ConnectError::Connect(last.unwrap_or_else(no_address)))
 }
 
 /// The error of a connect that had no address to try: made only then
@@ -159,66 +172,35 @@ fn no_address() -> io::Error {
 /// every way of making the socket that `dial` gives, on this thread's oi
 /// reactor. Returns the stream and the address that answered (no
 /// getpeername needed to learn it).
+///
+/// Its loop is written out here and in [`for_probe`], not shared through a
+/// function taking the connect step as a closure: that cost 131 more
+/// user-space instructions per connection, and 48 more in `memcpy`
+/// (callgrind, benches/rtt_instructions.sh, one thread).
 async fn dial_addrs(
     addrs: &[SocketAddr],
     src: Option<IpAddr>,
     timeout: Duration,
     dial: Dial,
 ) -> Result<(Async<TcpStream>, SocketAddr), ConnectError> {
-    let attempt = |socket: Socket, addr: SocketAddr| async move {
-        match start_connect(socket, addr)? {
-            Started::Connected(stream) => Ok(stream),
+    let from = source(addrs, src, dial)?;
+    let mut last: Option<io::Error> = None;
+    for (addr, socket) in sockets(addrs, from, dial) {
+        let socket = socket.map_err(ConnectError::LocalSocket)?;
+        let outcome = match start_connect(socket, addr) {
+            Ok(Started::Connected(stream)) => Ok(stream),
             // Only a connect still in flight gets a timer (an entry in the
             // thread's timer queue: no system call).
-            Started::InProgress(stream) => {
+            Ok(Started::InProgress(stream)) => {
                 let deadline = async {
                     Timer::after(timeout).await;
                     Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
                 };
                 finish_connect(stream).or(deadline).await
             }
-        }
-    };
-    dial_each(addrs, src, dial, attempt).await
-}
-
-/// The address loop both kinds of connection share: for each of `addrs`
-/// (those of `from`'s family only, when there is a `from`), a socket made
-/// as `dial` says ([`new_socket`]) and handed to `attempt`, which connects
-/// it (and waits, on its own reactor, within its timeout); the first that
-/// connects is returned with its address. A socket that cannot be made is
-/// not the backend's fault and ends the loop.
-async fn dial_each<S, F: Future<Output = io::Result<S>>>(
-    addrs: &[SocketAddr],
-    src: Option<IpAddr>,
-    dial: Dial,
-    mut attempt: impl FnMut(Socket, SocketAddr) -> F,
-) -> Result<(S, SocketAddr), ConnectError> {
-    let mut last: Option<io::Error> = None;
-    // Transparent: the client's address, port 0, instead of `src`.
-    let from = match dial.from {
-        Some(client) => Some(SocketAddr::new(crate::net::peer::unmapped(client), 0)),
-        None => src.map(|ip| SocketAddr::new(ip, 0)),
-    };
-    if let (Some(client), Some(from)) = (dial.from, from) {
-        if !addrs.iter().any(|a| a.is_ipv4() == from.is_ipv4()) {
-            // Not the backend's fault: no member can be reached from there.
-            return Err(ConnectError::LocalSocket(io::Error::new(
-                io::ErrorKind::AddrNotAvailable,
-                format!("transparent: the backend has no address of client {client}'s family"),
-            )));
-        }
-    }
-    for &addr in addrs {
-        if let Some(from) = from {
-            if from.is_ipv4() != addr.is_ipv4() {
-                continue;
-            }
-        }
-        let transparent = dial.from.is_some();
-        let socket =
-            new_socket(addr, from, transparent, dial).map_err(ConnectError::LocalSocket)?;
-        match attempt(socket, addr).await {
+            Err(e) => Err(e),
+        };
+        match outcome {
             Ok(stream) => return Ok((stream, addr)),
             Err(e) => {
                 log::debug!("connect to {addr} failed: {e}");
@@ -227,6 +209,44 @@ async fn dial_each<S, F: Future<Output = io::Result<S>>>(
         }
     }
     Err(ConnectError::Connect(last.unwrap_or_else(no_address)))
+}
+
+/// The address a connection's sockets are bound to: with `transparent`,
+/// the client's (port 0), which fails, as not the backend's fault, when no
+/// backend address is of its family; else `src`'s (port 0), if given.
+fn source(
+    addrs: &[SocketAddr],
+    src: Option<IpAddr>,
+    dial: Dial,
+) -> Result<Option<SocketAddr>, ConnectError> {
+    let Some(client) = dial.from else {
+        return Ok(src.map(|ip| SocketAddr::new(ip, 0)));
+    };
+    let from = SocketAddr::new(crate::net::peer::unmapped(client), 0);
+    if !addrs.iter().any(|a| a.is_ipv4() == from.is_ipv4()) {
+        // Not the backend's fault: no member can be reached from there.
+        return Err(ConnectError::LocalSocket(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("transparent: the backend has no address of client {client}'s family"),
+        )));
+    }
+    Ok(Some(from))
+}
+
+/// The sockets to try, in order: for each of `addrs` of `from`'s family
+/// (all of them without a `from`), one made as `dial` says ([`new_socket`]),
+/// made when the loop reaches it. A socket that cannot be made is not the
+/// backend's fault: the loops end there.
+fn sockets(
+    addrs: &[SocketAddr],
+    from: Option<SocketAddr>,
+    dial: Dial,
+) -> impl Iterator<Item = (SocketAddr, io::Result<Socket>)> + '_ {
+    let transparent = dial.from.is_some();
+    addrs
+        .iter()
+        .filter(move |a| from.is_none_or(|f| f.is_ipv4() == a.is_ipv4()))
+        .map(move |&addr| (addr, new_socket(addr, from, transparent, dial)))
 }
 
 /// A non-blocking socket for `addr`'s family, bound to `from` when given,
@@ -342,6 +362,7 @@ async fn finish_connect(stream: Async<TcpStream>) -> io::Result<Async<TcpStream>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::net::TcpListener;
     use std::sync::Arc;
 

@@ -31,7 +31,7 @@
 //! the poll that follows it).
 
 use crate::executor::{Executor, MayWake};
-use crate::reactor::{drive, Park, Polled, Readiness, Wait, WakeFlags};
+use crate::reactor::{drive, Park, Readiness, Wait, WakeFlags};
 use shuttle::sync::{Condvar, Mutex};
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
@@ -224,20 +224,18 @@ async fn wait_ready(
 ) {
     let mut counted = false;
     poll_fn(|cx| {
-        let polled = readiness
-            .lock()
-            .expect("readiness")
-            .poll(write, cx.waker(), &mut wait);
-        match polled {
-            Polled::Ready { .. } => Poll::Ready(()),
-            Polled::Pending { .. } => {
-                if !std::mem::replace(&mut counted, true) {
-                    *waiting.0.lock().expect("count") += 1;
-                    waiting.1.notify_all();
-                }
-                Poll::Pending
-            }
+        let polled = readiness.lock().expect("readiness").poll(
+            write,
+            cx.waker(),
+            &mut wait,
+            // No epoll here: a datagram socket's interest is not modelled.
+            |_| Ok(()),
+        );
+        if polled.is_pending() && !std::mem::replace(&mut counted, true) {
+            *waiting.0.lock().expect("count") += 1;
+            waiting.1.notify_all();
         }
+        polled.map(|r| r.expect("no epoll call fails here"))
     })
     .await
 }

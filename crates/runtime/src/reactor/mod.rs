@@ -53,9 +53,9 @@ pub use accept::Board;
 pub use block_on::block_on;
 #[cfg(all(test, shuttle))]
 pub(crate) use block_on::{drive, Park};
-pub use io::{Async, SharedListener};
 #[cfg(all(test, shuttle))]
-pub(crate) use io::{Polled, Wait};
+pub(crate) use io::Wait;
+pub use io::{Async, SharedListener};
 pub use timer::Timer;
 use timer::{TimerId, TimerQueue};
 pub(crate) use wake::WakeFlags;
@@ -273,19 +273,28 @@ pub fn current() -> Option<Arc<Reactor>> {
 /// debug build panics, a release build returns the error (a timer never
 /// fires), rather than register on a reactor no thread drives, or on
 /// another thread's.
+#[inline]
 fn driving(what: &str) -> stdio::Result<Arc<Reactor>> {
-    current().ok_or_else(|| {
-        let thread = std::thread::current();
-        let e = format!(
-            "{what} polled on thread {:?}, which drives no oi reactor: only the runtime's \
-             threads (oi_runtime::reactor::block_on, Runtime) may poll oi's sockets and timers",
-            thread.name().unwrap_or("unnamed")
-        );
-        if cfg!(debug_assertions) {
-            panic!("{e}");
-        }
-        stdio::Error::other(e)
-    })
+    match current() {
+        Some(reactor) => Ok(reactor),
+        None => Err(no_reactor(what)),
+    }
+}
+
+/// [`driving`]'s refusal: panics in a debug build, else the error.
+#[cold]
+#[inline(never)]
+fn no_reactor(what: &str) -> stdio::Error {
+    let thread = std::thread::current();
+    let e = format!(
+        "{what} polled on thread {:?}, which drives no oi reactor: only the runtime's \
+         threads (oi_runtime::reactor::block_on, Runtime) may poll oi's sockets and timers",
+        thread.name().unwrap_or("unnamed")
+    );
+    if cfg!(debug_assertions) {
+        panic!("{e}");
+    }
+    stdio::Error::other(e)
 }
 
 /// Whether `reactor` is the one this thread drives.
