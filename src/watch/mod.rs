@@ -6,12 +6,18 @@
 //! an unchanged configuration costs no wake-up. A change that matters
 //! starts the debounce: once [`QUIET`] has passed with no further change
 //! that matters (or [`MAX_DELAY`] after the first, for a file that never
-//! stops changing), it scans again; when the digest differs, it asks the
-//! service for a reload down the same path SIGHUP takes (so a bad file
-//! keeps the running configuration), and the watches follow the new scan
-//! (new includes watched, removed ones dropped). An unchanged digest (a
-//! `touch`, a rename of an unrelated file in a glob directory) reloads
-//! nothing.
+//! stops changing), it scans again; when the digest says a reload is due
+//! ([`due`]), it asks the service for a reload down the same path SIGHUP
+//! takes (so a bad file keeps the running configuration), and the watches
+//! follow the new scan (new includes watched, removed ones dropped).
+//!
+//! A reload is due when the files differ from what the last *successful*
+//! reload read ([`Reads`]: each reload records the digest of its own read),
+//! not merely from the watcher's last scan: a reload queued behind an
+//! upgrade may read a half-written file and fail, and the file then
+//! rewritten as the watcher last saw it must still be loaded. A `touch`, a
+//! rename of an unrelated file in a glob directory, or a broken file that
+//! stays as the failed reload read it reloads nothing.
 //!
 //! Bounded: one inotify descriptor and one pipe, one watch per directory
 //! (at most [`MAX_WATCHED_DIRS`]), events read through one 4 KiB buffer, at
@@ -31,6 +37,7 @@ use std::ffi::OsStr;
 use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long the files must stay unchanged before oi looks at them: an
@@ -72,10 +79,67 @@ fn watch_flags() -> WatchFlags {
         | WatchFlags::EXCL_UNLINK
 }
 
-/// The digest of everything a reload of the configuration at `path` would
-/// read (real paths, glob listings, contents).
-pub(crate) fn digest(path: &std::path::Path) -> u64 {
-    scan(path).digest
+/// Loads the configuration at `path` as [`oi_config::load_within`] does,
+/// and returns with it the digest of everything that load read (real paths,
+/// glob listings, contents), for [`Reads`].
+pub(crate) fn load(
+    path: &std::path::Path,
+    rule_budget: Option<usize>,
+) -> (Result<oi_config::Config, oi_config::ConfigErrors>, u64) {
+    let (config, read) = scan::load(path, rule_budget);
+    (config, read.digest)
+}
+
+/// What the last reloads read, shared by the service (which records each
+/// reload's outcome) and the watcher (which decides from it).
+#[derive(Clone)]
+pub(crate) struct Reads(Arc<Mutex<LastReads>>);
+
+/// The digests of the last reloads' reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LastReads {
+    /// What the running configuration was read from: the start's load or
+    /// the last successful reload's.
+    good: u64,
+    /// What the last reload read when it failed (`None` after a success): a
+    /// broken file left as it is is not reloaded again and again.
+    failed: Option<u64>,
+}
+
+impl Reads {
+    /// The running configuration was read from files with digest `good`.
+    pub(crate) fn new(good: u64) -> Reads {
+        Reads(Arc::new(Mutex::new(LastReads { good, failed: None })))
+    }
+
+    /// Records a reload that read files with digest `read`, and whether it
+    /// took effect.
+    pub(crate) fn record(&self, read: u64, ok: bool) {
+        // A poisoned lock still holds two plain numbers: use them.
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if ok {
+            *last = LastReads {
+                good: read,
+                failed: None,
+            };
+        } else {
+            last.failed = Some(read);
+        }
+    }
+
+    /// The digests as they are now.
+    fn get(&self) -> LastReads {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether files whose digest is `now` (the watcher's last scan before it
+/// being `before`) are to be reloaded: never when they are what the running
+/// configuration was read from; otherwise when they changed since the last
+/// scan, or when they are not what the last failed reload read (that reload
+/// may have read a half-written file the scans never saw).
+fn due(now: u64, before: u64, last: LastReads) -> bool {
+    now != last.good && (now != before || last.failed != Some(now))
 }
 
 /// A running watcher. Dropping it stops the thread (closing the pipe wakes
@@ -92,12 +156,13 @@ impl Watcher {
     /// includes; each change sends one `()` down `changed` (a full channel
     /// already holds a reload request, which is enough). The watches are in
     /// place when this returns, so a change right after READY=1 is seen.
-    /// `loaded` is [`digest`] taken before the running configuration was
-    /// read: when the files differ from it now, a reload is asked for at once.
+    /// `reads` says what the running configuration was read from: when the
+    /// files differ from it now (and are not what a reload just failed on),
+    /// a reload is asked for at once.
     pub(crate) fn start(
         path: PathBuf,
         changed: Sender<()>,
-        loaded: Option<u64>,
+        reads: Reads,
     ) -> std::io::Result<Watcher> {
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -108,9 +173,10 @@ impl Watcher {
             watched: BTreeMap::new(),
             interest: BTreeMap::new(),
             digest: first.digest,
+            reads,
         };
         state.rewatch(first.dirs);
-        if loaded.is_some_and(|d| d != first.digest) {
+        if due(first.digest, first.digest, state.reads.get()) {
             log::info!(
                 "{} changed while oi started: reloading",
                 state.path.display()
@@ -166,8 +232,10 @@ struct State {
     /// What matters under each watch descriptor (merged when two paths
     /// are one directory, and so one descriptor).
     interest: BTreeMap<i32, Interest>,
-    /// The digest of the last scan: a reload is asked for when it changes.
+    /// The digest of the last scan: a change since it is one input of [`due`].
     digest: u64,
+    /// What the last reloads read: the other inputs of [`due`].
+    reads: Reads,
 }
 
 impl State {
@@ -199,12 +267,19 @@ impl State {
             }
             let now = scan(&self.path);
             self.rewatch(now.dirs);
-            if now.digest == self.digest {
-                log::debug!("{}: changes seen, same content", self.path.display());
+            let before = std::mem::replace(&mut self.digest, now.digest);
+            if !due(now.digest, before, self.reads.get()) {
+                log::debug!("{}: changes seen, nothing to reload", self.path.display());
                 continue;
             }
-            self.digest = now.digest;
-            log::info!("{} changed: reloading", self.path.display());
+            if now.digest == before {
+                log::info!(
+                    "{} is not what the last reload read: reloading",
+                    self.path.display()
+                );
+            } else {
+                log::info!("{} changed: reloading", self.path.display());
+            }
             if let Err(TrySendError::Closed(())) = changed.try_send(()) {
                 return;
             }
@@ -318,5 +393,54 @@ impl State {
         }
         self.watched = watched;
         self.interest = interest;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running configuration came from files `A`.
+    const A: u64 = 1;
+    /// A valid edit.
+    const B: u64 = 2;
+    /// A half-written file.
+    const H: u64 = 3;
+
+    fn last(good: u64, failed: Option<u64>) -> LastReads {
+        LastReads { good, failed }
+    }
+
+    #[test]
+    fn a_reload_that_read_other_files_than_the_scan_does_not_hide_them() {
+        // The watcher scanned B and asked for a reload; it read H and
+        // failed; the file is rewritten as B: same scan as before, yet B
+        // is not what serves, nor what failed.
+        assert!(due(B, B, last(A, Some(H))));
+        // Nor when no reload has finished yet (the request may be queued).
+        assert!(due(B, B, last(A, None)));
+    }
+
+    #[test]
+    fn what_serves_and_what_failed_unchanged_are_not_reloaded() {
+        // A touch of the running files.
+        assert!(!due(A, A, last(A, None)));
+        // Back to what serves after a failed edit.
+        assert!(!due(A, H, last(A, Some(H))));
+        // A broken file left as the failed reload read it: no loop.
+        assert!(!due(H, H, last(A, Some(H))));
+        // A broken file changed to another broken file: one more reload.
+        assert!(due(H + 1, H, last(A, Some(H))));
+        // The same broken file written again after a change elsewhere.
+        assert!(due(H, B, last(A, Some(H))));
+    }
+
+    #[test]
+    fn reads_record_successes_and_failures() {
+        let reads = Reads::new(A);
+        reads.record(H, false);
+        assert_eq!(reads.get(), last(A, Some(H)));
+        reads.record(B, true);
+        assert_eq!(reads.get(), last(B, None));
     }
 }

@@ -68,6 +68,18 @@ pub(super) struct Scan {
 /// (its error is part of the digest, and its directory is watched, so its
 /// return is seen).
 pub(super) fn scan(main: &Path) -> Scan {
+    load(main, None).1
+}
+
+/// Loads the configuration at `main` as [`oi_config::load_within`] does
+/// (under `rule_budget`), recording what it read: the digest of a reload's
+/// own read, so what the files hold later is compared with what the running
+/// configuration came from, not with what a scan happened to see. The
+/// watcher's scans go through here too, so equal files give equal digests.
+pub(super) fn load(
+    main: &Path,
+    rule_budget: Option<usize>,
+) -> (Result<oi_config::Config, oi_config::ConfigErrors>, Scan) {
     let mut rec = Recorder {
         inner: FsIncludes::new(main),
         hasher: DefaultHasher::new(),
@@ -78,18 +90,19 @@ pub(super) fn scan(main: &Path) -> Scan {
     std::fs::canonicalize(main)
         .map_err(|e| e.to_string())
         .hash(&mut rec.hasher);
-    let text = oi_config::read_limited(main).map(|b| String::from_utf8_lossy(&b).into_owned());
-    text.hash(&mut rec.hasher);
+    let bytes = oi_config::read_limited(main);
+    bytes.hash(&mut rec.hasher);
     rec.files += 1;
-    if let (Ok(text), false) = (&text, oi_config::is_yaml(main)) {
-        // Only what the parser reads matters here, not whether it parses.
-        let _ = oi_config::parse_with_includes(text, &mut rec);
-    }
-    Scan {
+    let config = match oi_config::load_read(main, bytes, &mut rec, rule_budget) {
+        Ok((config, None)) => Ok(config),
+        Ok((_, Some(errors))) | Err(errors) => Err(errors),
+    };
+    let scan = Scan {
         digest: rec.hasher.finish(),
         dirs: rec.dirs,
         files: rec.files,
-    }
+    };
+    (config, scan)
 }
 
 /// An [`IncludeSource`] that reads through [`FsIncludes`] and records what

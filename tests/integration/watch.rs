@@ -253,3 +253,117 @@ fn check_shows_the_setting_and_refuses_a_bad_value() {
         "{stderr}"
     );
 }
+
+/// Opens the fifo at `path` for writing once its reader is there (bounded:
+/// until then the open fails with ENXIO) and writes one line to it.
+fn release(path: &Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut fifo = None;
+    wait_until("the script reads its fifo", || {
+        fifo = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(path)
+            .ok();
+        fifo.is_some()
+    });
+    if let Some(mut f) = fifo {
+        f.write_all(b"go\n").expect("write to the fifo");
+    }
+}
+
+#[test]
+fn a_failed_reload_of_a_half_written_file_does_not_hide_the_file_rewritten() {
+    // A reload waits behind an upgrade; meanwhile the file is half written
+    // (through a hard link in a directory nobody watches, so the watcher
+    // never scans that text: deterministic, as a write between a scan and
+    // a read is not), and the reload, once the upgrade fails, reads that and
+    // fails. The file is then rewritten as the watcher last scanned it: it
+    // must be reloaded, since it is not what the last good reload read.
+    let dir = tempfile::Builder::new()
+        .prefix("oi-watch")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let unwatched = dir.path().join("elsewhere");
+    std::fs::create_dir(&unwatched).expect("elsewhere");
+    let alias = unwatched.join("same.conf");
+    let control = dir.path().join("control.sock");
+    let (started, fifo) = (dir.path().join("started"), dir.path().join("go"));
+    let backend = echo_backend("127.0.0.1:0").port();
+    let (a, b) = (free_port(), free_port());
+    let head = format!("controlsocket {}\n", control.display());
+    std::fs::write(&conf, format!("{head}{}", rule(a, backend))).expect("write");
+    std::fs::hard_link(&conf, &alias).expect("hard link");
+    let oi = OiProcess::start(dir.path(), &conf, &["--watch"]);
+    ping(a).expect("first rule serves");
+
+    // An upgrade to a binary that waits for the test, then fails: the
+    // service does nothing else meanwhile.
+    let fake = dir.path().join("fake-oi");
+    crate::upgrade::put_script(
+        &fake,
+        &format!(
+            "#!/bin/sh\nmkfifo '{fifo}'\n: > '{started}'\nread x < '{fifo}'\nexit 1\n",
+            fifo = fifo.display(),
+            started = started.display()
+        ),
+    );
+    let upgrade = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("upgrade")
+        .arg("--socket")
+        .arg(&control)
+        .arg("--binary")
+        .arg(&fake)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("oi upgrade");
+    wait_until("the upgrade's binary runs", || started.exists());
+
+    // The edit: the watcher scans it and queues a reload.
+    let good = format!("{head}{}", rule(b, backend));
+    std::fs::write(&conf, &good).expect("edit");
+    wait_until("the watcher asks for a reload", || {
+        oi.stderr_tail().contains("changed: reloading")
+    });
+    // Half written, unseen by the watcher.
+    let half = &good[..good.len() - 8];
+    std::fs::write(&alias, half).expect("half write");
+    assert_eq!(std::fs::read_to_string(&conf).expect("read"), half);
+    release(&fifo);
+    let out = upgrade.wait_with_output().expect("oi upgrade's exit");
+    assert!(
+        !out.status.success(),
+        "the upgrade must fail: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the queued reload reads the half file and fails", || {
+        oi.stderr_tail().contains("reload failed: keeping")
+    });
+    ping(a).expect("the old rule still serves");
+
+    // Rewritten byte-identical to what the watcher last scanned.
+    std::fs::write(&conf, &good).expect("rewrite");
+    wait_until("the rewritten file is reloaded", || {
+        oi.stderr_tail().contains("reloaded ")
+    });
+    ping(b).expect("the rewritten file's rule serves");
+    assert!(refused(a), "the old rule still listens");
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .expect("oi --check");
+    assert!(
+        check.status.success(),
+        "oi --check agrees the file is valid"
+    );
+    let stderr = stop(oi);
+    assert!(
+        stderr.contains("is not what the last reload read: reloading"),
+        "{stderr}"
+    );
+}

@@ -605,8 +605,23 @@ fn load_partial_within(
     path: &Path,
     rule_budget: Option<usize>,
 ) -> Result<(Config, Option<ConfigErrors>), ConfigErrors> {
+    let mut includes = FsIncludes::new(path);
+    load_read(path, read_limited(path), &mut includes, rule_budget)
+}
+
+/// [`load_partial`]'s work on the main file's bytes already read (`bytes`:
+/// them, or why they could not be read, as [`read_limited`] says), reading
+/// included files through `includes`, under `rule_budget` as
+/// [`load_within`]: for a caller that must know exactly what a load read
+/// (`--watch` keeps a digest of what the last good reload read).
+pub fn load_read(
+    path: &Path,
+    bytes: Result<Vec<u8>, String>,
+    includes: &mut dyn IncludeSource,
+    rule_budget: Option<usize>,
+) -> Result<(Config, Option<ConfigErrors>), ConfigErrors> {
     let file = path.display().to_string();
-    let text = read_limited(path)
+    let text = bytes
         .map_err(|e| ConfigErrors::whole_file(&file, format!("cannot read configuration: {e}")))?;
     // rinetd reads bytes: paths keep theirs, a stray Latin-1 comment is
     // fine, and bytes that are not UTF-8 anywhere else are an error naming
@@ -628,8 +643,7 @@ fn load_partial_within(
             .map(|c| (c, None))
             .map_err(|e| e.with_file(&file));
     }
-    let mut includes = FsIncludes::new(path);
-    let (config, errors) = parse::parse_with_includes_partial(&text, &mut includes, rule_budget);
+    let (config, errors) = parse::parse_with_includes_partial(&text, includes, rule_budget);
     Ok((config, errors.map(|e| e.with_file(&file))))
 }
 

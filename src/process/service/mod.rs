@@ -20,7 +20,7 @@ use crate::route::Route;
 use crate::sys::daemon;
 use crate::sys::diagnostics;
 use crate::sys::notify;
-use crate::watch::Watcher;
+use crate::watch::{Reads, Watcher};
 use async_channel::{Receiver, Sender};
 use async_signal::{Signal, Signals};
 use commands::{ask, convert};
@@ -100,11 +100,16 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // The daemon changes to / before reading anything again: pin the path now.
     let conf = std::path::absolute(&opts.conf_file).unwrap_or_else(|_| opts.conf_file.clone());
     let file = opts.conf_file.display().to_string();
-    // What the files held before the load: a watcher started later compares
+    // The digest of what the load read: a watcher started later compares
     // its first look with this, so a change made while oi was starting is
-    // not lost (a few reads of what the load reads anyway).
-    let loaded = crate::watch::digest(&conf);
-    let cfg = match oi_config::load_resolved(&conf) {
+    // not lost.
+    let (config, loaded) = crate::watch::load(&conf, None);
+    let shown = conf.display().to_string();
+    let resolved = config.and_then(|c| {
+        oi_config::resolve(c, &oi_config::services::Services::system())
+            .map_err(|e| e.with_file(&shown))
+    });
+    let cfg = match resolved {
         Ok(c) => c.with_command_line(&opts.command_line),
         Err(e) => {
             let e = e.with_file(&file).to_string();
@@ -220,8 +225,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // Before READY=1: the watches are in place when `start` returns, so a
     // change made right after readiness is seen.
     let (changed, changes) = async_channel::bounded(1);
+    let reads = Reads::new(loaded);
     let watcher = watch_wanted(&opts.flags, &cfg.config.globals)
-        .then(|| start_watcher(&conf, &changed, Some(loaded)))
+        .then(|| start_watcher(&conf, &changed, &reads))
         .flatten();
     let (commands, received) = async_channel::bounded(1);
     // Started by `oi upgrade`: UDP listeners wait for the associations on
@@ -246,6 +252,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         command_line: opts.command_line.clone(),
         flags: opts.flags.clone(),
         watcher,
+        reads,
         changed,
         changes,
         observer,

@@ -27,6 +27,9 @@ pub(super) struct Service {
     pub(super) flags: oi_config::Globals,
     /// The file watcher, while `--watch` or the file's `watch on` asks for one.
     pub(super) watcher: Option<Watcher>,
+    /// What the running configuration and the last failed reload were read
+    /// from: each reload records here, the watcher decides from it.
+    pub(super) reads: Reads,
     /// Given to each watcher: it sends here when the files change.
     pub(super) changed: Sender<()>,
     /// Where file changes arrive: a reload, as SIGHUP's.
@@ -51,16 +54,11 @@ pub(super) enum Wakeup {
     Upgrade(UpgradeAsk),
 }
 
-/// Starts a watcher on the configuration at `path` (`loaded`: the digest
-/// of the files the running configuration was read from, when known); a
-/// failure (no inotify descriptor left, say) is logged and oi serves on,
-/// reloading on SIGHUP.
-pub(super) fn start_watcher(
-    path: &Path,
-    changed: &Sender<()>,
-    loaded: Option<u64>,
-) -> Option<Watcher> {
-    match Watcher::start(path.to_path_buf(), changed.clone(), loaded) {
+/// Starts a watcher on the configuration at `path` (`reads`: what the
+/// running configuration was read from); a failure (no inotify descriptor
+/// left, say) is logged and oi serves on, reloading on SIGHUP.
+pub(super) fn start_watcher(path: &Path, changed: &Sender<()>, reads: &Reads) -> Option<Watcher> {
+    match Watcher::start(path.to_path_buf(), changed.clone(), reads.clone()) {
         Ok(w) => Some(w),
         Err(e) => {
             log::error!(
@@ -221,7 +219,7 @@ impl Service {
     /// files' new include list.
     pub(super) fn set_watching(&mut self, on: bool) {
         match (on, self.watcher.is_some()) {
-            (true, false) => self.watcher = start_watcher(&self.path, &self.changed, None),
+            (true, false) => self.watcher = start_watcher(&self.path, &self.changed, &self.reads),
             (false, true) => {
                 // Waits for the thread, which ends at once (at most one scan).
                 self.watcher = None;
@@ -233,7 +231,8 @@ impl Service {
 
     /// Re-reads the configuration and applies it; on error keeps the old one
     /// running. Returns a status line for the service manager and, when the
-    /// reload succeeded, whether the files are now to be watched.
+    /// reload succeeded, whether the files are now to be watched. Records
+    /// the digest of what it read, and whether it took effect, in `reads`.
     pub(super) async fn reload(&self) -> (String, Option<bool>) {
         let path = self.path.clone();
         let file = self.file.clone();
@@ -243,19 +242,34 @@ impl Service {
         // A rinetd.conf file is refused on the first pass's count, before
         // any rule is built: building 32,768 rules to refuse them left 9 MiB
         // with the allocator.
-        let loaded = smol::unblock(move || {
-            let parsed = oi_config::load_within(&path, Some(listen::rules_budget()))?;
-            let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
-            if let Err(refused) = listen::check_budget(&file, counted) {
-                return Ok(Err(refused));
-            }
-            let services = oi_config::services::Services::system();
-            let shown = path.display().to_string();
-            oi_config::resolve(parsed, &services)
-                .map(Ok)
-                .map_err(|e| e.with_file(&shown))
-        });
-        let cfg = match loaded.await {
+        let (loaded, read) = smol::unblock(move || {
+            let (parsed, read) = crate::watch::load(&path, Some(listen::rules_budget()));
+            let loaded = parsed.and_then(|parsed| {
+                let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
+                if let Err(refused) = listen::check_budget(&file, counted) {
+                    return Ok(Err(refused));
+                }
+                let services = oi_config::services::Services::system();
+                let shown = path.display().to_string();
+                oi_config::resolve(parsed, &services)
+                    .map(Ok)
+                    .map_err(|e| e.with_file(&shown))
+            });
+            (loaded, read)
+        })
+        .await;
+        let (status, watch) = self.apply(loaded).await;
+        self.reads.record(read, watch.is_some());
+        (status, watch)
+    }
+
+    /// [`Service::reload`]'s work once the files are read: applies the
+    /// configuration `loaded`, or says why not.
+    async fn apply(
+        &self,
+        loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
+    ) -> (String, Option<bool>) {
+        let cfg = match loaded {
             Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
             Ok(Err(refused)) => {
                 log::error!("{refused}");
