@@ -304,6 +304,112 @@ pub fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<crate::ConfigE
         .collect()
 }
 
+/// A warning for each rule setting that the rule's other settings make
+/// do nothing, which the per-setting "only applies to" warnings cannot see:
+///
+/// - `src` (the rule's `[src=]` or a YAML backend's `src:`) beside
+///   `transparent`: forwarded connections and associations come from the
+///   client's own address, so `src` is not bound for them (a health probe,
+///   which has no client, still binds it);
+/// - `mptcp` on a side that is UDP: MPTCP is TCP's, so `listen` (or `on`)
+///   does nothing on a `/udp` listener and `connect` (or `on`) nothing
+///   towards a `/udp` backend. A UDP→TCP rule's `connect` side acts.
+pub fn ignored_option_warnings(cfg: &Config) -> Vec<crate::ConfigError> {
+    let mut out = Vec::new();
+    for r in &cfg.rules {
+        let o = &r.options;
+        if o.transparent == Some(true) {
+            let backend_src = r.backends.iter().find(|b| b.src.is_some());
+            let which = match (&o.src, backend_src) {
+                (Some(_), _) => Some("option 'src'"),
+                (None, Some(_)) => Some("a backend's src"),
+                (None, None) => None,
+            };
+            if let Some(which) = which {
+                let probes = if o.check_interval.is_some() {
+                    " (health probes still bind it)"
+                } else {
+                    ""
+                };
+                out.push(whole_rule_warning(
+                    r,
+                    format!(
+                        "{which} is ignored beside transparent: connections to the backends \
+                         come from the client's own address{probes}"
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = o.mptcp {
+            let udp_backend = r.backends.iter().any(|b| b.endpoint.proto == Proto::Udp);
+            let listen = m.listens() && r.bind.proto == Proto::Udp;
+            let connect = m.connects() && udp_backend;
+            let sides = match (listen, connect) {
+                (true, true) => Some("on this UDP rule (both sides are UDP)"),
+                (true, false) => Some("for accepting on a /udp listener"),
+                (false, true) => Some("for connecting to a /udp backend"),
+                (false, false) => None,
+            };
+            if let Some(sides) = sides {
+                out.push(whole_rule_warning(
+                    r,
+                    format!("option 'mptcp={m}' is Multipath TCP; ignored {sides}"),
+                ));
+            }
+        }
+        if out.len() >= crate::MAX_ERRORS {
+            break;
+        }
+    }
+    out
+}
+
+/// A warning for each rule chosen by server name (`[sni=]`) on a listener
+/// whose own rule (the one without `sni=`, else the first) forwards
+/// TCP→UDP: such a listener's connections are not read for a ClientHello
+/// (the bytes are datagrams' payload, not TLS to route), so every
+/// connection goes to that rule and the named ones never get one.
+pub fn skipped_by_name_warnings(resolved: &ResolvedConfig) -> Vec<crate::ConfigError> {
+    let mut out = Vec::new();
+    for binder in resolved.rules.iter().filter(|r| !r.sni.is_empty()) {
+        let listener = &binder.rule;
+        let tcp_to_udp =
+            listener.bind.proto == Proto::Tcp && listener.connect().proto == Proto::Udp;
+        if !tcp_to_udp {
+            continue;
+        }
+        for routed in &binder.sni {
+            let r = &routed.rule;
+            out.push(whole_rule_warning(
+                r,
+                format!(
+                    "this rule is never chosen: the rule that binds its listener (line {}) \
+                     forwards TCP to UDP, so no connection on it is read for a server name \
+                     and every one goes to that rule",
+                    listener.line
+                ),
+            ));
+        }
+        if out.len() >= crate::MAX_ERRORS {
+            break;
+        }
+    }
+    out
+}
+
+/// A warning about rule `r` showing the whole rule as written back (its
+/// options too): the text names the settings that clash.
+fn whole_rule_warning(r: &crate::Rule, message: String) -> crate::ConfigError {
+    crate::ConfigError {
+        file: r.file.clone(),
+        line: r.line,
+        column: 0,
+        message,
+        text: Shown(&r.to_string()).to_string(),
+        more: 0,
+    }
+}
+
 /// A warning about rule `r` as `--check` prints it: its line, and its listener.
 fn rule_warning(r: &crate::Rule, message: String) -> crate::ConfigError {
     crate::ConfigError {

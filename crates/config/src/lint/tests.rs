@@ -280,3 +280,89 @@ fn edge_warnings_in_yaml_point_at_the_rule() {
     );
     assert!(found[1].ends_with(": '127.0.0.1 53/udp'"), "{}", found[1]);
 }
+
+/// Each ignored-option warning for `text` (rinetd.conf), as `--check` prints it.
+fn ignored(text: &str) -> Vec<String> {
+    let parsed = crate::parse(text).expect("valid");
+    ignored_option_warnings(&parsed)
+        .iter()
+        .map(|w| format_warning("f", w))
+        .collect()
+}
+
+#[test]
+fn src_beside_transparent_is_a_warning() {
+    let found = ignored("127.0.0.1 8080 10.0.0.1 80 [transparent, src=10.0.0.9]\n");
+    assert_eq!(
+        found,
+        [
+            "f:1: warning: option 'src' is ignored beside transparent: connections to the \
+          backends come from the client's own address: \
+          '127.0.0.1 8080/tcp 10.0.0.1 80/tcp [src=10.0.0.9, transparent=on]'"
+        ]
+    );
+    // Probes have no client: they still bind it, and the warning says so.
+    let probed =
+        ignored("127.0.0.1 8080 10.0.0.1 80 [transparent, src=10.0.0.9, check-interval=5]\n");
+    assert!(
+        probed[0].contains("(health probes still bind it)"),
+        "{probed:?}"
+    );
+    // A YAML backend's own src: counts too.
+    let yaml = "rules:\n  - name: a\n    bind: 127.0.0.1:8080\n    transparent: true\n    connect:\n      - {dest: '10.0.0.1:80', src: 10.0.0.9}\n";
+    let found = ignored_option_warnings(&crate::parse_yaml(yaml).expect("valid"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].line, 3);
+    assert!(found[0]
+        .message
+        .starts_with("a backend's src is ignored beside transparent"));
+    // Either alone acts.
+    assert!(ignored("127.0.0.1 8080 10.0.0.1 80 [src=10.0.0.9]\n").is_empty());
+    assert!(ignored("127.0.0.1 8080 10.0.0.1 80 [transparent]\n").is_empty());
+}
+
+#[test]
+fn mptcp_on_a_udp_side_is_a_warning() {
+    let found = ignored("127.0.0.1 5353/udp 10.0.0.1 53/udp [mptcp]\n");
+    assert_eq!(
+        found,
+        [
+            "f:1: warning: option 'mptcp=on' is Multipath TCP; ignored on this UDP rule \
+          (both sides are UDP): '127.0.0.1 5353/udp 10.0.0.1 53/udp [mptcp=on]'"
+        ]
+    );
+    let listen = ignored("127.0.0.1 5353/udp 10.0.0.1 53 [mptcp=listen]\n");
+    assert!(
+        listen[0].contains("ignored for accepting on a /udp listener"),
+        "{listen:?}"
+    );
+    let connect = ignored("127.0.0.1 5353 10.0.0.1 53/udp [mptcp=connect]\n");
+    assert!(
+        connect[0].contains("ignored for connecting to a /udp backend"),
+        "{connect:?}"
+    );
+    // The TCP side of a mixed rule acts; off asks for nothing.
+    assert!(ignored("127.0.0.1 5353/udp 10.0.0.1 53 [mptcp=connect]\n").is_empty());
+    assert!(ignored("127.0.0.1 5353 10.0.0.1 53/udp [mptcp=listen]\n").is_empty());
+    assert!(ignored("127.0.0.1 5353/udp 10.0.0.1 53/udp [mptcp=off]\n").is_empty());
+}
+
+#[test]
+fn a_server_name_rule_on_a_tcp_to_udp_listener_is_a_warning() {
+    let text = "127.0.0.1 443 10.0.0.1 53/udp\n127.0.0.1 443 10.0.0.2 443 [sni=a.example.com]\n";
+    let found: Vec<String> = skipped_by_name_warnings(&resolved(text))
+        .iter()
+        .map(|w| format_warning("f", w))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "f:2: warning: this rule is never chosen: the rule that binds its listener (line 1) \
+          forwards TCP to UDP, so no connection on it is read for a server name and every \
+          one goes to that rule: '127.0.0.1 443/tcp 10.0.0.2 443/tcp [sni=a.example.com]'"
+        ]
+    );
+    // A TCP→TCP listener routes by name: nothing to say.
+    let routed = text.replace("53/udp", "53");
+    assert!(skipped_by_name_warnings(&resolved(&routed)).is_empty());
+}
