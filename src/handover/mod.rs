@@ -167,9 +167,13 @@ fn converse(
             log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
             Ok(pid)
         }
+        // The reason is the new binary's text, which `oi upgrade` prints and
+        // the log keeps: escaped and cut like any other outside text, so a
+        // broken or hostile binary writes no terminal controls, no line of
+        // its own and no 64 KiB message into either.
         (Kind::Failed, body) => Err(format!(
             "refused to take over: {}",
-            body["error"].as_str().unwrap_or("no reason given")
+            oi_config::Shown(body["error"].as_str().unwrap_or("no reason given"))
         )),
         (other, _) => Err(format!("sent {other:?} instead of ready")),
     }

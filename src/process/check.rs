@@ -1,8 +1,8 @@
 //! `oi --check`: load and resolve the configuration, show what would run, like `nginx -t`.
 
 use oi_config::lint::{
-    edge_warnings, mptcp_warnings, overlapping_listeners, shared_listener_warnings,
-    transparent_warnings, unix_acl_warnings,
+    edge_warnings, ignored_option_warnings, mptcp_warnings, overlapping_listeners,
+    shared_listener_warnings, skipped_by_name_warnings, transparent_warnings, unix_acl_warnings,
 };
 use oi_config::report::{format_warning, report};
 use oi_config::services::Services;
@@ -26,6 +26,9 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             eprintln!("{}", format_warning(&file, w));
         }
         for w in edge_warnings(&parsed) {
+            eprintln!("{}", format_warning(&file, &w));
+        }
+        for w in ignored_option_warnings(&parsed) {
             eprintln!("{}", format_warning(&file, &w));
         }
         let net_admin = crate::sys::privileges::may_be_transparent();
@@ -67,6 +70,9 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
                 eprintln!("{}", format_warning(&file, &w));
             }
             for w in shared_listener_warnings(&resolved) {
+                eprintln!("{}", format_warning(&file, &w));
+            }
+            for w in skipped_by_name_warnings(&resolved) {
                 eprintln!("{}", format_warning(&file, &w));
             }
             for w in unwritable_files(&resolved) {

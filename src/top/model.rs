@@ -83,11 +83,13 @@ fn u(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// The text at `key`, escaped as oi escapes outside text everywhere else
+/// ([`oi_config::Escaped`]): a backend's `name:` is whatever the operator's
+/// YAML said, and neither the one-shot table (often piped to a terminal
+/// anyway) nor the live screen may carry its control bytes to the terminal.
+/// Not cut: names identify rules and backends between samples.
 fn s(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
+    oi_config::Escaped(v.get(key).and_then(Value::as_str).unwrap_or_default()).to_string()
 }
 
 impl Sample {

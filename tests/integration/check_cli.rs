@@ -349,3 +349,24 @@ fn proxy_v1_on_a_udp_listener_is_an_error() {
         format!("{name}:1: proxy=v1 cannot describe UDP; use proxy=v2 on a rule whose listener is /udp: '{line}'\nconfiguration invalid (1 error)\n")
     );
 }
+
+#[test]
+fn a_server_name_rule_a_tcp_to_udp_listener_never_reads_for_is_a_warning() {
+    let (file, out) = check(concat!(
+        "127.0.0.1 18126 127.0.0.1 18127/udp\n",
+        "127.0.0.1 18126 127.0.0.1 18128 [sni=a.example.com]\n",
+    ));
+    let name = file.path().display().to_string();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "warnings only: {stderr}");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [format!(
+            "{name}:2: warning: this rule is never chosen: the rule that binds its listener \
+             (line 1) forwards TCP to UDP, so no connection on it is read for a server name \
+             and every one goes to that rule: \
+             '127.0.0.1 18126/tcp 127.0.0.1 18128/tcp [sni=a.example.com]'"
+        )]
+    );
+    assert!(text(&out.stdout).ends_with("configuration OK (2 rules)\n"));
+}

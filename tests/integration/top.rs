@@ -213,3 +213,44 @@ fn top_without_a_server_says_why() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("control socket"), "{err}");
 }
+
+/// A backend's `name:` is the operator's free text: the piped table shows
+/// its control bytes escaped (`\x1b`), as `oi --check` and the status file
+/// show outside text, and never writes them to whatever reads the pipe.
+#[test]
+fn piped_top_escapes_control_bytes_in_backend_names() {
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.yaml");
+    // YAML's double-quoted "\e" is ESC: the name carries a colour sequence.
+    std::fs::write(
+        &conf,
+        format!(
+            "rules:\n  - name: web\n    bind: 127.0.0.1:{port}\n    connect:\n      - {{dest: '127.0.0.1:{}', name: \"red\\e[31mX\\a\"}}\n",
+            backend.port()
+        ),
+    )
+    .expect("conf");
+    let sock = dir.path().join("oi.sock");
+    let sock_arg = sock.to_str().expect("utf-8 path");
+    let _oi = OiProcess::start(dir.path(), &conf, &["--socket", sock_arg]);
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["top", "--socket", sock_arg, "--interval", "100ms"])
+        .output()
+        .expect("run oi top");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "raw control bytes from a backend name reached the output: {text:?}"
+    );
+    assert!(
+        text.contains("red\\x1b[31mX\\x07"),
+        "the backend's name, escaped: {text:?}"
+    );
+}

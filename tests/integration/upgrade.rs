@@ -348,6 +348,36 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
 }
 
 #[test]
+fn a_new_binarys_refusal_is_shown_escaped_and_cut() {
+    if !tool_present("python3", "--version", "python3") {
+        return;
+    }
+    // Says hello as this oi would, then refuses with a terminal title
+    // sequence, a bell, 20000 bytes and a line of its own.
+    let shown = format!(
+        "refused to take over: \\x1b]0;owned\\x07{}...; this oi keeps serving",
+        "A".repeat(101)
+    );
+    a_bad_binary_leaves_the_old_oi_serving(
+        Ask::Command,
+        |_| {
+            "#!/usr/bin/env python3\n\
+             import json, os, socket, struct\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+             s.connect('\\0' + os.environ['OI_HANDOVER'])\n\
+             head = lambda kind: b'OIHO' + struct.pack('>HB', 4, kind)\n\
+             s.send(head(1) + json.dumps({'pid': os.getpid()}).encode())\n\
+             why = '\\x1b]0;owned\\x07' + 'A' * 20000 + '\\nINJECTED'\n\
+             s.send(head(5) + json.dumps({'error': why}).encode())\n\
+             s.settimeout(60)\n\
+             while s.recv(65536): pass\n"
+                .to_string()
+        },
+        &shown,
+    );
+}
+
+#[test]
 fn oi_upgrade_says_which_pid_serves_now() {
     let s = setup();
     let mut old = OiProcess::start_program(&s.binary, s.dir.path(), &s.conf, &[]);

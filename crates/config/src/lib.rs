@@ -33,7 +33,7 @@ mod unix;
 mod values;
 mod yaml;
 
-pub use bounded::Shown;
+pub use bounded::{Escaped, Shown};
 pub use include::has_wildcards;
 pub use include::{
     FsIncludes, IncludeSource, IncludedFile, MemIncludes, MAX_INCLUDED_FILES, MAX_INCLUDE_DEPTH,

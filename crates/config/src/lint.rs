@@ -304,6 +304,112 @@ pub fn mptcp_warnings(cfg: &Config, enabled: Option<bool>) -> Vec<crate::ConfigE
         .collect()
 }
 
+/// A warning for each rule setting that the rule's other settings make
+/// do nothing, which the per-setting "only applies to" warnings cannot see:
+///
+/// - `src` (the rule's `[src=]` or a YAML backend's `src:`) beside
+///   `transparent`: forwarded connections and associations come from the
+///   client's own address, so `src` is not bound for them (a health probe,
+///   which has no client, still binds it);
+/// - `mptcp` on a side that is UDP: MPTCP is TCP's, so `listen` (or `on`)
+///   does nothing on a `/udp` listener and `connect` (or `on`) nothing
+///   towards a `/udp` backend. A UDP→TCP rule's `connect` side acts.
+pub fn ignored_option_warnings(cfg: &Config) -> Vec<crate::ConfigError> {
+    let mut out = Vec::new();
+    for r in &cfg.rules {
+        let o = &r.options;
+        if o.transparent == Some(true) {
+            let backend_src = r.backends.iter().find(|b| b.src.is_some());
+            let which = match (&o.src, backend_src) {
+                (Some(_), _) => Some("option 'src'"),
+                (None, Some(_)) => Some("a backend's src"),
+                (None, None) => None,
+            };
+            if let Some(which) = which {
+                let probes = if o.check_interval.is_some() {
+                    " (health probes still bind it)"
+                } else {
+                    ""
+                };
+                out.push(whole_rule_warning(
+                    r,
+                    format!(
+                        "{which} is ignored beside transparent: connections to the backends \
+                         come from the client's own address{probes}"
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = o.mptcp {
+            let udp_backend = r.backends.iter().any(|b| b.endpoint.proto == Proto::Udp);
+            let listen = m.listens() && r.bind.proto == Proto::Udp;
+            let connect = m.connects() && udp_backend;
+            let sides = match (listen, connect) {
+                (true, true) => Some("on this UDP rule (both sides are UDP)"),
+                (true, false) => Some("for accepting on a /udp listener"),
+                (false, true) => Some("for connecting to a /udp backend"),
+                (false, false) => None,
+            };
+            if let Some(sides) = sides {
+                out.push(whole_rule_warning(
+                    r,
+                    format!("option 'mptcp={m}' is Multipath TCP; ignored {sides}"),
+                ));
+            }
+        }
+        if out.len() >= crate::MAX_ERRORS {
+            break;
+        }
+    }
+    out
+}
+
+/// A warning for each rule chosen by server name (`[sni=]`) on a listener
+/// whose own rule (the one without `sni=`, else the first) forwards
+/// TCP→UDP: such a listener's connections are not read for a ClientHello
+/// (the bytes are datagrams' payload, not TLS to route), so every
+/// connection goes to that rule and the named ones never get one.
+pub fn skipped_by_name_warnings(resolved: &ResolvedConfig) -> Vec<crate::ConfigError> {
+    let mut out = Vec::new();
+    for binder in resolved.rules.iter().filter(|r| !r.sni.is_empty()) {
+        let listener = &binder.rule;
+        let tcp_to_udp =
+            listener.bind.proto == Proto::Tcp && listener.connect().proto == Proto::Udp;
+        if !tcp_to_udp {
+            continue;
+        }
+        for routed in &binder.sni {
+            let r = &routed.rule;
+            out.push(whole_rule_warning(
+                r,
+                format!(
+                    "this rule is never chosen: the rule that binds its listener (line {}) \
+                     forwards TCP to UDP, so no connection on it is read for a server name \
+                     and every one goes to that rule",
+                    listener.line
+                ),
+            ));
+        }
+        if out.len() >= crate::MAX_ERRORS {
+            break;
+        }
+    }
+    out
+}
+
+/// A warning about rule `r` showing the whole rule as written back (its
+/// options too): the text names the settings that clash.
+fn whole_rule_warning(r: &crate::Rule, message: String) -> crate::ConfigError {
+    crate::ConfigError {
+        file: r.file.clone(),
+        line: r.line,
+        column: 0,
+        message,
+        text: Shown(&r.to_string()).to_string(),
+        more: 0,
+    }
+}
+
 /// A warning about rule `r` as `--check` prints it: its line, and its listener.
 fn rule_warning(r: &crate::Rule, message: String) -> crate::ConfigError {
     crate::ConfigError {
@@ -321,289 +427,4 @@ fn rule_warning(r: &crate::Rule, message: String) -> crate::ConfigError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::format_warning;
-    use crate::services::Services;
-
-    fn resolved(text: &str) -> ResolvedConfig {
-        let parsed = crate::parse(text).expect("valid");
-        crate::resolve(parsed, &Services::parse("")).expect("resolves")
-    }
-
-    /// (line, message) of each overlap found.
-    fn overlaps(text: &str, dual_stack: bool) -> Vec<(usize, String)> {
-        overlapping_listeners(&resolved(text), dual_stack)
-            .into_iter()
-            .map(|e| (e.line, e.message))
-            .collect()
-    }
-
-    #[test]
-    fn a_wildcard_and_a_specific_address_on_one_port_overlap() {
-        let found = overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.2 80\n",
-            true,
-        );
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].0, 2);
-        assert!(
-            found[0]
-                .1
-                .starts_with("listener 127.0.0.1:8080/tcp overlaps 0.0.0.0:8080/tcp of line 1"),
-            "{}",
-            found[0].1
-        );
-        // Either order.
-        assert_eq!(
-            overlaps(
-                "127.0.0.1 8080 10.0.0.1 80\n0.0.0.0 8080 10.0.0.1 81\n",
-                true
-            )
-            .len(),
-            1
-        );
-    }
-
-    #[test]
-    fn other_protocols_ports_and_families_do_not_overlap() {
-        assert!(overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8080/udp 10.0.0.1 80/udp\n",
-            true
-        )
-        .is_empty());
-        assert!(overlaps(
-            "0.0.0.0 8080 10.0.0.1 80\n127.0.0.1 8081 10.0.0.1 80\n",
-            true
-        )
-        .is_empty());
-        assert!(overlaps(
-            "127.0.0.1 8080 10.0.0.1 80\n127.0.0.2 8080 10.0.0.1 80\n",
-            true
-        )
-        .is_empty());
-        // An IPv4 wildcard does not take IPv6 addresses.
-        assert!(overlaps("0.0.0.0 8080 10.0.0.1 80\n::1 8080 10.0.0.1 80\n", true).is_empty());
-    }
-
-    #[test]
-    fn an_ipv6_wildcard_takes_ipv4_only_when_dual_stack() {
-        let text = "[::] 8080 10.0.0.1 80\n127.0.0.1 8080 10.0.0.1 81\n";
-        assert_eq!(overlaps(text, true).len(), 1);
-        assert!(overlaps(text, false).is_empty());
-        assert_eq!(
-            overlaps("[::] 8080 10.0.0.1 80\n::1 8080 10.0.0.1 81\n", false).len(),
-            1
-        );
-    }
-
-    /// (line, message) of each edge warning for `text` (rinetd.conf).
-    fn edge(text: &str) -> Vec<(usize, String)> {
-        let parsed = crate::parse(text).expect("valid");
-        edge_warnings(&parsed)
-            .into_iter()
-            .map(|w| (w.line, w.message))
-            .collect()
-    }
-
-    #[test]
-    fn health_check_parts_without_an_interval_are_warnings() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80 [check-rise=3, check-expect=+OK]\n");
-        assert_eq!(
-            found,
-            [
-                (
-                    1,
-                    "option 'check-rise' without check-interval: no health check runs; ignored"
-                        .to_string()
-                ),
-                (
-                    1,
-                    "option 'check-expect' without check-interval: no health check runs; ignored"
-                        .to_string()
-                ),
-            ]
-        );
-        assert!(edge("127.0.0.1 8080 10.0.0.1 80 [check-interval=1, check-rise=3]\n").is_empty());
-    }
-
-    #[test]
-    fn accept_proxy_with_no_trust_proxy_pattern_in_scope_is_a_warning() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n");
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].0, 1);
-        assert!(
-            found[0].1.starts_with(
-                "accept-proxy with no trust-proxy pattern (global or this rule's): every client is refused"
-            ),
-            "{}",
-            found[0].1
-        );
-        // A global pattern, or the rule's own, is enough; on /udp too.
-        assert!(
-            edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n").is_empty()
-        );
-        assert!(
-            edge("127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\ntrust-proxy 10.0.0.2\n").is_empty()
-        );
-        let udp = edge(concat!(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [accept-proxy]\n",
-            "127.0.0.1 54/udp 10.0.0.1 53/udp [accept-proxy]\n",
-            "trust-proxy 10.0.0.2\n",
-        ));
-        assert_eq!(udp.len(), 1, "only the rule with no pattern: {udp:?}");
-        assert_eq!(udp[0].0, 1);
-        // Another rule's pattern does not count.
-        let other = edge(concat!(
-            "127.0.0.1 8080 10.0.0.1 80 [accept-proxy]\n",
-            "trust-proxy 10.0.0.2\n",
-            "127.0.0.1 8081 10.0.0.1 80 [accept-proxy]\n",
-        ));
-        assert_eq!(other.iter().map(|w| w.0).collect::<Vec<_>>(), [3]);
-    }
-
-    #[test]
-    fn transparent_without_cap_net_admin_is_one_warning_naming_the_first_rule() {
-        let text = "0.0.0.0 8000 127.0.0.1 9000\n\
-                    0.0.0.0 8001 127.0.0.1 9001 [transparent]\n\
-                    0.0.0.0 8002/udp 127.0.0.1 9002/udp [transparent=on]\n";
-        let parsed = crate::parse(text).expect("valid");
-        let warnings = transparent_warnings(&parsed, Some(false));
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!(warnings[0].line, 2);
-        assert!(
-            warnings[0].message.contains("CAP_NET_ADMIN"),
-            "{:?}",
-            warnings[0]
-        );
-        // With the capability, or where it cannot be seen: nothing to say.
-        assert!(transparent_warnings(&parsed, Some(true)).is_empty());
-        assert!(transparent_warnings(&parsed, None).is_empty());
-        let plain = crate::parse("0.0.0.0 8000 127.0.0.1 9000\n").expect("valid");
-        assert!(transparent_warnings(&plain, Some(false)).is_empty());
-    }
-
-    #[test]
-    fn mptcp_where_the_kernel_has_none_is_one_warning_naming_the_first_rule() {
-        let text = "0.0.0.0 8000 127.0.0.1 9000 [mptcp=off]\n\
-                    0.0.0.0 8001 127.0.0.1 9001 [mptcp=listen]\n\
-                    0.0.0.0 8002 127.0.0.1 9002 [mptcp]\n";
-        let parsed = crate::parse(text).expect("valid");
-        let warnings = mptcp_warnings(&parsed, Some(false));
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!(warnings[0].line, 2);
-        assert!(
-            warnings[0].message.contains("plain TCP"),
-            "{:?}",
-            warnings[0]
-        );
-        assert!(mptcp_warnings(&parsed, Some(true)).is_empty());
-        assert!(mptcp_warnings(&parsed, None).is_empty());
-    }
-
-    #[test]
-    fn trust_proxy_on_a_rule_without_accept_proxy_is_a_warning() {
-        let found = edge("127.0.0.1 8080 10.0.0.1 80\ntrust-proxy 10.0.0.2\n");
-        let want = "trust-proxy lines for a rule without accept-proxy; ignored";
-        assert_eq!(found, [(1, want.to_string())]);
-        // Global patterns are for whichever rules accept PROXY.
-        assert!(edge("trust-proxy 10.0.0.2\n127.0.0.1 8080 10.0.0.1 80\n").is_empty());
-    }
-
-    #[test]
-    fn connection_limits_on_a_udp_listener_are_warnings() {
-        let found = edge(concat!(
-            "127.0.0.1 53/udp 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
-            "127.0.0.1 54/udp 10.0.0.1 53 [maxconn=5]\n",
-            "127.0.0.1 55 10.0.0.1 53/udp [maxconn=5,maxconn-per-client=1]\n",
-        ));
-        let ignored = |name: &str| {
-            format!("option '{name}' limits TCP connections; ignored on a /udp listener (its associations are capped by maxassoc)")
-        };
-        assert_eq!(
-            found,
-            [
-                (1, ignored("maxconn")),
-                (1, ignored("maxconn-per-client")),
-                (2, ignored("maxconn")),
-            ],
-            "UDP → UDP and UDP → TCP warn; TCP → UDP connections are TCP connections, limited"
-        );
-        // A port range warns once for its line.
-        let range = edge("127.0.0.1 5000-5099/udp 10.0.0.1 53/udp [maxconn=5]\n");
-        assert_eq!(range.len(), 1, "{range:?}");
-    }
-
-    #[test]
-    fn listener_settings_on_a_rule_routed_by_server_name_are_warnings() {
-        let text = concat!(
-            "trust-proxy 10.0.0.1\n",
-            "0.0.0.0 443 10.0.0.2 443\n",
-            "0.0.0.0 443 10.0.0.3 443 [sni=a.example.com, accept-proxy, maxconn=5]\n",
-            "trust-proxy 10.0.0.9\n",
-            "deny 10.9.9.9\n",
-            "0.0.0.0 443 10.0.0.4 443 [sni=b.example.com, accept-proxy=off]\n",
-        );
-        let found: Vec<(usize, String)> = shared_listener_warnings(&resolved(text))
-            .into_iter()
-            .map(|e| (e.line, e.message))
-            .collect();
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert_eq!(found[0].0, 3);
-        assert!(
-            found[0]
-                .1
-                .starts_with("option 'accept-proxy' has no effect"),
-            "{}",
-            found[0].1
-        );
-        assert!(found[0]
-            .1
-            .ends_with("(line 2) decides for every connection on it"));
-        assert_eq!(found[1].0, 3);
-        assert!(
-            found[1].1.starts_with("its trust-proxy lines"),
-            "{}",
-            found[1].1
-        );
-        // accept-proxy=off agrees with the listener's rule: nothing to say;
-        // deny and maxconn are the routed rule's own.
-        let listener_too = text.replace("443 10.0.0.2 443\n", "443 10.0.0.2 443 [accept-proxy]\n");
-        let found = shared_listener_warnings(&resolved(&listener_too));
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert_eq!(found[0].line, 3, "the trust-proxy lines of line 3");
-        assert_eq!(
-            found[1].line, 6,
-            "accept-proxy=off differs from the listener's accept-proxy"
-        );
-    }
-
-    #[test]
-    fn edge_warnings_in_yaml_point_at_the_rule() {
-        let yaml = concat!(
-            "rules:\n",
-            "  - name: a\n",
-            "    bind: 127.0.0.1:53/udp\n",
-            "    connect: 10.0.0.1:53/udp\n",
-            "    accept_proxy: true\n",
-            "    maxconn: 3\n",
-        );
-        let parsed = crate::parse_yaml(yaml).expect("valid");
-        let found: Vec<String> = edge_warnings(&parsed)
-            .iter()
-            .map(|w| format_warning("oi.yaml", w))
-            .collect();
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert!(
-            found[0].starts_with("oi.yaml:3: warning: accept-proxy with no trust-proxy pattern"),
-            "{}",
-            found[0]
-        );
-        assert!(
-            found[1].starts_with("oi.yaml:3: warning: option 'maxconn' limits TCP connections"),
-            "{}",
-            found[1]
-        );
-        assert!(found[1].ends_with(": '127.0.0.1 53/udp'"), "{}", found[1]);
-    }
-}
+mod tests;

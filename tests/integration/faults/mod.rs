@@ -257,6 +257,18 @@ fn a_black_holed_backend_times_out_and_the_pool_fails_over() {
     );
 }
 
+/// `--buffer-size` of the slow-client test, in KiB (oi's default): one
+/// connection copying holds two buffers of it.
+const BUFFER_KIB: u64 = 64;
+
+/// What the slow-client test allows beyond the two buffers: the
+/// connection's own state (its task, live-table entry, counters: a few KiB)
+/// and RSS's page granularity and allocator slack around them. Measured
+/// growth on the copy path: 60-88 KiB (two runs in docs/faults.md, three
+/// more here), splice 0-12 KiB; one more buffer's worth leaves room for a
+/// busier machine and still fails a third buffer held.
+const RSS_MARGIN_KIB: u64 = 64;
+
 #[test]
 #[ignore = "needs root, TUN and network namespaces; .ci/run runs it"]
 fn a_1_mbit_client_of_a_fast_backend_keeps_oi_within_its_memory_bound() {
@@ -267,7 +279,15 @@ fn a_1_mbit_client_of_a_fast_backend_keeps_oi_within_its_memory_bound() {
     let _backend = TransferBackend::start(&net, "b", SocketAddr::from((BACKEND, 9001)));
     for splice in ["on", "off"] {
         let conf = format!("{OI_FRONT} 9000 {BACKEND} 9001\n");
-        let (_d, oi) = start_oi(&net, "o", &conf, &[&format!("--splice={splice}")]);
+        let (_d, oi) = start_oi(
+            &net,
+            "o",
+            &conf,
+            &[
+                &format!("--splice={splice}"),
+                &format!("--buffer-size={}", BUFFER_KIB * 1024),
+            ],
+        );
         let to = SocketAddr::from((OI_FRONT, 9000));
         // One small transfer first, so buffers, pools and thread arenas exist.
         let warm = client_connect(&net, "c", to);
@@ -287,10 +307,15 @@ fn a_1_mbit_client_of_a_fast_backend_keeps_oi_within_its_memory_bound() {
             took,
         );
         println!("FAULTS| oi VmRSS {before} KiB before, {peak} KiB at most during, {grew} KiB more (splice={splice})");
-        // oi's stated bound for one connection: two copy buffers of
-        // --buffer-size (64 KiB) or two pipes (kernel memory, not RSS).
+        // oi's stated bound for one connection (docs/faults.md): two copy
+        // buffers of --buffer-size or two pipes (kernel memory, not RSS).
         // Unbounded, it would take the backend's 64 MiB in a second or two.
-        assert!(grew <= 2048, "oi grew by {grew} KiB with one slow client");
+        let bound = 2 * BUFFER_KIB + RSS_MARGIN_KIB;
+        assert!(
+            grew <= bound,
+            "oi grew by {grew} KiB with one slow client (splice={splice}); the bound is \
+             two {BUFFER_KIB} KiB buffers and {RSS_MARGIN_KIB} KiB of margin: {bound} KiB"
+        );
         assert!(bytes > 0);
         let (status, stderr) = oi.stop();
         assert!(status.success(), "{stderr}");
