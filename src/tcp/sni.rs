@@ -16,7 +16,8 @@
 //! lengths read so far say a whole hello takes
 //! ([`client_hello::parse_wanting`]). So the work per ClientHello is linear
 //! in its length: a hello in one record costs two peeks however slowly it
-//! drips (one for its header, one once it is all there), one cut into
+//! drips (one for its header, one once it is all there; three when the
+//! first segment is shorter than the 5-byte header), one cut into
 //! records of one byte about 40, and never more than [`MAX_PEEKS`], each of
 //! at most [`MAX_HELLO`] bytes; the waits cost at most about 160 wakes over
 //! the 10 s plus 7 after each peek. Peeking again on every new byte, as
