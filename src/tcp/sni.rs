@@ -10,9 +10,19 @@
 //! Peeking leaves the socket readable, so waiting for the rest of a
 //! ClientHello cut across segments cannot wait for readiness (it would
 //! spin on bytes already seen; neither rustix nor socket2 offers
-//! SO_RCVLOWAT). It waits on a timer instead, 1 ms doubling to 64 ms: a
-//! slow sender costs at most about 170 peeks over the 10 s, and a hello in
-//! one segment — what clients send — costs one peek and no timer.
+//! SO_RCVLOWAT). It waits on a timer instead, 1 ms doubling to 64 ms, and
+//! each wake only counts the queued bytes (FIONREAD, no copy): it peeks and
+//! parses again only once as many are queued as the record and handshake
+//! lengths read so far say a whole hello takes
+//! ([`client_hello::parse_wanting`]). So the work per ClientHello is linear
+//! in its length: a hello in one record costs two peeks however slowly it
+//! drips (one for its header, one once it is all there; three when the
+//! first segment is shorter than the 5-byte header), one cut into
+//! records of one byte about 40, and never more than [`MAX_PEEKS`], each of
+//! at most [`MAX_HELLO`] bytes; the waits cost at most about 160 wakes over
+//! the 10 s plus 7 after each peek. Peeking again on every new byte, as
+//! before, re-read the whole buffer each time. A hello in one segment —
+//! what clients send — costs one peek and no timer.
 
 use crate::route::{Route, ServerNames};
 use crate::stats::{Registered, RuleStats};
@@ -34,8 +44,13 @@ pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The first buffer; grown (once, to [`MAX_HELLO`]) only when a hello fills it.
 const FIRST_BUFFER: usize = 2048;
 
-/// Longest pause between two peeks at an incomplete ClientHello.
+/// Longest pause between two counts of the bytes of an incomplete ClientHello.
 const MAX_PAUSE: Duration = Duration::from_millis(64);
+
+/// Most peeks at one ClientHello: each looks only once the bytes the last
+/// one asked for are there, and one cut into one-byte records, the worst
+/// case, takes about 40 to 16 KiB.
+pub(crate) const MAX_PEEKS: usize = 64;
 
 /// Why no server name was read; each routes to the default rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +63,8 @@ pub(crate) enum Unnamed {
     TooLarge,
     /// Still incomplete after [`HELLO_TIMEOUT`].
     TimedOut,
+    /// Still incomplete after [`MAX_PEEKS`] peeks.
+    TooManyPieces,
     /// The client closed (or the socket failed) before a whole ClientHello.
     Closed,
 }
@@ -60,6 +77,7 @@ impl Unnamed {
             Unnamed::NotTls => "not a TLS ClientHello",
             Unnamed::TooLarge => "ClientHello larger than 16 KiB",
             Unnamed::TimedOut => "no whole ClientHello within 10 s",
+            Unnamed::TooManyPieces => "ClientHello in too many pieces",
             Unnamed::Closed => "closed before a whole ClientHello",
         }
     }
@@ -114,9 +132,7 @@ async fn server_name(client: &Async<TcpStream>) -> Result<String, Unnamed> {
 /// Peeks until the bytes decide (see the module docs for the waits).
 async fn peek_hello(client: &Async<TcpStream>) -> Result<String, Unnamed> {
     let mut buf = vec![0u8; FIRST_BUFFER];
-    let mut seen = 0;
-    let mut pause = Duration::from_millis(1);
-    loop {
+    for _ in 0..MAX_PEEKS {
         let n = client
             .read_with(|s| s.peek(&mut buf))
             .await
@@ -124,26 +140,31 @@ async fn peek_hello(client: &Async<TcpStream>) -> Result<String, Unnamed> {
         if n == 0 {
             return Err(Unnamed::Closed);
         }
-        match client_hello::parse(&buf[..n]) {
-            Hello::Found(name) => return Ok(name),
-            Hello::NoSni => return Err(Unnamed::NoName),
-            Hello::NotTls => return Err(Unnamed::NotTls),
-            Hello::NeedMore if n == buf.len() => {
-                if buf.len() >= MAX_HELLO {
-                    return Err(Unnamed::TooLarge);
-                }
-                buf.resize(MAX_HELLO, 0);
-            }
-            Hello::NeedMore if n == seen => {
-                // Nothing new: wait for the rest on a timer.
-                Timer::after(pause).await;
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
-            Hello::NeedMore => {
-                // New bytes, not enough yet: look again at once, then wait.
-                seen = n;
-                pause = Duration::from_millis(1);
-            }
+        let want = match client_hello::parse_wanting(&buf[..n]) {
+            (Hello::Found(name), _) => return Ok(name),
+            (Hello::NoSni, _) => return Err(Unnamed::NoName),
+            (Hello::NotTls, _) => return Err(Unnamed::NotTls),
+            (Hello::NeedMore, _) if n >= MAX_HELLO => return Err(Unnamed::TooLarge),
+            (Hello::NeedMore, want) => want.clamp(n + 1, MAX_HELLO),
+        };
+        if want > buf.len() {
+            buf.resize(MAX_HELLO, 0);
         }
+        wait_for(client, want).await?;
+    }
+    Err(Unnamed::TooManyPieces)
+}
+
+/// Returns once `want` bytes are queued on `client`: at once when they
+/// already are, else after the first timer wake that counts them.
+async fn wait_for(client: &Async<TcpStream>, want: usize) -> Result<(), Unnamed> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let queued = rustix::io::ioctl_fionread(client.get_ref()).map_err(|_| Unnamed::Closed)?;
+        if usize::try_from(queued).unwrap_or(usize::MAX) >= want {
+            return Ok(());
+        }
+        Timer::after(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }

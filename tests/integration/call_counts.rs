@@ -348,3 +348,33 @@ fn a_lone_udp_round_trip_costs_six_system_calls() {
     assert_total_at_most(&calls, ROUND_TRIPS, 6.1, "UDP round trip");
     let _ = oi.stop();
 }
+
+#[test]
+fn a_dripped_client_hello_is_peeked_twice_not_once_a_segment() {
+    if !strace_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let echo = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let rule = format!(
+        "127.0.0.1 {port} 127.0.0.1 {e} [sni=drip.example.com]\n127.0.0.1 {port} 127.0.0.1 {e}\n",
+        e = echo.port()
+    );
+    let oi = start_oi(dir.path(), &rule);
+    let hello = crate::sni_drip::hello_of("drip.example.com", 16 * 1024);
+    let traced = Traced::attach(oi.child.id(), dir.path());
+    crate::sni_drip::drip(&oi, local(port), &hello);
+    let calls = traced.finish();
+    // A peek (recvfrom with MSG_PEEK; the pump reads with read) at the
+    // first segment, whose record header announces 16 KiB, and one once
+    // they are queued: 901 before (a peek at each wake that saw new bytes,
+    // of 2,048 segments), each copying all the bytes so far.
+    let peeks = per(&calls, "recvfrom", 1);
+    assert!(
+        peeks <= 3.0,
+        "{peeks} peeks at one dripped ClientHello:\n{}",
+        table(&calls, 1)
+    );
+    let _ = oi.stop();
+}

@@ -42,6 +42,7 @@ mod short_reads;
 mod shutdown;
 mod sni;
 mod sni_admission;
+mod sni_drip;
 mod sni_views;
 mod splice;
 mod splice_emfile;

@@ -1,7 +1,8 @@
 //! Reading the server name (SNI) out of the first bytes a TLS client sends,
 //! and matching it against `[sni=...]` patterns. Pure: no I/O, no TLS
 //! library, nothing decrypted; `tcp::sni` peeks the bytes and calls
-//! [`parse`] each time more have arrived. Fuzzed (`fuzz/fuzz_targets/client_hello.rs`).
+//! [`parse_wanting`] once as many as it asked for have arrived. Fuzzed
+//! (`fuzz/fuzz_targets/client_hello.rs`).
 //!
 //! The shape read (RFC 8446 5.1 and 4.1.2, RFC 6066 3): TLS records
 //! (type 22 "handshake", version 3.x, a length of at most 2^14), whose
@@ -43,46 +44,85 @@ const MAX_NAME: usize = 253;
 /// Reads what `bytes` (everything the client has sent so far, from its
 /// first byte) says about the server it asks for.
 pub fn parse(bytes: &[u8]) -> Hello {
+    parse_wanting(bytes).0
+}
+
+/// [`parse`], and, for [`Hello::NeedMore`], how many bytes (from the first)
+/// a whole ClientHello takes at least, from the record and handshake
+/// lengths read so far: no [`Hello::Found`] or [`Hello::NoSni`] comes from
+/// fewer, so the peek loop looks again only once that many have arrived
+/// (always more than `bytes.len()`). A hello in one record is announced
+/// whole by its first 5 bytes; one cut into records of `p` bytes closes the
+/// gap by at least `p / (p + 5)` per look (1/6 for one-byte records: about
+/// 50 looks to 16 KiB). Malformed bytes past the first record header may be
+/// seen as [`Hello::NotTls`] only then, which changes no route: both go to
+/// the default rule.
+pub fn parse_wanting(bytes: &[u8]) -> (Hello, usize) {
     let mut message = Vec::new();
     let mut rest = bytes;
     loop {
+        // Where `rest` starts, and the payload bytes the message still needs
+        // from there on (at least one until its header says how many).
+        let at = bytes.len() - rest.len();
+        let missing = |have: usize| -> usize {
+            let mut head = [0u8; 4];
+            let known = message.len() + have;
+            if known < 4 {
+                return 4 - known;
+            }
+            for (i, b) in head.iter_mut().enumerate() {
+                *b = if i < message.len() {
+                    message[i]
+                } else {
+                    rest[5 + i - message.len()]
+                };
+            }
+            let body =
+                usize::from(head[1]) << 16 | usize::from(head[2]) << 8 | usize::from(head[3]);
+            (4 + body).saturating_sub(known)
+        };
+        // Payload beyond the current record costs a 5-byte header per record.
+        let framed = |payload: usize| payload + 5 * payload.div_ceil(MAX_RECORD);
         // The record header: type, version, length.
         if rest.is_empty() {
-            return Hello::NeedMore;
+            return (Hello::NeedMore, at + framed(missing(0).max(1)));
         }
         if rest[0] != HANDSHAKE {
-            return Hello::NotTls;
+            return (Hello::NotTls, 0);
         }
         if rest.len() >= 2 && rest[1] != 3 {
-            return Hello::NotTls;
+            return (Hello::NotTls, 0);
         }
         let Some(&[_, _, _, hi, lo]) = rest.get(..5) else {
-            return Hello::NeedMore;
+            return (Hello::NeedMore, at + framed(missing(0).max(1)));
         };
         let len = usize::from(u16::from_be_bytes([hi, lo]));
         if len == 0 || len > MAX_RECORD {
-            return Hello::NotTls;
+            return (Hello::NotTls, 0);
         }
         let Some(payload) = rest.get(5..5 + len) else {
             // A partial record still tells a wrong handshake type apart.
             let have = &rest[5..];
             if message.is_empty() && have.first().is_some_and(|&t| t != CLIENT_HELLO) {
-                return Hello::NotTls;
+                return (Hello::NotTls, 0);
             }
-            return Hello::NeedMore;
+            // The record first, then what the message needs past it.
+            let end = at + 5 + len;
+            let past = missing(have.len()).saturating_sub(len - have.len());
+            return (Hello::NeedMore, end + framed(past));
         };
         message.extend_from_slice(payload);
         rest = &rest[5 + len..];
         // The handshake header: type and a 24-bit length.
         if message[0] != CLIENT_HELLO {
-            return Hello::NotTls;
+            return (Hello::NotTls, 0);
         }
         let Some(&[_, a, b, c]) = message.get(..4) else {
             continue;
         };
         let body_len = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
         if let Some(body) = message.get(4..4 + body_len) {
-            return client_hello(body);
+            return (client_hello(body), 0);
         }
     }
 }

@@ -175,3 +175,86 @@ fn a_real_clients_hello_is_read_whole_and_re_cut() {
         assert_eq!(parse(&bytes), want, "{file}");
     }
 }
+
+/// How many looks a reader that peeks only once `parse_wanting`'s count has
+/// arrived takes over `bytes`, first looking at `first` of them; and what
+/// it decides.
+fn looks(bytes: &[u8], first: usize) -> (usize, Hello) {
+    let mut n = first.min(bytes.len());
+    for look in 1..=1000 {
+        let (hello, want) = parse_wanting(&bytes[..n]);
+        if hello != Hello::NeedMore || n == bytes.len() {
+            return (look, hello);
+        }
+        assert!(want > n, "asks for more than it has: {want} at {n}");
+        n = want.min(bytes.len());
+    }
+    panic!("no verdict in 1000 looks");
+}
+
+#[test]
+fn the_count_wanted_never_skips_a_verdict() {
+    let hello = example(Some("want.example.com"));
+    for size in [1, 2, 5, 40, 16 * 1024] {
+        let split = in_records(&hello, size);
+        for cut in 0..split.len() {
+            let (verdict, want) = parse_wanting(&split[..cut]);
+            assert_eq!(verdict, Hello::NeedMore, "records of {size}, cut at {cut}");
+            assert!(
+                want > cut && want <= split.len(),
+                "records of {size}, cut at {cut}: {want}"
+            );
+        }
+        let whole = looks(&split, 1).1;
+        assert_eq!(
+            whole,
+            Hello::Found("want.example.com".into()),
+            "records of {size}"
+        );
+    }
+}
+
+#[test]
+fn a_16_kib_hello_takes_few_looks_however_it_is_cut() {
+    // The name last, behind a padding extension, so the whole message is read.
+    let small = example(Some("far.example.com"));
+    for (size, most) in [(16 * 1024, 3), (1000, 4), (16, 10), (1, 48)] {
+        let mut pad = 100;
+        let hello = loop {
+            let h = padded(&small, pad);
+            if in_records(&padded(&small, pad + 64), size).len() > 16 * 1024 {
+                break h;
+            }
+            pad += 64;
+        };
+        let split = in_records(&hello, size);
+        let (count, verdict) = looks(&split, 1);
+        assert_eq!(verdict, Hello::Found("far.example.com".into()));
+        assert!(
+            count <= most,
+            "records of {size}: {count} looks over {} bytes",
+            split.len()
+        );
+    }
+}
+
+/// `hello` (one record, from `example`) with a padding extension of `pad`
+/// bytes of data in front of its others.
+fn padded(hello: &[u8], pad: usize) -> Vec<u8> {
+    // The extensions' length: after the record (5) and handshake (4)
+    // headers, version and random (34), session id (1), suites (4) and
+    // compression (2).
+    let at = 5 + 4 + 34 + 1 + 4 + 2;
+    let ext_len = usize::from(u16::from_be_bytes([hello[at], hello[at + 1]])) + 4 + pad;
+    let mut out = hello[..at].to_vec();
+    out.extend_from_slice(&(ext_len as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 21]);
+    out.extend_from_slice(&(pad as u16).to_be_bytes());
+    out.resize(out.len() + pad, 0);
+    out.extend_from_slice(&hello[at + 2..]);
+    let record = out.len() - 5;
+    out[3..5].copy_from_slice(&(record as u16).to_be_bytes());
+    let body = record - 4;
+    out[6..9].copy_from_slice(&[(body >> 16) as u8, (body >> 8) as u8, body as u8]);
+    out
+}
