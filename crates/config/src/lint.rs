@@ -23,16 +23,12 @@ pub fn unix_acl_warnings(resolved: &ResolvedConfig) -> Vec<crate::ConfigError> {
                 (false, true) => "its allow/deny lines",
                 _ => "the global allow/deny lines",
             };
-            crate::ConfigError {
-                file: r.rule.file.clone(),
-                line: r.rule.line,
-                column: 0,
-                message: format!(
+            whole_rule_warning(
+                &r.rule,
+                format!(
                     "{whose} do not apply to this unix socket listener (a unix client has no address); use the socket file's mode"
                 ),
-                text: Shown(&r.rule.to_string()).to_string(),
-                more: 0,
-            }
+            )
         })
         .collect()
 }
@@ -64,19 +60,15 @@ pub fn shared_listener_warnings(resolved: &ResolvedConfig) -> Vec<crate::ConfigE
                 ignored.push("option 'mptcp' (for accepting)");
             }
             for what in ignored {
-                out.push(crate::ConfigError {
-                    file: r.file.clone(),
-                    line: r.line,
-                    column: 0,
-                    message: format!(
+                out.push(whole_rule_warning(
+                    r,
+                    format!(
                         "{what} has no effect on a rule that shares its listener by server \
                          name: it acts before the ClientHello is read, so the rule that binds \
                          the listener (line {}) decides for every connection on it",
                         listener.line
                     ),
-                    text: Shown(&r.to_string()).to_string(),
-                    more: 0,
-                });
+                ));
             }
         }
     }
@@ -185,18 +177,7 @@ pub fn edge_warnings(cfg: &Config) -> Vec<crate::ConfigError> {
             if out.iter().rev().take(3).any(same_line) {
                 return;
             }
-            out.push(crate::ConfigError {
-                file: r.file.clone(),
-                line: r.line,
-                column: 0,
-                message,
-                text: Shown(&format!(
-                    "{} {}/{}",
-                    r.bind.host_text, r.bind.port, r.bind.proto
-                ))
-                .to_string(),
-                more: 0,
-            });
+            out.push(rule_warning(r, message));
         };
         let accept_proxy = r.options.accept_proxy == Some(true);
         if accept_proxy && cfg.global_acl.trust_proxy.is_empty() && r.acl.trust_proxy.is_empty() {
