@@ -7,7 +7,6 @@ use crate::common::*;
 use oxidinetd::config::{AclRules, Pattern, PatternKind, Proto, SpliceMode};
 use oxidinetd::proxy::{self, Header, Parsed, ProxyVersion, Transport};
 use oxidinetd::{LogHandle, Settings, PROXY_HEADER_TIMEOUT};
-use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::mpsc;
@@ -106,20 +105,6 @@ fn pattern(ip: &str) -> Pattern {
         text: ip.to_string(),
         kind: PatternKind::Wildcard,
     }
-}
-
-/// A TCP connection to `to` from loopback address `from` (127.0.0.2 and so on).
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let from: IpAddr = from.parse().expect("literal");
-    let s = Socket::new(Domain::for_address(to), Type::STREAM, None).expect("socket");
-    s.bind(&SockAddr::from(SocketAddr::new(from, 0)))
-        .expect("bind client");
-    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
-        .expect("connect");
-    let s = TcpStream::from(s);
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    s
 }
 
 /// Sends `data` and reads the same number of bytes back.

@@ -15,7 +15,7 @@ use oxidinetd::client_hello;
 use oxidinetd::config::{Proto, SpliceMode};
 use oxidinetd::{LogHandle, Settings};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -245,18 +245,6 @@ fn without_a_default_rule_unrouted_connections_are_closed_and_logged() {
         lines.join("\n")
     );
     oi.stop();
-}
-
-/// A backend that sends `marker` to each client and closes.
-fn marker_backend(marker: &'static [u8]) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for mut c in l.incoming().map_while(Result::ok) {
-            let _ = c.write_all(marker);
-        }
-    });
-    addr
 }
 
 #[test]

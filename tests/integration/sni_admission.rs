@@ -9,20 +9,8 @@
 use crate::common::*;
 use oxidinetd::client_hello;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-
-/// A backend that sends `marker` to each client and closes.
-fn marker_backend(marker: &'static [u8]) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for mut c in l.incoming().map_while(Result::ok) {
-            let _ = c.write_all(marker);
-        }
-    });
-    addr
-}
 
 /// `host port` of a backend, as a rule line writes it.
 fn at(a: SocketAddr) -> String {
@@ -33,10 +21,9 @@ fn at(a: SocketAddr) -> String {
 /// 127.0.0.1:`port` before it is closed: the marker of the backend it
 /// reached, or nothing when it was refused. An echo backend that admitted
 /// it never closes: the read gives up after the tests' patience, with the
-/// echoed bytes.
+/// echoed bytes (`connect_from` gives every read 20 s).
 fn answer_from(from: &str, port: u16, name: &str) -> Vec<u8> {
-    let mut s = connect_from(from, port);
-    s.set_read_timeout(Some(PATIENCE)).expect("read timeout");
+    let mut s = connect_from(from, local(port));
     s.write_all(&client_hello::example(Some(name)))
         .expect("write the ClientHello");
     let mut reply = Vec::new();
@@ -44,20 +31,10 @@ fn answer_from(from: &str, port: u16, name: &str) -> Vec<u8> {
     reply
 }
 
-/// A connection to 127.0.0.1:`port` from the loopback address `from`.
-fn connect_from(from: &str, port: u16) -> TcpStream {
-    let socket =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    let source: SocketAddr = format!("{from}:0").parse().expect("source address");
-    socket.bind(&source.into()).expect("bind the client");
-    socket.connect(&local(port).into()).expect("connect to oi");
-    socket.into()
-}
-
 /// A connection naming `name` that the echo backend behind it answered:
 /// admitted and held open until dropped.
 fn held_open(from: &str, port: u16, name: &str) -> TcpStream {
-    let mut s = connect_from(from, port);
+    let mut s = connect_from(from, local(port));
     let hello = client_hello::example(Some(name));
     s.write_all(&hello).expect("write the ClientHello");
     let mut back = vec![0u8; hello.len()];
@@ -168,7 +145,7 @@ fn maxconn_counts_and_limits_each_sni_rule_on_its_own() {
     drop((first, second));
     // Its slots come back when its connections close.
     wait_until("a.example.com admits again", || {
-        let mut s = connect_from("127.0.0.1", port);
+        let mut s = connect_from("127.0.0.1", local(port));
         let hello = client_hello::example(Some("a.example.com"));
         s.write_all(&hello).is_ok() && s.read_exact(&mut vec![0u8; hello.len()]).is_ok()
     });

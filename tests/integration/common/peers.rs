@@ -29,6 +29,35 @@ pub fn echo_backend(bind: &str) -> SocketAddr {
     addr
 }
 
+/// A backend that sends `marker` to each client and closes: which backend a
+/// connection reached, read back as its only bytes.
+pub fn marker_backend(marker: &'static [u8]) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut c in l.incoming().map_while(Result::ok) {
+            let _ = c.write_all(marker);
+        }
+    });
+    addr
+}
+
+/// A TCP connection to `to` from loopback address `from` (127.0.0.2 and so
+/// on), with [`connect`]'s timeouts.
+pub fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let from: std::net::IpAddr = from.parse().expect("literal");
+    let s = Socket::new(Domain::for_address(to), Type::STREAM, None).expect("socket");
+    s.bind(&SockAddr::from(SocketAddr::new(from, 0)))
+        .expect("bind client");
+    s.connect_timeout(&SockAddr::from(to), Duration::from_secs(5))
+        .expect("connect");
+    let s = TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s
+}
+
 /// Connects with a generous timeout so a broken server fails the test instead of hanging it.
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
