@@ -114,13 +114,15 @@ pub(crate) async fn open<G: Guards>(
         Some(_) => stats.register_unrouted(kind, peer),
     };
     // A listener rules share by server name: the ClientHello picks the
-    // rule (peeked, so every byte still reaches the backend).
-    let server_name_route = route.sni.clone();
-    let (route, server_name) = match server_name_route.clone() {
+    // rule (peeked, so every byte still reaches the backend), and that rule
+    // admits the client, with its own ACL and limits (`route::admit`; a unix
+    // listener is never shared by name). A refusal counts on that rule,
+    // where its allow/deny or limit is.
+    let (route, server_name) = match route.sni.clone() {
         None => (route, None),
         Some(names) => {
             let chosen = sni::choose(&client, &names, live.rule(), &live, peer);
-            match Box::pin(chosen).await {
+            let (routed, name) = match Box::pin(chosen).await {
                 Ok(routed) => routed,
                 Err(name) => {
                     let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
@@ -128,28 +130,26 @@ pub(crate) async fn open<G: Guards>(
                     shared.log.log(line);
                     return None;
                 }
+            };
+            if let Some(origin) = origin {
+                let client = crate::route::client_ip(origin.client);
+                let held = guards.held();
+                if let Err(refused) = admit(&routed, Counts::Routed, &shared.limits, held, client) {
+                    log::debug!("{peer}: {} on {}", refused.as_str(), routed.bind);
+                    routed
+                        .stats
+                        .get()
+                        .unwrap_or(live.rule())
+                        .refused(refused.event());
+                    let mut line = routed.event(ip, refused.event(), Bytes::NONE);
+                    line.server_name = name;
+                    shared.log.log(line);
+                    return None;
+                }
             }
+            (routed, name)
         }
     };
-    // The rule the server name chose admits the client, with its own ACL
-    // and limits (`route::admit`; a unix listener is never shared by name).
-    // A refusal counts on that rule, where its allow/deny or limit is.
-    if let (Some(_), Some(origin)) = (&server_name_route, origin) {
-        let client = crate::route::client_ip(origin.client);
-        let held = guards.held();
-        if let Err(refused) = admit(&route, Counts::Routed, &shared.limits, held, client) {
-            log::debug!("{peer}: {} on {}", refused.as_str(), route.bind);
-            route
-                .stats
-                .get()
-                .unwrap_or(live.rule())
-                .refused(refused.event());
-            let mut line = route.event(ip, refused.event(), Bytes::NONE);
-            line.server_name = server_name;
-            shared.log.log(line);
-            return None;
-        }
-    }
     if let Some(counters) = route.stats.get() {
         live.route_to(counters);
     }
