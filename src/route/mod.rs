@@ -107,6 +107,19 @@ impl ServerNames {
             .chain(self.default.iter().map(|r| (None, r)))
     }
 
+    /// The route of the rule here that is `pattern`'s (`None`: the default)
+    /// in another table of the same listener: what a reload keeps.
+    fn same_rule(&self, pattern: Option<&NamePattern>) -> Option<&Arc<Route>> {
+        match pattern {
+            Some(pattern) => self
+                .named
+                .iter()
+                .find(|(p, _)| p == pattern)
+                .map(|(_, r)| r),
+            None => self.default.as_ref(),
+        }
+    }
+
     /// The route for a ClientHello's server name (`None`: none was read),
     /// and whether a rule's pattern chose it (else it is the default).
     pub(crate) fn choose(&self, name: Option<&str>) -> Option<(&Arc<Route>, bool)> {
@@ -220,16 +233,11 @@ impl Route {
         let (Some(new), Some(old)) = (self.sni.as_mut().and_then(Arc::get_mut), &old.sni) else {
             return;
         };
-        for (pattern, route) in &mut new.named {
-            let was = old.named.iter().find(|(p, _)| p == pattern);
-            if let (Some(route), Some((_, was))) = (Arc::get_mut(route), was) {
+        let routes = new.named.iter_mut().map(|(p, r)| (Some(&*p), r));
+        for (pattern, route) in routes.chain(new.default.iter_mut().map(|r| (None, r))) {
+            if let (Some(route), Some(was)) = (Arc::get_mut(route), old.same_rule(pattern)) {
                 route.limits = was.limits.clone();
             }
-        }
-        if let (Some(route), Some(was)) =
-            (new.default.as_mut().and_then(Arc::get_mut), &old.default)
-        {
-            route.limits = was.limits.clone();
         }
     }
 
@@ -246,13 +254,10 @@ impl Route {
         let (Some(new), Some(old)) = (&self.sni, &old.sni) else {
             return;
         };
-        for (pattern, route) in &new.named {
-            if let Some((_, was)) = old.named.iter().find(|(p, _)| p == pattern) {
+        for (pattern, route) in new.rules() {
+            if let Some(was) = old.same_rule(pattern) {
                 route.pool.keep_state_of(&was.pool);
             }
-        }
-        if let (Some(route), Some(was)) = (&new.default, &old.default) {
-            route.pool.keep_state_of(&was.pool);
         }
     }
 
@@ -268,12 +273,10 @@ impl Route {
     /// other rules' routed by server name (for DNS refresh and probes).
     pub(crate) fn pools(&self) -> Vec<Arc<BackendPool>> {
         let mut pools = vec![self.pool.clone()];
-        let routed = self.sni.iter().flat_map(|n| {
-            n.named
-                .iter()
-                .map(|(_, r)| &r.pool)
-                .chain(n.default.iter().map(|r| &r.pool))
-        });
+        let routed = self
+            .sni
+            .iter()
+            .flat_map(|n| n.rules().map(|(_, r)| &r.pool));
         for pool in routed {
             if !pools.iter().any(|p| Arc::ptr_eq(p, pool)) {
                 pools.push(pool.clone());
