@@ -28,6 +28,23 @@ struct Registration {
     readiness: Arc<Mutex<Readiness>>,
 }
 
+impl Registration {
+    /// Registered by `register` with the reactor this thread drives; refused
+    /// (naming `what`) on a thread that drives none.
+    fn here(
+        what: &str,
+        register: impl FnOnce(&Reactor) -> io::Result<(u64, Arc<Mutex<Readiness>>)>,
+    ) -> io::Result<Registration> {
+        let reactor = driving(what)?;
+        let (key, readiness) = register(&reactor)?;
+        Ok(Registration {
+            reactor,
+            key,
+            readiness,
+        })
+    }
+}
+
 /// A non-blocking `T` registered (on first poll) with the polling thread's reactor.
 pub struct Async<T: AsFd> {
     /// The descriptor; `None` only after [`Async::into_inner`].
@@ -74,12 +91,8 @@ impl<T: AsFd> Async<T> {
     /// The registration, made now if this is the first poll.
     fn registration(&self) -> io::Result<&Registration> {
         let r = self.registration.get_or_init(|| {
-            let reactor = driving("an oi socket")?;
-            let (key, readiness) = reactor.register(self.get_ref(), self.datagram)?;
-            Ok(Registration {
-                reactor,
-                key,
-                readiness,
+            Registration::here("an oi socket", |r| {
+                r.register(self.get_ref(), self.datagram)
             })
         });
         r.as_ref()
@@ -333,13 +346,9 @@ impl<L: AsFd + Send + Sync + 'static> SharedListener<L> {
     /// The registration, made now if this is the first poll.
     fn registration(&self) -> io::Result<&Registration> {
         let r = self.registration.get_or_init(|| {
-            let reactor = driving("an oi listening socket")?;
-            let shared: Arc<dyn AsFd + Send + Sync> = self.socket.clone();
-            let (key, readiness) = reactor.register_exclusive(shared)?;
-            Ok(Registration {
-                reactor,
-                key,
-                readiness,
+            Registration::here("an oi listening socket", |r| {
+                let shared: Arc<dyn AsFd + Send + Sync> = self.socket.clone();
+                r.register_exclusive(shared)
             })
         });
         r.as_ref()
