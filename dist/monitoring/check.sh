@@ -108,11 +108,22 @@ def subst(e):
     return (e.replace("$__rate_interval", "5s").replace('"$instance"', '".*"')
              .replace('"$rule"', '".*"'))
 def query(e):
+    """Prometheus's answer to `e`. Until its storage is ready Prometheus answers
+    503 with a plain-text body, and before it listens the connection is refused:
+    both come back as an error answer (with the text), so the bounded waits
+    below retry them instead of dying on a body that is not JSON."""
     u = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": e})
     try:
-        return json.load(urllib.request.urlopen(u, timeout=5))
+        with urllib.request.urlopen(u, timeout=5) as answer:
+            body = answer.read()
     except urllib.error.HTTPError as err:
-        return json.load(err)
+        body = err.read()
+    except (urllib.error.URLError, OSError) as err:
+        return {"status": "error", "error": f"no answer: {err}"}
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"status": "error", "error": body[:200].decode("utf-8", "replace")}
 def wait_for(e, seconds, what):
     """Polls `e` until it returns data (bounded), or exits saying `what` never happened."""
     deadline = time.time() + seconds
