@@ -77,9 +77,16 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
             let _ = write!(out, " {}", acl_summary(global, &rule.acl));
         }
         if !carrier.sni.is_empty() || carrier.server_name().is_some() {
-            out.push_str(match r.server_name() {
-                Some(_) => " (by TLS server name)",
-                None => " (TLS server names no rule matches, none, or not TLS)",
+            // A listener whose binding rule forwards TCP to UDP reads no
+            // ClientHello: every connection goes to that rule (a warning
+            // says so too), so the named rules are shown as never chosen.
+            let tcp_to_udp = carrier.rule.bind.proto == crate::Proto::Tcp
+                && carrier.rule.connect().proto == crate::Proto::Udp;
+            out.push_str(match (r.server_name(), tcp_to_udp) {
+                (Some(_), false) => " (by TLS server name)",
+                (Some(_), true) => " (never chosen: its listener forwards TCP to UDP)",
+                (None, false) => " (TLS server names no rule matches, none, or not TLS)",
+                (None, true) => " (every connection: TCP to UDP reads no server name)",
             });
         }
         if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
