@@ -189,6 +189,7 @@ class System:
         shutil.rmtree(units, ignore_errors=True)
         self.masked = write_units(units)
         cg_root = cgroup2_mount()
+        remove_stale(cg_root)
         self.cgroup = os.path.join(cg_root, f"oi-systemd-test-{os.getpid()}")
         os.mkdir(self.cgroup)
         started = time.monotonic()
@@ -210,6 +211,7 @@ class System:
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         self.pid = self._child_pid(started + 10)
         self._wait(started + 10, lambda: os.path.exists(f"/proc/{self.pid}/root/run/systemd/private"),
@@ -286,6 +288,31 @@ class System:
             os.rmdir(self.mnt)
         except OSError:
             pass
+
+
+def remove_stale(cg_root):
+    """Removes the empty cgroups a killed harness left (its systemd is gone:
+    see die_with_parent); one whose processes still run is left alone."""
+    for entry in os.listdir(cg_root):
+        path = os.path.join(cg_root, entry)
+        if not entry.startswith("oi-systemd-test-") or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, "cgroup.events")) as f:
+                if "populated 0" in f.read():
+                    remove_cgroup(path, time.monotonic() + 5)
+        except OSError:
+            pass
+
+
+def die_with_parent():
+    """SIGKILL to this process when the harness dies, however it dies: it
+    becomes unshare, whose --kill-child then kills the namespace's PID 1, so
+    no systemd outlives a killed harness on a shared machine."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def remove_cgroup(path, deadline):
