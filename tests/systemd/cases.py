@@ -145,12 +145,13 @@ class Cases:
         status = self.sh("cat", f"/proc/{pid}/status").stdout
         cap_eff = re.search(r"^CapEff:\s*(\w+)", status, re.M).group(1)
         assert int(cap_eff, 16) == 1 << 10, f"CapEff {cap_eff}: only CAP_NET_BIND_SERVICE expected"
+        assert re.search(r"^NoNewPrivs:\s*1$", status, re.M), "NoNewPrivs is not set"
         mountinfo = self.sh("cat", f"/proc/{pid}/mountinfo").stdout
         root = next(l for l in mountinfo.splitlines() if l.split()[4] == "/")
         assert "ro" in root.split()[5].split(","), f"/ is not read-only for oi: {root}"
         log = self.sh("cat", "/var/log/rinetd.log").stdout
         assert "\t79\t" in log, f"no connection line in /var/log/rinetd.log: {log!r}"
-        self.note(f"READY=1 then start -> running; MainPID {pid} user oi CapEff {cap_eff}; "
+        self.note(f"READY=1 then start -> running; MainPID {pid} user oi CapEff {cap_eff} NoNewPrivs; "
                   "/ read-only in its mountinfo; logged to /var/log/rinetd.log")
         # A log file oi's user may write, outside the unit's writable paths.
         self.sh("install", "-d", "-o", "oi", "-g", "oi", "/var/lib/oi-sandbox")
@@ -195,6 +196,7 @@ class Cases:
         stored = int(self.show("NFileDescriptorStore") or 0)
         assert stored >= 1, "oi stored no listener with systemd (FDSTORE)"
         old = self.show("MainPID")
+        cursor = self.cursor()
         loop = ConnectLoop(79)
         try:
             loop.wait_ok(20)
@@ -209,9 +211,12 @@ class Cases:
         assert new != old, "MainPID did not change"
         assert loop.refused == 0 and not loop.failed, \
             f"{loop.refused} refused, failures: {loop.failed[:5]}"
+        said = self.journal(cursor, "-u", "oi.service")
+        assert "127.0.0.1:79/tcp: serving the passed descriptor" in said, \
+            f"the new oi did not take the stored listener:\n{said}"
         self.note(f"{stored} descriptor(s) stored; restart took {took:.2f} s; {loop.ok} exchanges "
                   f"({loop.ok - before} from the restart on), 0 refused, slowest {loop.slowest * 1000:.0f} ms; "
-                  f"MainPID {old} -> {new}")
+                  f"MainPID {old} -> {new}, which took the stored listener")
 
     def upgrade(self):
         """4: dpkg -i of a newer build runs oi upgrade: active, new MainPID, the stream survives."""
@@ -300,7 +305,7 @@ class Cases:
         self.fresh([self.rule(self.a)])
         usec = int(self.show("WatchdogUSec") or 0)
         if usec == 0:
-            return "skipped: the unit sets no WatchdogSec="
+            return "the unit sets no WatchdogSec= (the hook for it is cases.py watchdog)"
         pid = self.show("MainPID")
         first = int(self.show("WatchdogTimestampMonotonic") or 0)
         time.sleep(3 * usec / 1e6)  # the behaviour under test is three watchdog periods passing
