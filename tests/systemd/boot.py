@@ -271,11 +271,13 @@ class System:
 
     def kill(self):
         """SIGKILL to PID 1 (everything in the PID namespace dies with it), then the cgroups go."""
-        if self.pid is not None:
-            try:
+        # Only while unshare, its parent, runs: the pid cannot have been reused.
+        if self.unshare is not None and self.unshare.poll() is None:
+            if self.pid is not None:
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            else:
+                # Not known yet: unshare's --kill-child kills it as unshare dies.
+                self.unshare.kill()
         if self.unshare is not None:
             try:
                 self.unshare.wait(timeout=20)
