@@ -126,8 +126,8 @@ MASK = [
 WANTS_DIRS = ["/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system"]
 
 
-def unavailable():
-    """Why systemd cannot be booted here, or None."""
+def unavailable(base):
+    """Why systemd cannot be booted here (over a root under `base`), or None."""
     if os.geteuid() != 0:
         return "needs root (namespaces, mounts, cgroups)"
     for tool in ["unshare", "nsenter", "pivot_root", "mount", "dpkg", "dpkg-deb"]:
@@ -147,6 +147,18 @@ def unavailable():
     )
     if probe.returncode != 0:
         return f"cannot unshare namespaces: {probe.stderr.strip()}"
+    # The root's overlay, as SETUP mounts it, in a mount namespace that goes with the probe.
+    mnt = os.path.join(base, "ns")
+    os.makedirs(mnt, exist_ok=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "sh", "-c",
+         'mount -t tmpfs oi-probe "$0" && mkdir "$0/u" "$0/w" "$0/r" && '
+         'mount -t overlay oi-probe -o "lowerdir=/,upperdir=$0/u,workdir=$0/w" "$0/r"', mnt],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"cannot mount an overlay over /: {probe.stderr.strip()}"
     return None
 
 

@@ -241,6 +241,7 @@ class Cases:
             stream.wait_bytes(stream.bytes + (4 << 20))
         finally:
             total, sent, received = stream.finish()
+        assert "oi upgrade failed" not in dpkg.stdout + dpkg.stderr, f"postinst: {dpkg.stdout}{dpkg.stderr}"
         installed = self.sh("dpkg-query", "-W", "-f", "${Version}", "oxidinetd").stdout.strip()
         assert installed == newer, f"installed {installed}, expected {newer}"
         new = self.show("MainPID")

@@ -34,15 +34,17 @@ def main():
         return cases(int(sys.argv[2]), sys.argv[3:])
     debs = sys.argv[1:] or sorted(glob.glob(os.path.join(REPO, "target/debian/oxidinetd_*.deb")),
                                   key=os.path.getmtime)[-1:]
-    why = boot.unavailable() or (None if debs else "no package: run dist/build-deb.sh first")
+    target = os.path.abspath(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target")))
+    base = os.path.join(target, "systemd-test")
+    why = "needs root (namespaces, mounts, cgroups)" if os.geteuid() != 0 else boot.unavailable(base)
+    why = why or (None if debs else "no package: run dist/build-deb.sh first")
     if why:
         if os.environ.get("OI_REQUIRE_TOOLS"):
             print(f"systemd test: {why}, and OI_REQUIRE_TOOLS is set", file=sys.stderr)
             return 1
         print(f"skipped: the systemd test {why}")
         return 0
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    system = boot.System(os.path.join(target, "systemd-test"))
+    system = boot.System(base)
     started = time.monotonic()
     try:
         try:
