@@ -182,12 +182,20 @@ class Cases:
         assert exchange(79) == "A", "the old rule stopped serving after a refused reload"
         assert self.show("ActiveState") == "active" and self.show("MainPID") == pid
         self.conf([self.rule(self.b)])
+        cursor = self.cursor()
         self.sh("systemctl", "reload", "oi.service")
+        # systemd 252 ends the reload job when ExecReload's `kill -HUP` exits,
+        # not at oi's READY=1 after RELOADING=1: the new rules serve once oi
+        # logs the reload, maybe a little after `systemctl reload` returned.
+        right_after = exchange(79)
+        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
+                      f"'reloaded {CONF}' in the journal")
         assert exchange(79) == "B", "the reloaded rule does not serve"
         held.echo(b"still here")
         held.close()
         assert self.show("MainPID") == pid
-        self.note(f"broken file: reload exit {broken.returncode}, A still served; good file: B serves, "
+        self.note(f"broken file: reload exit {broken.returncode}, A still served; good file: B serves once oi "
+                  f"logs the reload (the first connection right after `systemctl reload` reached {right_after}), "
                   f"the connection opened before both reloads still echoes; MainPID {pid} throughout")
 
     def restart(self):
@@ -209,13 +217,16 @@ class Cases:
             loop.finish()
         new = self.show("MainPID")
         assert new != old, "MainPID did not change"
-        assert loop.refused == 0 and not loop.failed, \
+        # One connection at a time: at most the one in flight as the old oi
+        # stopped is cut (a restart is not an upgrade); none may be refused.
+        assert loop.refused == 0 and len(loop.failed) <= 1, \
             f"{loop.refused} refused, failures: {loop.failed[:5]}"
         said = self.journal(cursor, "-u", "oi.service")
         assert "127.0.0.1:79/tcp: serving the passed descriptor" in said, \
             f"the new oi did not take the stored listener:\n{said}"
         self.note(f"{stored} descriptor(s) stored; restart took {took:.2f} s; {loop.ok} exchanges "
-                  f"({loop.ok - before} from the restart on), 0 refused, slowest {loop.slowest * 1000:.0f} ms; "
+                  f"({loop.ok - before} from the restart on), 0 refused, {len(loop.failed)} cut in flight "
+                  f"{loop.failed}, slowest {loop.slowest * 1000:.0f} ms; "
                   f"MainPID {old} -> {new}, which took the stored listener")
 
     def upgrade(self):
@@ -237,6 +248,7 @@ class Cases:
         try:
             stream.wait_bytes(1 << 20)
             before = stream.bytes
+            cursor = self.cursor()
             dpkg = self.sh("dpkg", "-i", "/var/cache/oi-test/oi-newer.deb", timeout=120)
             stream.wait_bytes(stream.bytes + (4 << 20))
         finally:
@@ -249,11 +261,15 @@ class Cases:
         assert new != old, f"MainPID is still {old}: {dpkg.stdout}{dpkg.stderr}"
         exe = self.sh("readlink", f"/proc/{new}/exe").stdout.strip()
         assert exe == "/usr/sbin/oi", f"MainPID {new} runs {exe}"
+        said = self.journal(cursor, "-u", "oi.service")
+        assert f"upgraded: oi pid {new} serves now" in said, f"no hand-over to {new} in the journal:\n{said}"
+        assert "Stopping oi.service" not in self.journal(cursor, "_PID=1"), "the package restarted oi"
         gone = self.sh("kill", "-0", old, check=False).returncode != 0
         assert gone, f"the old oi {old} still runs"
         assert sent == received, f"stream sha256 differs: sent {sent}, received {received}"
         assert exchange(79) == "A"
-        self.note(f"{version} -> {installed}: MainPID {old} -> {new} ({exe}), old one gone, still active; "
+        self.note(f"{version} -> {installed}: postinst's oi upgrade handed over (journal: 'upgraded: oi pid "
+                  f"{new} serves now'), no restart; MainPID {old} -> {new} ({exe}), old one gone, still active; "
                   f"stream {total} bytes ({total - before} after the upgrade began), sha256 {sent[:16]}... both ways")
 
     def socket_activation(self):
