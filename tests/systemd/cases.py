@@ -21,12 +21,15 @@ MAX_EXPOSURE = 2.0
 
 
 class Cases:
+    """The cases in the order all() gives; each leaves oi in a state the
+    next one's fresh() resets."""
+
     def __init__(self, system, debs):
         self.sys = system
         self.debs = debs
         self.a = Backend("A")
         self.b = Backend("B")
-        self.report = []
+        self.exposure = None
 
     # Helpers -------------------------------------------------------------
 
@@ -97,7 +100,11 @@ class Cases:
 
     def install(self):
         """dpkg -i the package: the user, the log file (tmpfiles), the unit."""
-        # Whatever the host's own / holds, the package must create these.
+        # Whatever the host's own / (the lower layer) holds, the package must
+        # install afresh and create these: removed in the booted root only.
+        self.sh("dpkg", "--purge", "oxidinetd", timeout=120)
+        if self.sh("id", "oi", check=False).returncode == 0:
+            self.sh("userdel", "oi")
         self.remove("/var/log/rinetd.log")
         os.makedirs(self.sys.root("/var/cache/oi-test"), exist_ok=True)
         with open(self.debs[0], "rb") as src, open(self.sys.root("/var/cache/oi-test/oi.deb"), "wb") as dst:
