@@ -22,6 +22,8 @@ import sys
 import time
 import traceback
 
+# No __pycache__ in the source tree (CI's tree, a developer's git status).
+sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
