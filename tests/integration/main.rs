@@ -51,6 +51,7 @@ mod startup;
 mod status_page;
 mod top;
 mod transparent;
+mod transparent_reload;
 mod udp;
 mod udp_batch;
 mod udp_flood;
