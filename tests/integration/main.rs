@@ -59,6 +59,7 @@ mod udp_nofile;
 mod udp_reload;
 mod unix_sockets;
 mod upgrade;
+mod upgrade_carry;
 mod upgrade_fds;
 mod upgrade_files;
 mod upgrade_full;
