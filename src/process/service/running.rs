@@ -42,6 +42,9 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
+    /// How oi was asked to drop root (`--user NAME`), when it runs as that
+    /// user: a reload cannot get back a capability it dropped then.
+    pub(super) dropped: Option<String>,
 }
 
 /// What woke the service loop.
@@ -269,8 +272,17 @@ impl Service {
         &self,
         loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
     ) -> (String, Option<bool>) {
+        // A transparent rule this process cannot serve is refused like a
+        // configuration over the descriptor budget.
+        let loaded = loaded.map(|checked| {
+            checked.and_then(|cfg| {
+                let cfg = cfg.with_command_line(&self.command_line);
+                refuse_transparent(&cfg, &self.file, self.dropped.as_deref())?;
+                Ok(cfg)
+            })
+        });
         let cfg = match loaded {
-            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Ok(cfg)) => cfg,
             Ok(Err(refused)) => {
                 log::error!("{refused}");
                 log::error!("reload refused: keeping the previous configuration");
@@ -295,6 +307,7 @@ impl Service {
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let max_connections = cfg.config.globals.max_connections;
         let watch = watch_wanted(&self.flags, &cfg.config.globals);
+        warn_if_transparent_cannot_work(&cfg);
         // The listeners first: a configuration they refuse changes nothing,
         // the log file and the global maxconn included.
         let (done, errors) = async_channel::bounded(1);

@@ -84,8 +84,10 @@ pub(crate) struct Conn {
     /// The backend address that answered, once known, with that backend's
     /// counters if the rule lists the address (set together, once).
     backend: OnceLock<(SocketAddr, Option<Arc<BackendStats>>)>,
-    /// When it started, in milliseconds after [`epoch`], for its age.
-    started_ms: u64,
+    /// When it started, in milliseconds after [`epoch`], for its age:
+    /// negative for one a previous oi handed over, older than this process's
+    /// epoch (`oi upgrade` carries the age on).
+    started_ms: i64,
     /// Bytes from the client so far: stored by the connection's own thread
     /// (TCP: once per pump poll), added to by a UDP association's two tasks.
     pub(crate) from_client: AtomicU64,
@@ -107,6 +109,11 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// Milliseconds from [`epoch`] to now.
+fn now_ms() -> i64 {
+    i64::try_from(epoch().elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
 impl Conn {
     /// Bytes (from, to) the client so far.
     pub(in crate::stats) fn bytes(&self) -> (u64, u64) {
@@ -121,6 +128,12 @@ impl Conn {
         self.backend.get().and_then(|(_, b)| b.as_ref())
     }
 
+    /// How long it has been open (across `oi upgrade`s).
+    fn age(&self) -> Duration {
+        let ms = now_ms().saturating_sub(self.started_ms);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
     /// What `oi connections` shows of it.
     pub(in crate::stats) fn info(&self) -> ConnInfo {
         let (from_client, to_client) = self.bytes();
@@ -129,9 +142,7 @@ impl Conn {
             kind: self.kind,
             client: self.client,
             backend: self.backend.get().map(|(addr, _)| *addr),
-            age: epoch()
-                .elapsed()
-                .saturating_sub(Duration::from_millis(self.started_ms)),
+            age: self.age(),
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
@@ -239,20 +250,23 @@ impl Live {
         }
     }
 
-    /// Adds an entry to its rule's live list; it stays until the guard drops.
+    /// Adds an entry to its rule's live list; it stays until the guard
+    /// drops. `age`: how long it has been open already (one a previous oi
+    /// handed over; zero for a new one).
     pub(in crate::stats) fn register(
         rule: Arc<RuleStats>,
         kind: ConnKind,
         client: Peer,
+        age: Duration,
     ) -> Registered {
         let shard = SHARD.with(|s| *s);
-        let started = epoch().elapsed().as_millis();
+        let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let conn = Arc::new(Conn {
             rule,
             kind,
             client,
             backend: OnceLock::new(),
-            started_ms: u64::try_from(started).unwrap_or(u64::MAX),
+            started_ms: now_ms().saturating_sub(age),
             from_client: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
             state: AtomicU8::new(if matches!(kind, ConnKind::Tcp | ConnKind::Unix) {
@@ -354,6 +368,11 @@ impl Registered {
             }
         }
         self.conn = moved;
+    }
+
+    /// How long it has been open: what `oi upgrade` carries to the new oi.
+    pub(crate) fn age(&self) -> Duration {
+        self.conn.age()
     }
 
     /// The backend address that answered, once connected.
