@@ -88,10 +88,10 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         out.push('\n');
     }
     if let Some(log) = &c.logfile {
-        let format = if c.logcommon {
-            "common log format"
-        } else {
-            "tab-separated"
+        let format = match c.log_format() {
+            crate::LogFormat::Tab => "tab-separated",
+            crate::LogFormat::Common => "common log format",
+            crate::LogFormat::Json => "one JSON object per line",
         };
         let path = log.to_string_lossy();
         let _ = writeln!(out, "logfile {} ({format})", Shown(&path));

@@ -642,6 +642,22 @@ pub static SETTINGS: &[Setting] = &[
         ..BASE
     },
     Setting {
+        conf: Some("logformat"),
+        yaml: Some("log_format"),
+        yaml_place: Place::Global,
+        value: Value::Word(&crate::LogFormat::NAMES),
+        default: Default::Unset("tab, or common with logcommon"),
+        place: Place::Global,
+        doc: "The log file's format (an oi extension): tab and common are \
+              rinetd's two, byte for byte; json writes one JSON object per \
+              connection event: time, id (as oi connections shows it), rule, \
+              bind, connect, client, backend, server_name, bytes each way, \
+              duration_ms and event (rinetd's words). Wins over logcommon.",
+        global: Some(|c| Slot::LogFormat(&mut c.globals.log_format)),
+        check: Some("the log file's format"),
+        ..BASE
+    },
+    Setting {
         conf: Some("pidlogfile"),
         yaml: Some("pid_file"),
         yaml_place: Place::Global,
