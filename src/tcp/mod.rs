@@ -158,6 +158,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.flow = Some(live.flow());
         line
     };
     shared.log.log_with(|| event(Event::Opened, Bytes::NONE));
@@ -362,6 +363,7 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
         open.shared.log.log_with(|| {
             let mut line = route.event(live.client().client(), ev, bytes);
             line.server_name = live.server_name();
+            line.flow = Some(live.flow());
             line
         });
     }
