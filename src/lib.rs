@@ -40,7 +40,8 @@ mod watch;
 
 pub use listen::{bind, bind_all, serve, BoundSocket, Command, TcpGroup, UnixSocket};
 pub use logfile::{
-    Event, Flow, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, MAX_JSON_LINE, WRITER_WAIT,
+    Event, Flow, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, MAX_JSON_LINE,
+    WRITER_WAIT,
 };
 pub use net::buffers::BufferPool;
 pub use net::peer::{Client, Peer, UNIX_CLIENT};

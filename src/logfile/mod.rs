@@ -3,7 +3,9 @@
 //! Connection tasks never touch the file: they send a [`LogEvent`] down a
 //! channel (no lock, no syscall on the executor thread) and the writer thread
 //! formats and appends it. The file is opened with `O_APPEND`, so logrotate's
-//! `copytruncate` works, and [`LogHandle::reopen`] reopens it after a rename.
+//! `copytruncate` works, and [`LogHandle::rotate`] (SIGUSR1) and
+//! [`LogHandle::reopen`] (reload) open the path again after a rename, so
+//! logrotate's `create` does too.
 //!
 //! Nothing about the file may stall or swell the daemon:
 //! - the queue to the writer holds at most [`LOG_QUEUE_LINES`] lines; past
@@ -230,6 +232,9 @@ enum Msg {
     Reopen(Option<PathBuf>, Format, mpsc::Sender<std::io::Result<()>>),
     /// Report back once everything sent before has been written.
     Flush(mpsc::Sender<()>),
+    /// Open the current file's path again (SIGUSR1, after logrotate moved
+    /// the file); reports whether a file is configured.
+    Rotate(mpsc::Sender<std::io::Result<bool>>),
 }
 
 /// What the senders and the writer thread share about the queue between them.
@@ -356,6 +361,33 @@ impl LogHandle {
             );
         }
         done
+    }
+
+    /// Opens the log file's path again, as SIGUSR1 asks after logrotate
+    /// moved the file away (`create`): lines written from now on go to the
+    /// file at the path (made if missing, a symlink refused as at start-up),
+    /// the moved file keeps what was written before. A failed open keeps the
+    /// file open now. `Ok(false)`: no log file is configured, nothing done.
+    /// Waits at most [`WRITER_WAIT`], as [`reopen`](Self::reopen).
+    /// Blocking: call it off the executor threads.
+    pub fn rotate(&self) -> std::io::Result<bool> {
+        let Some(tx) = &self.tx else { return Ok(false) };
+        let (done_tx, done_rx) = mpsc::channel();
+        tx.send(Msg::Rotate(done_tx))
+            .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
+        match done_rx.recv_timeout(WRITER_WAIT) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "the log writer has been stuck in a write for {WRITER_WAIT:?}; \
+                     it reopens the file when that write returns"
+                ),
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(std::io::Error::other("log writer thread is gone"))
+            }
+        }
     }
 
     /// Reopens the log file (after logrotate, or for a new configuration) and

@@ -219,7 +219,11 @@ fn the_longest_json_line_is_within_its_bound() {
     ev.flow = Some(Flow {
         id: u64::MAX,
         rule: worst,
-        backend: Some("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535".parse().unwrap()),
+        backend: Some(
+            "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+                .parse()
+                .unwrap(),
+        ),
         duration_ms: u64::MAX,
     });
     let mut s = String::new();

@@ -346,6 +346,8 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
                 (None, None) => "?".to_string(),
             };
             log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str();
                 "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
                 live.client(),
                 route.names.bind_host,

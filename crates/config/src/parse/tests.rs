@@ -184,7 +184,10 @@ fn logformat_picks_the_log_format_and_wins_over_logcommon() {
     let c = ok("logfile /tmp/x.log\nlogformat json\n");
     assert_eq!(c.globals.log_format, Some(LogFormat::Json));
     assert_eq!(c.log_format(), LogFormat::Json);
-    assert_eq!(ok("logcommon\nlogformat tab\n").log_format(), LogFormat::Tab);
+    assert_eq!(
+        ok("logcommon\nlogformat tab\n").log_format(),
+        LogFormat::Tab
+    );
     assert_eq!(ok("logformat common\n").log_format(), LogFormat::Common);
     let e = one_error("logformat xml");
     assert!(e.contains("logformat") && e.contains("json"), "{e}");
