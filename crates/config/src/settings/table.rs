@@ -625,8 +625,9 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Append one line per connection to this file, in rinetd's \
               tab-separated format (or, with logcommon, the web server's common \
-              log format). A separate thread writes it; it is reopened on reload, \
-              so logrotate can move it. The last of repeated lines wins.",
+              log format; or, with logformat json, JSON). A separate thread \
+              writes it; it is reopened on reload and on SIGUSR1, so logrotate \
+              can move it. The last of repeated lines wins.",
         global: Some(|c| Slot::Path(&mut c.logfile)),
         ..BASE
     },
