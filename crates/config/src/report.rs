@@ -235,6 +235,18 @@ mod tests {
     use crate::services::Services;
 
     #[test]
+    fn the_json_log_format_is_named() {
+        let text = "logfile /tmp/x.log\nlogcommon\nlogformat json\n127.0.0.1 80 127.0.0.2 80\n";
+        let parsed = crate::parse(text).expect("valid");
+        let resolved = crate::resolve(parsed, &Services::parse("")).expect("resolves");
+        let out = report("f.conf", &resolved);
+        assert!(
+            out.contains("logfile /tmp/x.log (one JSON object per line)\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn report_lines() {
         let text = concat!(
             "allow 127.*\n",
