@@ -368,6 +368,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
         .iter()
         .map(|c| {
             json!({
+                "id": c.id,
                 "rule": c.rule,
                 "kind": c.kind.as_str(),
                 "client": c.client.to_string(),
@@ -396,6 +397,7 @@ pub fn connections_text(rows: &Value) -> String {
         "TO_CLIENT",
         "STATE",
         "SERVER_NAME",
+        "ID",
     ]
     .map(String::from)];
     for r in rows.as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -412,9 +414,10 @@ pub fn connections_text(rows: &Value) -> String {
             num("bytes_to_client"),
             text("state"),
             text("server_name"),
+            num("id"),
         ]);
     }
-    let mut widths = [0usize; 9];
+    let mut widths = [0usize; 10];
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());

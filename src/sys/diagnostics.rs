@@ -1,6 +1,9 @@
 //! oi's own diagnostics (start, reload, errors; not the connection log):
-//! one logger, installed once at start-up, writing to stderr (journald picks
-//! it up under systemd) and, in daemon and drop-in mode, to syslog.
+//! one logger, installed once at start-up, writing to stderr and, in daemon
+//! and drop-in mode, to syslog. Under systemd, when `JOURNAL_STREAM` says
+//! stderr is the journal, lines go to journald's socket instead, each with
+//! its priority and fields (`super::journal`); a line that socket refuses
+//! goes to stderr as before.
 //!
 //! The sink is decided with the fork: before it, a daemon reports to both
 //! stderr (still the terminal or the service manager) and syslog; after it,
@@ -9,6 +12,7 @@
 //! (`<PRI>Mmm dd hh:mm:ss TAG[PID]: MESSAGE`) on a non-blocking datagram
 //! socket: a stalled syslog daemon drops messages, it never stalls forwarding.
 
+use super::journal::Journal;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
@@ -34,8 +38,12 @@ static LOGGER: OnceLock<Diagnostics> = OnceLock::new();
 struct Diagnostics {
     /// Formats for stderr, and filters every record by `RUST_LOG`.
     stderr: env_logger::Logger,
-    /// Whether records go to stderr (off in a daemon after the fork).
+    /// Whether records go to stderr, or the journal in its place (off in a
+    /// daemon after the fork).
     to_stderr: AtomicBool,
+    /// journald's socket, when stderr is the journal's stream: records go
+    /// there with their priority, and to stderr only when it refuses one.
+    journal: Option<Journal>,
     /// The syslog socket, when syslog is a sink.
     syslog: Mutex<Option<Syslog>>,
 }
@@ -66,6 +74,7 @@ pub(crate) fn init(program: &'static str, syslog: bool) {
     let logger = Diagnostics {
         stderr,
         to_stderr: AtomicBool::new(true),
+        journal: Journal::connect(program),
         syslog: Mutex::new(if syslog {
             Syslog::connect(program)
         } else {
@@ -91,7 +100,10 @@ pub(crate) fn init(program: &'static str, syslog: bool) {
 /// A start-up failure: printed to stderr as it is (no log prefix, as a
 /// command-line tool prints errors), and sent to syslog when syslog is a sink.
 pub(crate) fn report(message: &str) {
-    eprintln!("{message}");
+    let journal = LOGGER.get().and_then(|l| l.journal.as_ref());
+    if journal.is_none_or(|j| j.send_error(message).is_err()) {
+        eprintln!("{message}");
+    }
     if let Some(logger) = LOGGER.get() {
         if let Ok(syslog) = logger.syslog.lock() {
             if let Some(syslog) = syslog.as_ref() {
@@ -213,7 +225,13 @@ impl Log for Diagnostics {
             return;
         }
         if self.to_stderr.load(Ordering::Relaxed) {
-            self.stderr.log(record);
+            let sent = self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.send(record).is_ok());
+            if !sent {
+                self.stderr.log(record);
+            }
         }
         if let Ok(syslog) = self.syslog.lock() {
             if let Some(syslog) = syslog.as_ref() {

@@ -156,6 +156,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.flow = Some(live.flow());
         line
     };
     shared.log.log_with(|| event(Event::Opened, Bytes::NONE));
@@ -342,6 +343,8 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
                 (None, None) => "?".to_string(),
             };
             log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str();
                 "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
                 live.client(),
                 route.names.bind_host,
@@ -359,6 +362,7 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
         open.shared.log.log_with(|| {
             let mut line = route.event(live.client().client(), ev, bytes);
             line.server_name = live.server_name();
+            line.flow = Some(live.flow());
             line
         });
     }

@@ -105,7 +105,11 @@ pub(crate) async fn tcp_to_udp(
     let fresh = matches!(since, Since::Opened(_));
     let ip = client_ip(origin.client);
     let activity = Activity::register(&stats, ConnKind::TcpToUdp, origin.client, since);
-    let event = |event| route.event(ip, event, activity.bytes());
+    let event = |event| {
+        let mut line = route.event(ip, event, activity.bytes());
+        line.flow = Some(activity.conn.flow());
+        line
+    };
     if fresh {
         shared.log.log_with(|| event(Event::Opened));
     }

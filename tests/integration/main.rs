@@ -24,6 +24,7 @@ mod forwarding;
 mod harness;
 mod health_checks;
 mod include_yaml;
+mod journal;
 mod layout;
 mod logfile;
 mod lookups;

@@ -423,11 +423,7 @@ fn write_pidfile(path: Option<&std::path::Path>) {
 
 /// The log file format a configuration asks for.
 fn log_format(cfg: &ResolvedConfig) -> Format {
-    if cfg.config.logcommon {
-        Format::Common
-    } else {
-        Format::Tab
-    }
+    cfg.config.log_format().into()
 }
 
 /// Whether to reload when the files change: `--watch`, else the file's

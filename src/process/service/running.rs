@@ -107,7 +107,10 @@ impl Service {
                         self.set_watching(watch);
                     }
                 }
-                Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(Signal::Usr1))) => {
+                    self.status();
+                    self.rotate_log().await;
+                }
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
                     if self.upgrade(None).await.is_ok() {
                         handed_over = true;
@@ -217,6 +220,21 @@ impl Service {
         );
     }
 
+    /// Answers SIGUSR1's other half, as nginx does: opens the log file's
+    /// path again, so logrotate can move the file and `create` a new one
+    /// (dist/oi.logrotate). Without a log file, nothing happens.
+    async fn rotate_log(&self) {
+        let log = self.shared.log.clone();
+        match smol::unblock(move || log.rotate()).await {
+            Ok(true) => log::info!("SIGUSR1: log file reopened"),
+            Ok(false) => {}
+            Err(e) => log::error!(
+                reason = "log-reopen-failed";
+                "SIGUSR1: cannot reopen the log file: {e}; writing on to the file open before"
+            ),
+        }
+    }
+
     /// Starts or stops the watcher after a reload, as the new file's `watch`
     /// (under `--watch`) says; a running watcher has already followed the
     /// files' new include list.
@@ -284,17 +302,23 @@ impl Service {
         let cfg = match loaded {
             Ok(Ok(cfg)) => cfg,
             Ok(Err(refused)) => {
-                log::error!("{refused}");
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(reason = "reload-refused"; "{refused}");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
                 return (status.into(), None);
             }
             Err(e) => {
                 for line in e.with_file(&self.file).to_string().lines() {
-                    log::error!("{line}");
+                    log::error!(reason = "reload-failed"; "{line}");
                 }
-                log::error!("reload failed: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-failed";
+                    "reload failed: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload failed: previous configuration still serving";
                 return (status.into(), None);
@@ -327,9 +351,12 @@ impl Service {
             }
             Ok(Err(refused)) => {
                 for e in capped(&refused) {
-                    log::error!("{e}");
+                    log::error!(reason = "reload-refused"; "{e}");
                 }
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
                 return (status.into(), None);
@@ -345,7 +372,7 @@ impl Service {
         })
         .await;
         if let Err(e) = reopened {
-            log::error!("cannot reopen the log file: {e}");
+            log::error!(reason = "log-reopen-failed"; "cannot reopen the log file: {e}");
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
