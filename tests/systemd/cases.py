@@ -2,6 +2,7 @@
 network namespace (run.py starts this file under nsenter --net), so the
 backends and clients here share its loopback with oi."""
 
+import json
 import os
 import re
 import time
@@ -323,6 +324,35 @@ class Cases:
         self.note("as shipped: closed, local-socket-failed; with the README's AmbientCapabilities= and "
                   "CapabilityBoundingSet= lines: served, the backend saw the client's 127.0.0.3")
 
+    def journal_priorities(self):
+        """9: the journal: each line at its priority with OI_* fields, through
+        journald's native protocol (JOURNAL_STREAM names oi's stderr)."""
+        self.fresh([self.rule(self.a)])
+        cursor = self.cursor()
+        self.write(CONF, "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n")
+        self.sh("systemctl", "reload", "oi.service", check=False)
+        self.wait_for(lambda: "reload-failed" in self.journal(cursor, "-u", "oi.service", "-o", "verbose"),
+                      "an entry with OI_REASON=reload-failed")
+        self.conf([self.rule(self.b)])
+        self.sh("systemctl", "reload", "oi.service")
+        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
+                      f"'reloaded {CONF}' in the journal")
+        errors = self.journal(cursor, "-u", "oi.service", "-p", "err").splitlines()
+        assert errors and all("not-a-port" in e or "reload" in e for e in errors), \
+            f"journalctl -p err should show the refused reload only: {errors}"
+        assert not any("reloaded" in e for e in errors), f"a routine line at priority err: {errors}"
+        entries = [json.loads(l) for l in self.journal(cursor, "-u", "oi.service", "-o", "json").splitlines()
+                   if l.startswith("{")]
+        failed = [e for e in entries if e.get("OI_REASON") == "reload-failed"]
+        assert failed and all(e.get("PRIORITY") == "3" for e in failed), \
+            f"the refused reload's entry: {failed or entries[-5:]}"
+        assert all(e.get("SYSLOG_IDENTIFIER") == "oi" for e in failed), failed
+        routine = [e for e in entries if "reloaded" in e.get("MESSAGE", "")]
+        assert routine and all(e.get("PRIORITY") == "6" for e in routine), routine
+        self.note(f"journalctl -p err -u oi: {len(errors)} line(s), the refused reload "
+                  f"(PRIORITY=3, OI_REASON=reload-failed, CODE_FILE={failed[0].get('CODE_FILE')}); "
+                  f"the reload that served at PRIORITY={routine[0].get('PRIORITY')}")
+
     def watchdog(self, force=False):
         """7: the watchdog, once the unit sets WatchdogSec= (another change):
         at WatchdogSec=1s (a drop-in, so the case takes 3 s whatever the
@@ -353,5 +383,6 @@ class Cases:
             ("4 package upgrade", self.upgrade),
             ("5 socket activation", self.socket_activation),
             ("6 transparent", self.transparent),
+            ("9 journal priorities and fields", self.journal_priorities),
             ("7 watchdog", self.watchdog),
         ]
