@@ -55,7 +55,7 @@ impl Journal {
     /// Sends one record; an error (or a line over [`MAX_DATAGRAM`]) means
     /// the caller writes it to stderr.
     pub(super) fn send(&self, record: &Record<'_>) -> io::Result<()> {
-        let message = record.args().to_string();
+        let message = super::diagnostics::message_of(record);
         let fields = Fields {
             priority: priority(record.level()),
             identifier: self.identifier,
