@@ -154,7 +154,7 @@ fn write_stderr_line(buf: &mut env_logger::fmt::Formatter, record: &Record<'_>) 
 /// outside (a YAML backend's `name:`, a server name, a peer's error) and are
 /// read on terminals, where an escape sequence would act; backslashes stay
 /// as they are, so text a message already escaped is not escaped twice.
-pub(super) fn message_of(record: &Record<'_>) -> String {
+fn message_of(record: &Record<'_>) -> String {
     use std::fmt::Write as _;
     let raw = record.args().to_string();
     let acts = |c: char| c != '\n' && (c.is_control() || is_format_control(c));
@@ -264,7 +264,7 @@ impl Log for Diagnostics {
             let sent = self
                 .journal
                 .as_ref()
-                .is_some_and(|j| j.send(record).is_ok());
+                .is_some_and(|j| j.send(record, &message_of(record)).is_ok());
             if !sent {
                 self.stderr.log(record);
             }

@@ -52,14 +52,14 @@ impl Journal {
         Some(Journal { socket, identifier })
     }
 
-    /// Sends one record; an error (or a line over [`MAX_DATAGRAM`]) means
-    /// the caller writes it to stderr.
-    pub(super) fn send(&self, record: &Record<'_>) -> io::Result<()> {
-        let message = super::diagnostics::message_of(record);
+    /// Sends one record, shown as `message` (escaped by the caller); an
+    /// error (or a line over [`MAX_DATAGRAM`]) means the caller writes it to
+    /// stderr.
+    pub(super) fn send(&self, record: &Record<'_>, message: &str) -> io::Result<()> {
         let fields = Fields {
             priority: priority(record.level()),
             identifier: self.identifier,
-            message: &message,
+            message,
             file: record.file(),
             line: record.line(),
             source: Some(record.key_values()),
