@@ -254,6 +254,11 @@ async fn carry(
         if !matches!(end, End::Stop) {
             return Some(end);
         }
+        // Paused, the stream holds no turn: what the buckets owe goes to
+        // the new oi without it (as a paused TCP direction's, `tcp/pump.rs`).
+        if let Some(l) = up_limit.as_deref_mut() {
+            l.release();
+        }
         if offer(f, route, shared, &ticket, (up_limit.as_deref(), down_limit)).await {
             return None;
         }
