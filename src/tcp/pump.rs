@@ -160,6 +160,12 @@ impl Direction {
     /// direction's state for a hand-over. Called between polls only, when
     /// no byte is half-way through a system call.
     fn pause(&mut self, pools: &Pools<'_>) -> io::Result<Half> {
+        // A paused direction holds no turn: what the buckets owe is carried
+        // to the new oi without it (and it is reserved again if the
+        // connection runs on here).
+        if let Some(t) = &mut self.throttle {
+            t.release();
+        }
         let held = match &mut self.mover {
             Mover::Copy(m) => m.take_unsent(pools.buffers)?,
             Mover::Splice(m) => m.take_unsent(pools.pipes)?,
@@ -195,9 +201,9 @@ impl Direction {
                     if self.pending.is_some() {
                         ready!(Self::poll_pending(&mut self.pending, cx, to, &mut meter))?;
                     }
-                    // Under a limit, this step may read what the buckets
-                    // hold (bytes already read still go out); with none
-                    // left the direction sleeps on the throttle's timer.
+                    // Under a limit, this step may read what its turn
+                    // allows (bytes already read still go out); before its
+                    // turn the direction sleeps on the throttle's timer.
                     let budget = meter.budget;
                     if let Some(t) = &mut self.throttle {
                         let in_flight = match &self.mover {
@@ -218,6 +224,13 @@ impl Direction {
                         let read = allowed - meter.budget;
                         t.charge(read);
                         meter.budget = budget - read;
+                        // Stopped (nothing to read, nowhere to write, EOF,
+                        // an error): what the turn allowed and was not read
+                        // goes back to the buckets, for the directions
+                        // waiting behind this one.
+                        if matches!(step, Poll::Pending | Poll::Ready(Ok(Step::Eof) | Err(_))) {
+                            t.release();
+                        }
                         allowed < budget
                     } else {
                         false

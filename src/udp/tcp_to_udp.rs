@@ -138,7 +138,7 @@ pub(crate) async fn tcp_to_udp(
     // Bandwidth limits: the stream waits for its bucket (as a TCP→TCP
     // direction does), datagrams from the backend over theirs are dropped
     // (as a UDP association's are).
-    let (up, down) = route.rates.limits(&stats.rates, Some(ip));
+    let (mut up, down) = route.rates.limits(&stats.rates, Some(ip));
     // A handed-over connection's own buckets owe what they did there.
     let now = Instant::now();
     for (limit, ns) in [(&up, owed.0), (&down, owed.1)] {
@@ -153,7 +153,7 @@ pub(crate) async fn tcp_to_udp(
         activity: &activity,
         origin,
     };
-    let limits = (up.as_ref(), down.as_ref());
+    let limits = (up.as_mut(), down.as_ref());
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
         shared.log.log_with(|| event(end.event()));
     }
@@ -233,16 +233,20 @@ async fn carry(
     route: &Route,
     shared: &Shared,
     stats: &RuleStats,
-    limits: (Option<&Limit>, Option<&Limit>),
+    limits: (Option<&mut Limit>, Option<&Limit>),
 ) -> Option<End> {
     let pool = &shared.datagrams;
     let ticket = shared.parking.enter();
     let busy = Busy::default();
+    let (mut up_limit, down_limit) = limits;
     loop {
-        let up = limits.0.map(|l| (l, stats));
+        // Dropped mid-wait when another branch ends first, `to_backend`
+        // leaves its turn in the `Limit`, which outlives it: the next one
+        // takes it up, or the connection's end gives it back.
+        let up = up_limit.as_deref_mut().map(|l| (l, stats));
         let end = to_backend(f.client, f.socket, f.header, f.activity, pool, up, &busy.up)
             .or(to_client(
-                f.client, f.socket, f.activity, pool, limits.1, &busy.down,
+                f.client, f.socket, f.activity, pool, down_limit, &busy.down,
             ))
             .or(idle(f.activity, route.udp_timeout()))
             .or(stop(&ticket, &busy))
@@ -250,7 +254,12 @@ async fn carry(
         if !matches!(end, End::Stop) {
             return Some(end);
         }
-        if offer(f, route, shared, &ticket, limits).await {
+        // Paused, the stream holds no turn: what the buckets owe goes to
+        // the new oi without it (as a paused TCP direction's, `tcp/pump.rs`).
+        if let Some(l) = up_limit.as_deref_mut() {
+            l.release();
+        }
+        if offer(f, route, shared, &ticket, (up_limit.as_deref(), down_limit)).await {
             return None;
         }
     }
@@ -328,7 +337,7 @@ async fn to_backend(
     header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
-    limit: Option<(&Limit, &RuleStats)>,
+    mut limit: Option<(&mut Limit, &RuleStats)>,
     busy: &AtomicBool,
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
@@ -340,7 +349,7 @@ async fn to_backend(
         if drained && client.readable().await.is_err() {
             return End::Client;
         }
-        let (want, waited) = match limit {
+        let (want, waited) = match &mut limit {
             Some((limit, stats)) => allowance(limit, stats, most).await,
             None => (most, false),
         };
@@ -351,9 +360,9 @@ async fn to_backend(
             Ok(n) => {
                 // Maybe more behind it: read again before waiting for an edge.
                 drained = false;
-                if let Some((limit, stats)) = limit {
+                if let Some((limit, stats)) = &mut limit {
                     let n = n as u64;
-                    limit.charge(n, Instant::now());
+                    limit.moved(n);
                     if waited {
                         stats.count_by(|c| &c.rate_delayed_bytes, n);
                     }
@@ -370,6 +379,11 @@ async fn to_backend(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 drained = true;
+                // Nothing to read: the rest of the turn goes back to the
+                // streams waiting behind this one.
+                if let Some((limit, _)) = &mut limit {
+                    limit.release();
+                }
                 None
             }
             Err(_) => Some(End::Client),
@@ -381,25 +395,28 @@ async fn to_backend(
     }
 }
 
-/// Waits until `limit`'s buckets hold a chunk worth reading (on a timer),
-/// counting the wait; returns how much to read (at most `most`) and whether
-/// it waited.
-async fn allowance(limit: &Limit, stats: &RuleStats, most: usize) -> (usize, bool) {
+/// Waits for this stream's turn at `limit`'s buckets (on a timer; see
+/// "Fair shares" in `stats/rate.rs`), counting the wait; returns how much to
+/// read (at most `most`, at least 1) and whether it waited.
+async fn allowance(limit: &mut Limit, stats: &RuleStats, most: usize) -> (usize, bool) {
     let began = Instant::now();
     let mut waited = false;
     loop {
         let now = Instant::now();
-        let wait = limit.wait(now);
-        if wait.is_zero() {
-            if waited {
-                let ms = now.saturating_duration_since(began).as_millis();
-                stats.count_by(|c| &c.rate_wait_ms, u64::try_from(ms).unwrap_or(u64::MAX));
+        match limit.turn(now) {
+            Ok(allowed) => {
+                if waited {
+                    let ms = now.saturating_duration_since(began).as_millis();
+                    stats.count_by(|c| &c.rate_wait_ms, u64::try_from(ms).unwrap_or(u64::MAX));
+                }
+                let allowed = usize::try_from(allowed).unwrap_or(usize::MAX);
+                return (most.min(allowed).max(1), waited);
             }
-            let available = usize::try_from(limit.available(now)).unwrap_or(usize::MAX);
-            return (most.min(available).max(1), waited);
+            Err(due) => {
+                waited = true;
+                Timer::at(due.max(now + std::time::Duration::from_millis(1))).await;
+            }
         }
-        waited = true;
-        Timer::after(wait.max(std::time::Duration::from_millis(1))).await;
     }
 }
 

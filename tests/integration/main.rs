@@ -34,6 +34,7 @@ mod observe;
 mod parse_fuzz;
 mod pools;
 mod port_ranges;
+mod rate_fairness;
 mod rate_limits;
 mod readme_commands;
 mod reload;

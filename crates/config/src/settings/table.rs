@@ -475,8 +475,8 @@ pub static SETTINGS: &[Setting] = &[
               (10M is 10,485,760 bytes per second). Each direction has a token \
               bucket whose burst is a tenth of a second's worth (at least 64K), \
               so a quiet connection starts at full speed; past it a TCP \
-              direction waits (on a timer, no polling) until its bucket \
-              refills, whether it copies or splices, and a UDP datagram over \
+              direction waits (on a timer, no polling) for its turn as the \
+              bucket refills, whether it copies or splices, and a UDP datagram over \
               the limit is dropped and counted (queueing it would only add \
               latency); on a TCP to UDP rule the stream waits and the \
               backend's datagrams are dropped. Example: [rate=1M], or in YAML rate: 1M.",
@@ -513,6 +513,10 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Bandwidth limit of all the rule's connections together, per \
               direction (an oi extension): they share one bucket per \
               direction, kept across a reload that keeps the rule's listener. \
+              The bucket serves its waiting connections in turn, 16K each \
+              (a 64th of a second's worth at high rates, a 16th at low \
+              ones) in the order they asked, so each gets an even share and \
+              none is starved by the others, whoever holds how many. \
               Units, burst and UDP as for rate. Example: [rule-rate=100M] \
               (YAML: rule_rate: 100M).",
         rule: Some(|o| Slot::Rate(&mut o.rule_rate)),
@@ -530,8 +534,11 @@ pub static SETTINGS: &[Setting] = &[
               remembers at most 65,536 client addresses; past that, clients \
               with no open connection are forgotten (those that owe nothing \
               first), and a client that still finds no room is limited per \
-              connection at this rate. Units, burst and UDP as for rate. \
-              Example: [client-rate=5M] (YAML: client_rate: 5M).",
+              connection at this rate. A client's connections share its \
+              bucket in turn, as rule-rate's do, and with rule-rate too each \
+              bucket is shared evenly: a client's connections within its \
+              share, the clients within the rule's. Units, burst and UDP as \
+              for rate. Example: [client-rate=5M] (YAML: client_rate: 5M).",
         rule: Some(|o| Slot::Rate(&mut o.client_rate)),
         ..BASE
     },
