@@ -49,7 +49,7 @@ pub use counters::{
 };
 pub use rules::{BackendValues, RuleStats, RuleValues};
 pub use rules::{ConnInfo, ConnState};
-pub(crate) use rules::{Live, Registered};
+pub(crate) use rules::{Conn, Live, Registered};
 pub use snapshot::{Pools, Snapshot, Stats};
 
 use counters::drop_one;

@@ -19,11 +19,33 @@ pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::P
         );
         return ExitCode::from(2);
     };
+    if let crate::process::cli::ClientAction::Admin { line, reload } = &q.action {
+        let asked = line
+            .as_deref()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.clone()))
+            .and_then(|line| crate::observe::ask_admin(&socket, line, *reload));
+        return match asked {
+            Ok(answer) => {
+                print!("{answer}");
+                ExitCode::SUCCESS
+            }
+            // A reload's errors as `--check` prints them.
+            Err(e) if *reload && e.kind() == std::io::ErrorKind::Other => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("oi: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (query, json) = match &q.action {
         crate::process::cli::ClientAction::Print { query, json } => (*query, *json),
         crate::process::cli::ClientAction::Top { interval } => {
             return crate::top::run(&socket, *interval)
         }
+        crate::process::cli::ClientAction::Admin { .. } => return ExitCode::FAILURE,
         crate::process::cli::ClientAction::Upgrade { binary } => {
             return match crate::observe::ask_upgrade(&socket, binary.as_deref()) {
                 Ok(answer) => {

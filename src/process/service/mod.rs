@@ -209,11 +209,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
     let (upgrade_asked, upgrades) = async_channel::bounded(1);
+    let (service_asked, asks) = async_channel::bounded(1);
     let observer = match Observer::start_given(
         shared.clone(),
         opts.observe_with(&cfg.config.globals),
         given,
         Some(upgrade_asked),
+        Some(service_asked),
     ) {
         Ok(o) => o,
         Err(e) => {
@@ -259,6 +261,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         binary,
         args,
         upgrades,
+        asks,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {

@@ -42,6 +42,8 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
+    /// `oi reload` requests, from the control socket.
+    pub(super) asks: Receiver<crate::observe::ServiceAsk>,
 }
 
 /// What woke the service loop.
@@ -52,6 +54,8 @@ pub(super) enum Wakeup {
     Changed,
     /// `oi upgrade` asked for an upgrade.
     Upgrade(UpgradeAsk),
+    /// `oi reload` (or another request the service answers).
+    Ask(crate::observe::ServiceAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`reads`: what the
@@ -94,15 +98,42 @@ impl Service {
                         Err(_) => futures_lite::future::pending().await,
                     }
                 })
+                .or(async {
+                    match self.asks.recv().await {
+                        Ok(ask) => Wakeup::Ask(ask),
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                })
                 .await;
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
                     notify::reloading();
-                    let (status, watch) = self.reload().await;
+                    let (status, watch, _) = self.reload().await;
                     notify::ready(&status);
                     if let Some(watch) = watch {
                         self.set_watching(watch);
                     }
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Reload(reply)) => {
+                    notify::reloading();
+                    let (status, watch, errors) = self.reload().await;
+                    notify::ready(&status);
+                    let answer = match watch {
+                        Some(watch) => {
+                            self.set_watching(watch);
+                            let mut text = format!("reloaded: {status}\n");
+                            for e in &errors {
+                                text.push_str(&format!("warning: {e}\n"));
+                            }
+                            Ok(text)
+                        }
+                        None => {
+                            let mut text = errors.join("\n");
+                            text.push_str(&format!("\n{status}\n"));
+                            Err(text)
+                        }
+                    };
+                    let _ = reply.send(answer).await;
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
@@ -233,7 +264,9 @@ impl Service {
     /// running. Returns a status line for the service manager and, when the
     /// reload succeeded, whether the files are now to be watched. Records
     /// the digest of what it read, and whether it took effect, in `reads`.
-    pub(super) async fn reload(&self) -> (String, Option<bool>) {
+    /// The third value is every error, as `--check` prints them (for `oi
+    /// reload`; SIGHUP has them in the log).
+    pub(super) async fn reload(&self) -> (String, Option<bool>, Vec<String>) {
         let path = self.path.clone();
         let file = self.file.clone();
         // The descriptor budget is checked on the parsed rules, before their
@@ -258,9 +291,9 @@ impl Service {
             (loaded, read)
         })
         .await;
-        let (status, watch) = self.apply(loaded).await;
+        let (status, watch, errors) = self.apply(loaded).await;
         self.reads.record(read, watch.is_some());
-        (status, watch)
+        (status, watch, errors)
     }
 
     /// [`Service::reload`]'s work once the files are read: applies the
@@ -268,7 +301,7 @@ impl Service {
     async fn apply(
         &self,
         loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
-    ) -> (String, Option<bool>) {
+    ) -> (String, Option<bool>, Vec<String>) {
         let cfg = match loaded {
             Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
             Ok(Err(refused)) => {
@@ -276,16 +309,24 @@ impl Service {
                 log::error!("reload refused: keeping the previous configuration");
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, vec![refused]);
             }
             Err(e) => {
-                for line in e.with_file(&self.file).to_string().lines() {
+                // As `--check` prints them: the errors, then their count.
+                let n = e.count();
+                let text = e.with_file(&self.file).to_string();
+                for line in text.lines() {
                     log::error!("{line}");
                 }
                 log::error!("reload failed: keeping the previous configuration");
                 self.shared.stats.reloaded(false);
                 let status = "reload failed: previous configuration still serving";
-                return (status.into(), None);
+                let mut errors: Vec<String> = text.lines().map(String::from).collect();
+                errors.push(format!(
+                    "configuration invalid ({n} error{})",
+                    if n == 1 { "" } else { "s" }
+                ));
+                return (status.into(), None, errors);
             }
         };
         let log = self.shared.log.clone();
@@ -304,25 +345,34 @@ impl Service {
             done,
         };
         if self.commands.send(command).await.is_err() {
-            return ("reload failed: the server has stopped".into(), None);
+            return ("reload failed: the server has stopped".into(), None, Vec::new());
         }
-        match errors.recv().await {
+        let warnings = match errors.recv().await {
             Ok(Ok(errors)) => {
-                for e in capped(&errors) {
+                let errors: Vec<String> = capped(&errors).collect();
+                for e in &errors {
                     log::error!("{e}");
                 }
+                errors
             }
             Ok(Err(refused)) => {
-                for e in capped(&refused) {
+                let refused: Vec<String> = capped(&refused).collect();
+                for e in &refused {
                     log::error!("{e}");
                 }
                 log::error!("reload refused: keeping the previous configuration");
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, refused);
             }
-            Err(_) => return ("reload failed: the server has stopped".into(), None),
-        }
+            Err(_) => {
+                return (
+                    "reload failed: the server has stopped".into(),
+                    None,
+                    Vec::new(),
+                )
+            }
+        };
         // The global `maxconn` follows the file; open connections stay.
         self.shared.set_max_connections(max_connections);
         let reopened = smol::unblock(move || {
@@ -336,6 +386,6 @@ impl Service {
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
-        (status, Some(watch))
+        (status, Some(watch), warnings)
     }
 }

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 /// Shards of the live list: more than the executor threads of a typical host,
@@ -98,7 +99,23 @@ pub(crate) struct Conn {
     kind: ConnKind,
     /// A [`ConnState`], stored by the connection.
     state: AtomicU8,
+    /// Its number in `oi connections` and `oi close --id`: from a process
+    /// counter, so unique among live entries unless one outlives 2^32
+    /// newer ones (4 bytes of the entry's padding; a `u64` would grow it).
+    id: u32,
+    /// `oi close`'s flags ([`CLOSE_ASKED`], [`CLOSE_WATCHED`]): one byte
+    /// of the padding, and the pump's waker waits in its shard.
+    close: AtomicU8,
 }
+
+/// `Conn::close`: an operator asked for the connection to be closed.
+const CLOSE_ASKED: u8 = 1;
+
+/// `Conn::close`: its pump's waker is in its shard's `wakers`.
+const CLOSE_WATCHED: u8 = 2;
+
+/// Numbers the live entries (see `Conn::id`).
+static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 /// The instant live entries count their start from: the first entry's
 /// registration (an [`Instant`] is 16 bytes, a millisecond count 8).
@@ -136,7 +153,34 @@ impl Conn {
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
             server_name: self.server_name.get().map(|n| n.to_string()),
+            id: u64::from(self.id),
         }
+    }
+
+    /// The rule it belongs to.
+    pub(crate) fn rule(&self) -> &Arc<RuleStats> {
+        &self.rule
+    }
+
+    /// Its client.
+    pub(crate) fn client(&self) -> Peer {
+        self.client
+    }
+
+    /// The backend address that answered, once connected.
+    pub(crate) fn backend(&self) -> Option<SocketAddr> {
+        self.backend.get().map(|(addr, _)| *addr)
+    }
+
+    /// Its number (see the field).
+    pub(crate) fn id(&self) -> u64 {
+        u64::from(self.id)
+    }
+
+    /// Whether `oi close` can close it: a stream its pump watches (a UDP
+    /// association or a TCP→UDP flow has no pump to stop).
+    fn closable(&self) -> bool {
+        matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
     }
 }
 
@@ -161,6 +205,8 @@ pub struct ConnInfo {
     pub state: ConnState,
     /// The TLS server name it was routed by (`[sni=...]` listeners).
     pub server_name: Option<String>,
+    /// Its number, for `oi close --id`.
+    pub id: u64,
 }
 
 /// One shard: its entries in slots, and the slots free for reuse. A slot
@@ -170,6 +216,10 @@ pub struct ConnInfo {
 struct Shard {
     /// Live entries; `None` in a free slot.
     slots: Vec<Option<Arc<Conn>>>,
+    /// Beside `slots`, the waker of each entry's pump once it waits
+    /// (`oi close` wakes it): 16 bytes per slot, kept out of the entry,
+    /// whose budget has no room for it.
+    wakers: Vec<Option<Waker>>,
     /// Indexes of the free slots in `slots`.
     free: Vec<u32>,
 }
@@ -206,10 +256,26 @@ impl Shard {
                 self.free.push(slot);
             }
         }
+        if let Some(waker) = self.wakers.get_mut(slot as usize) {
+            *waker = None;
+        }
         if self.free.len() == self.slots.len() {
             self.slots = Vec::new();
             self.free = Vec::new();
+            self.wakers = Vec::new();
         }
+    }
+
+    /// Keeps `waker` for the entry in `slot`.
+    fn watch(&mut self, slot: u32, waker: &Waker) {
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            return;
+        }
+        if self.wakers.len() <= i {
+            self.wakers.resize(i + 1, None);
+        }
+        self.wakers[i] = Some(waker.clone());
     }
 
     /// The live entries.
@@ -261,11 +327,50 @@ impl Live {
                 ConnState::Open.to_u8()
             }),
             server_name: OnceLock::new(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            close: AtomicU8::new(0),
         });
         let slot = conn.rule.live.shards[shard].lock().insert(conn.clone());
         // `SHARD` is under `SHARDS` (64): it fits.
         let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
+    }
+
+    /// Asks every closable entry `which` accepts to close, and wakes its
+    /// pump; returns how many were asked and how many it could not close
+    /// (UDP associations and TCP→UDP flows, which it leaves).
+    pub(in crate::stats) fn close(&self, which: impl Fn(&Conn) -> bool) -> (usize, usize) {
+        let (mut closed, mut left) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for (i, entry) in shard.slots.iter().enumerate() {
+                let Some(conn) = entry.as_ref().filter(|c| which(c)) else {
+                    continue;
+                };
+                if !conn.closable() {
+                    left += 1;
+                    continue;
+                }
+                closed += 1;
+                // Under the shard's lock, as the pump's registration: one
+                // of the two sees the other.
+                let was = conn.close.fetch_or(CLOSE_ASKED, Ordering::AcqRel);
+                if was & CLOSE_WATCHED != 0 {
+                    if let Some(Some(w)) = shard.wakers.get(i) {
+                        w.wake_by_ref();
+                    }
+                }
+            }
+        }
+        (closed, left)
+    }
+
+    /// How many live entries `which` accepts.
+    pub(in crate::stats) fn count(&self, which: impl Fn(&Conn) -> bool) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().entries().filter(|c| which(c)).count())
+            .sum()
     }
 
     /// Every live entry now.
@@ -342,6 +447,8 @@ impl Registered {
             server_name: old.server_name.clone(),
             kind,
             state: AtomicU8::new(old.state.load(Ordering::Relaxed)),
+            id: old.id,
+            close: AtomicU8::new(0),
         });
         // The entry's slot now lists the moved entry (an unlisted one,
         // `UNLISTED`, has no slot to update).
@@ -351,6 +458,9 @@ impl Registered {
                 if Arc::ptr_eq(slot, &self.conn) {
                     *slot = moved.clone();
                 }
+                // Under the lock `Live::close` takes: an ask is not lost.
+                let asked = old.close.load(Ordering::Acquire) & CLOSE_ASKED;
+                moved.close.store(asked, Ordering::Release);
             }
         }
         self.conn = moved;
@@ -392,6 +502,27 @@ impl Registered {
         let (from, to) = self.conn.bytes();
         let state = ConnState::from_u8(self.conn.state.load(Ordering::Relaxed));
         (from, to, state)
+    }
+
+    /// Whether `oi close` asked for this connection to end; the first call
+    /// that finds no ask keeps the task's waker in its shard, to be woken
+    /// by one (a task's waker stays the same for its life: one lock per
+    /// connection, none per poll).
+    pub(crate) fn close_asked(&self, cx: &Context<'_>) -> bool {
+        let flags = self.conn.close.load(Ordering::Acquire);
+        if flags & CLOSE_ASKED != 0 {
+            return true;
+        }
+        if flags & CLOSE_WATCHED != 0 || self.slot == UNLISTED {
+            return false;
+        }
+        let Some(shard) = self.live().shards.get(self.shard as usize) else {
+            return false;
+        };
+        let mut shard = shard.lock();
+        shard.watch(self.slot, cx.waker());
+        let was = self.conn.close.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
+        was & CLOSE_ASKED != 0
     }
 
     /// Stores the state.
