@@ -37,7 +37,9 @@ use arc_swap::ArcSwap;
 use oi_config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 

@@ -122,9 +122,13 @@ fn member_named(
         .pool()
         .ok_or_else(|| format!("rule '{}' has no backend pool", r.name()))?;
     let written = text(backend, "backend")?;
-    let m = pool
-        .member_named(written)
-        .map_err(|names| format!("{} of rule '{}'", not_found("backend", written, &names), r.name()))?;
+    let m = pool.member_named(written).map_err(|names| {
+        format!(
+            "{} of rule '{}'",
+            not_found("backend", written, &names),
+            r.name()
+        )
+    })?;
     Ok((r, pool, m))
 }
 
@@ -162,12 +166,14 @@ fn change_backend(
         changed.label, changed.after, changed.before
     );
     if let Change::Disable { grace_ms } = change {
-        let live = shared
-            .stats
-            .connections_where(|c| on_member(c, &r, &m));
+        let live = shared.stats.connections_where(|c| on_member(c, &r, &m));
         if grace_ms == 0 {
             let (closed, _) = shared.stats.close(|c| on_member(c, &r, &m));
-            log_closed(closed, &format!("backend {} of rule {rule_name} disabled", changed.label), who);
+            log_closed(
+                closed,
+                &format!("backend {} of rule {rule_name} disabled", changed.label),
+                who,
+            );
             let _ = writeln!(answer, "closed {closed} connection{}", plural(closed));
         } else {
             let grace = Duration::from_millis(grace_ms);
@@ -209,7 +215,10 @@ fn plural(n: usize) -> &'static str {
 
 /// The one log line of a close.
 fn log_closed(closed: usize, why: &str, who: Who) {
-    log::info!("closed {closed} connection{}: {why} (asked by {who})", plural(closed));
+    log::info!(
+        "closed {closed} connection{}: {why} (asked by {who})",
+        plural(closed)
+    );
 }
 
 /// `oi close`.
@@ -239,7 +248,11 @@ fn close(shared: &Shared, who: Who, which: Which<'_>) -> Result<String, String> 
         Which::Backend { rule, backend } => {
             let (r, _, m) = member_named(shared, rule, backend)?;
             let (closed, left) = shared.stats.close(|c| on_member(c, &r, &m));
-            (closed, left, format!("backend {} of rule {}", m.label(), r.name()))
+            (
+                closed,
+                left,
+                format!("backend {} of rule {}", m.label(), r.name()),
+            )
         }
     };
     log_closed(closed, &what, who);

@@ -17,9 +17,9 @@ mod page;
 mod slots;
 mod status_file;
 
-pub(crate) use control::UpgradeAsk;
-pub(crate) use admin::ServiceAsk;
 pub use admin::ask_admin;
+pub(crate) use admin::ServiceAsk;
+pub(crate) use control::UpgradeAsk;
 pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
 

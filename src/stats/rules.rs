@@ -3,8 +3,8 @@
 
 mod live;
 
-pub use live::{ConnInfo, ConnState};
 pub(crate) use live::{Conn, Live, Registered};
+pub use live::{ConnInfo, ConnState};
 
 use super::counters::{bump, CounterCells, CounterValues, Counters};
 use super::{ConnKind, ConnectFailure};

@@ -65,7 +65,9 @@ pub struct CloseWhich {
 /// A word of a request line: no whitespace inside (the socket splits on it).
 fn word(s: &str, what: &str) -> Result<String, String> {
     if s.is_empty() || s.chars().any(char::is_whitespace) {
-        return Err(format!("the {what} '{s}' cannot be asked for: it is empty or has a space"));
+        return Err(format!(
+            "the {what} '{s}' cannot be asked for: it is empty or has a space"
+        ));
     }
     Ok(s.to_string())
 }

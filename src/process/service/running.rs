@@ -345,7 +345,11 @@ impl Service {
             done,
         };
         if self.commands.send(command).await.is_err() {
-            return ("reload failed: the server has stopped".into(), None, Vec::new());
+            return (
+                "reload failed: the server has stopped".into(),
+                None,
+                Vec::new(),
+            );
         }
         let warnings = match errors.recv().await {
             Ok(Ok(errors)) => {
