@@ -111,12 +111,11 @@ fn rule_named(shared: &Shared, name: &[u8]) -> Result<Arc<RuleStats>, String> {
     Err(not_found("rule", name, &names))
 }
 
+/// A rule, its pool, and a member of it.
+type Found = (Arc<RuleStats>, Arc<BackendPool>, Arc<Member>);
+
 /// The rule, its pool and the member named `backend` in it.
-fn member_named(
-    shared: &Shared,
-    rule: &[u8],
-    backend: &[u8],
-) -> Result<(Arc<RuleStats>, Arc<BackendPool>, Arc<Member>), String> {
+fn member_named(shared: &Shared, rule: &[u8], backend: &[u8]) -> Result<Found, String> {
     let r = rule_named(shared, rule)?;
     let pool = r
         .pool()

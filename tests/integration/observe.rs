@@ -575,7 +575,7 @@ fn oi_connections_lists_a_half_closed_connection_and_a_udp_association() {
             && listing.lines().count() == 3
             && listing
                 .lines()
-                .any(|l| l.split_whitespace().collect::<Vec<_>>()[5..] == ["3", "3", "open", "-"])
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()[5..9] == ["3", "3", "open", "-"])
     });
     let client = c.local_addr().expect("addr").to_string();
     let tcp_line = listing
