@@ -48,6 +48,8 @@ pub(crate) type Outcome = Result<String, String>;
 pub(crate) enum ServiceAsk {
     /// `oi reload`: reload, then the status line, or every error.
     Reload(async_channel::Sender<Outcome>),
+    /// `oi config`: the running configuration's text.
+    Config(async_channel::Sender<Outcome>),
 }
 
 /// Answers `req` from `who`; `service` reaches the service loop.
@@ -66,7 +68,7 @@ pub(super) async fn answer(
         } => change_backend(shared, who, rule, backend, change, ex),
         Admin::Close(which) => close(shared, who, which),
         Admin::Reload => reload(who, service).await,
-        Admin::Config => Err("`config` is not served by this oi".to_string()),
+        Admin::Config => config(shared, service).await,
     };
     match outcome {
         Ok(text) => text,
@@ -283,6 +285,52 @@ async fn reload(
         Ok(o) => o,
         Err(_) => Err("the reload was not answered".into()),
     }
+}
+
+/// `oi config`: the running configuration from the service loop, with
+/// what operators changed since (admin state, weights) as comments after
+/// its first line.
+async fn config(
+    shared: &Shared,
+    service: Option<&async_channel::Sender<ServiceAsk>>,
+) -> Result<String, String> {
+    let Some(service) = service else {
+        return Err("this oi takes no config request".into());
+    };
+    let (reply, outcome) = async_channel::bounded(1);
+    if service.send(ServiceAsk::Config(reply)).await.is_err() {
+        return Err("the server is stopping".into());
+    }
+    let text = match outcome.recv().await {
+        Ok(o) => o?,
+        Err(_) => return Err("the request was not answered".into()),
+    };
+    let mut changed = String::new();
+    for r in shared.stats.rules() {
+        let Some(pool) = r.pool() else { continue };
+        for m in pool.members().iter() {
+            let state = m.state().admin();
+            let weight = m.state().weight_override();
+            if state == AdminState::Ready && weight.is_none() {
+                continue;
+            }
+            let weight = weight.map_or_else(String::new, |w| format!(" weight={w}"));
+            let _ = writeln!(
+                changed,
+                "#   rule {} backend {}: state={}{weight}",
+                r.name(),
+                m.label(),
+                state.as_str()
+            );
+        }
+    }
+    if changed.is_empty() {
+        return Ok(text);
+    }
+    let (head, body) = text.split_once('\n').unwrap_or((&text, ""));
+    Ok(format!(
+        "{head}\n# Changed at run time (oi backend), not in the file:\n{changed}{body}"
+    ))
 }
 
 /// Sends one request line (`line`, without its newline) to the control

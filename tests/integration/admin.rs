@@ -525,6 +525,27 @@ fn admin_state_is_kept_across_a_reload_and_dropped_when_the_backend_leaves_the_f
     assert!(a.status_line(backends[0]).contains("state=drain"));
     assert!(a.status_line(backends[1]).contains("weight=7"));
     assert!((0..12).all(|_| open(a.port).0 != 1));
+    // `oi config`: the running file, with the runtime changes as comments.
+    let config = a.ok(&["config"]);
+    assert!(config.starts_with("# "), "{config}");
+    assert!(
+        config.contains(&format!("dest: \"{third}/tcp\"")),
+        "{config}"
+    );
+    for changed in [
+        format!(
+            "#   rule {} backend {}: state=drain\n",
+            a.rule(),
+            backends[0]
+        ),
+        format!(
+            "#   rule {} backend {}: state=ready weight=7\n",
+            a.rule(),
+            backends[1]
+        ),
+    ] {
+        assert!(config.contains(&changed), "{changed:?} in:\n{config}");
+    }
     // Backend 1 leaves the file, then comes back: ready, as the file says.
     let without = yaml(
         a.port,
@@ -550,8 +571,10 @@ fn the_read_only_socket_answers_status_and_refuses_changes() {
     assert_eq!(mode(&a.status_socket), 0o660);
     let (ok, out, _) = a.run_on(&a.status_socket, &["status"]);
     assert!(ok && out.contains(&a.rule()), "{out}");
-    let (ok, _, _) = a.run_on(&a.status_socket, &["connections"]);
-    assert!(ok);
+    for read in ["connections", "config"] {
+        let (ok, _, err) = a.run_on(&a.status_socket, &[read]);
+        assert!(ok, "{read} on the read-only socket: {err}");
+    }
     for write in [
         vec!["backend", "drain", &a.rule(), &backends[0].to_string()],
         vec!["close", "--rule", &a.rule()],

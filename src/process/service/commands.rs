@@ -71,6 +71,19 @@ pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::P
     }
 }
 
+/// The configuration as `oi config` shows it: in the format it was read
+/// in, as `oi convert` writes one (includes folded in, every setting
+/// spelled out), headed as the running one. Made at each load, from the
+/// parsed file, before names are resolved.
+pub(super) fn running_text(config: &oi_config::Config, file: &str) -> String {
+    let text = match config.format {
+        oi_config::Format::Yaml => oi_config::convert::to_yaml(config, file),
+        oi_config::Format::Conf => oi_config::convert::to_conf(config, file),
+    };
+    let body = text.split_once('\n').map_or("", |(_, body)| body);
+    format!("# {file}, as the running oi loaded it (`oi config`).\n{body}")
+}
+
 /// `oi convert`: the file (with its includes) in the format `to`, on stdout.
 pub(super) fn convert(conf_file: &std::path::Path, to: oi_config::Format) -> ExitCode {
     let source = conf_file.display().to_string();

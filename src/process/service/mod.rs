@@ -105,7 +105,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // not lost.
     let (config, loaded) = crate::watch::load(&conf, None);
     let shown = conf.display().to_string();
+    let mut running = String::new();
     let resolved = config.and_then(|c| {
+        running = commands::running_text(&c, &file);
         oi_config::resolve(c, &oi_config::services::Services::system())
             .map_err(|e| e.with_file(&shown))
     });
@@ -262,6 +264,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
         args,
         upgrades,
         asks,
+        running: std::sync::Mutex::new(running),
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {

@@ -42,8 +42,11 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
-    /// `oi reload` requests, from the control socket.
+    /// `oi reload` and `oi config` requests, from the control socket.
     pub(super) asks: Receiver<crate::observe::ServiceAsk>,
+    /// The running configuration as `oi config` prints it, replaced by
+    /// each successful reload.
+    pub(super) running: std::sync::Mutex<String>,
 }
 
 /// What woke the service loop.
@@ -134,6 +137,12 @@ impl Service {
                         }
                     };
                     let _ = reply.send(answer).await;
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Config(reply)) => {
+                    let text = self.running.lock().map(|t| t.clone());
+                    let _ = reply
+                        .send(text.map_err(|_| "no configuration".into()))
+                        .await;
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
@@ -278,6 +287,7 @@ impl Service {
         let (loaded, read) = smol::unblock(move || {
             let (parsed, read) = crate::watch::load(&path, Some(listen::rules_budget()));
             let loaded = parsed.and_then(|parsed| {
+                let running = super::commands::running_text(&parsed, &file);
                 let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
                 if let Err(refused) = listen::check_budget(&file, counted) {
                     return Ok(Err(refused));
@@ -285,13 +295,23 @@ impl Service {
                 let services = oi_config::services::Services::system();
                 let shown = path.display().to_string();
                 oi_config::resolve(parsed, &services)
-                    .map(Ok)
+                    .map(|c| Ok((c, running)))
                     .map_err(|e| e.with_file(&shown))
             });
             (loaded, read)
         })
         .await;
+        let (loaded, running) = match loaded {
+            Ok(Ok((c, running))) => (Ok(Ok(c)), Some(running)),
+            Ok(Err(e)) => (Ok(Err(e)), None),
+            Err(e) => (Err(e), None),
+        };
         let (status, watch, errors) = self.apply(loaded).await;
+        if let (Some(text), Some(_)) = (running, watch) {
+            if let Ok(mut r) = self.running.lock() {
+                *r = text;
+            }
+        }
         self.reads.record(read, watch.is_some());
         (status, watch, errors)
     }
