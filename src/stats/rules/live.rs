@@ -618,6 +618,47 @@ mod tests {
         );
     }
 
+    /// `oi close` reaches exactly the entries it picks, whether their
+    /// pump waits already (woken) or has not looked yet (sees the ask).
+    #[test]
+    fn a_close_asks_the_picked_entries_and_wakes_a_waiting_pump() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::Wake;
+        /// Counts its wakes.
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let rule = rule();
+        let waiting = rule.clone().register(ConnKind::Tcp, Peer::Unix);
+        let later = rule.clone().register(ConnKind::Tcp, Peer::Unix);
+        let other = rule.clone().register(ConnKind::Tcp, Peer::Unix);
+        let udp = rule.clone().register(ConnKind::Udp, Peer::Unix);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let cx = Context::from_waker(&waker);
+        assert!(!waiting.close_asked(&cx), "nothing asked yet");
+        let picked = [waiting.conn.id, later.conn.id, udp.conn.id];
+        let (closed, left) = rule.live.close(|c| picked.contains(&c.id));
+        assert_eq!((closed, left), (2, 1), "the UDP entry is left");
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "the waiting pump is woken"
+        );
+        assert!(waiting.close_asked(&cx));
+        assert!(later.close_asked(&cx), "a pump that looks later sees it");
+        assert!(!other.close_asked(&cx), "an entry not picked is not asked");
+        drop((waiting, later));
+        let shard = rule.live.shards[SHARD.with(|s| *s)].lock();
+        assert!(
+            shard.wakers.iter().flatten().count() <= 1,
+            "wakers go with their entries"
+        );
+    }
+
     /// Slots are reused, and an emptied shard gives its storage back.
     #[test]
     fn slots_are_reused_and_freed() {
