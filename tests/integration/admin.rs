@@ -589,3 +589,32 @@ fn the_read_only_socket_answers_status_and_refuses_changes() {
     assert!(a.status_line(backends[0]).contains("state=ready"));
     a.oi.stop();
 }
+
+#[test]
+fn an_upgrade_carries_the_admin_state_and_weights() {
+    let backends = [id_echo_backend(1), id_echo_backend(2)];
+    let mut a = Admin::start(&backends);
+    a.ok(&["backend", "drain", &a.rule(), &backends[0].to_string()]);
+    a.ok(&[
+        "backend",
+        "weight",
+        &a.rule(),
+        &backends[1].to_string(),
+        "9",
+    ]);
+    let said = a.ok(&["upgrade"]);
+    let pid: i32 = said
+        .strip_prefix("upgraded: oi pid ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected answer: {said:?}"));
+    let _new = crate::upgrade::Adopted(pid);
+    a.oi.exited_within(PATIENCE)
+        .unwrap_or_else(|| a.oi.fail("the old oi did not exit"));
+    // The new oi answers on the control socket, with the state carried.
+    let line = a.status_line(backends[0]);
+    assert!(line.contains("state=drain"), "{line}");
+    let line = a.status_line(backends[1]);
+    assert!(line.contains("weight=9"), "{line}");
+    assert!((0..8).all(|_| open(a.port).0 == 2));
+}
