@@ -261,7 +261,7 @@ fn close(shared: &Shared, who: Who, which: Which<'_>) -> Result<String, String> 
     if left > 0 {
         let _ = writeln!(
             answer,
-            "left {left} UDP flow{} open: oi close ends TCP and unix stream connections",
+            "left {left} flow{} open: oi close ends TCP and unix stream connections and UDP associations to UDP backends",
             plural(left)
         );
     }

@@ -203,7 +203,8 @@ pub enum Ask {
         #[command(subcommand)]
         action: BackendAction,
     },
-    /// Close live TCP connections of the running oi: exactly one of --id
+    /// Close live connections of the running oi (TCP and unix streams, and
+    /// UDP associations to a UDP backend): exactly one of --id
     /// (as `oi connections` lists it), --client ADDR[/BITS], --rule RULE,
     /// --backend RULE BACKEND. Prints how many were closed.
     Close(CloseWhich),

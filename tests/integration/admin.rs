@@ -618,3 +618,64 @@ fn an_upgrade_carries_the_admin_state_and_weights() {
     assert!(line.contains("weight=9"), "{line}");
     assert!((0..8).all(|_| open(a.port).0 == 2));
 }
+
+#[test]
+fn close_ends_a_udp_association_and_the_next_datagram_opens_a_new_one() {
+    let (backend, _) = udp_echo_backend("127.0.0.1:0");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_udp_port();
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!("127.0.0.1 {port}/udp 127.0.0.1 {}/udp\n", backend.port()),
+    );
+    let socket = dir.path().join("oi.sock");
+    let oi = OiProcess::start(
+        dir.path(),
+        &conf,
+        &["--socket", socket.to_str().expect("utf-8")],
+    );
+    let ask = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .expect("run oi");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let u = udp_client(local(port));
+    assert_eq!(udp_roundtrip(&u, local(port), b"one"), b"one");
+    let states = || -> Vec<String> {
+        let rows: serde_json::Value =
+            serde_json::from_str(&ask(&["connections", "--json"])).expect("json");
+        rows.as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|c| c["state"].as_str().unwrap_or("?").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(states(), ["open"]);
+    assert_eq!(
+        ask(&["close", "--client", "127.0.0.1"]).trim(),
+        "closed 1 connection"
+    );
+    wait_until("the association has ended", || states() == ["ended"]);
+    // Closing again finds nothing left to close.
+    assert_eq!(
+        ask(&["close", "--client", "127.0.0.1"]).trim(),
+        "closed 0 connections"
+    );
+    assert_eq!(udp_roundtrip(&u, local(port), b"two"), b"two");
+    wait_until("a new association is open", || {
+        states().contains(&"open".to_string())
+    });
+    oi.stop();
+}

@@ -177,10 +177,18 @@ impl Conn {
         u64::from(self.id)
     }
 
-    /// Whether `oi close` can close it: a stream its pump watches (a UDP
-    /// association or a TCP→UDP flow has no pump to stop).
+    /// Whether `oi close` can close it: a stream (its pump looks at the
+    /// flag from its first poll on), or a flow whose task watches the flag
+    /// (a UDP→UDP association's reply task; not a UDP→TCP association or
+    /// a TCP→UDP flow, which have none).
     fn closable(&self) -> bool {
         matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
+            || self.close.load(Ordering::Acquire) & CLOSE_WATCHED != 0
+    }
+
+    /// Whether it has ended already (a UDP association waiting to be swept).
+    fn ended(&self) -> bool {
+        ConnState::from_u8(self.state.load(Ordering::Relaxed)) == ConnState::Ended
     }
 }
 
@@ -344,7 +352,7 @@ impl Live {
         for shard in self.shards.iter() {
             let shard = shard.lock();
             for (i, entry) in shard.slots.iter().enumerate() {
-                let Some(conn) = entry.as_ref().filter(|c| which(c)) else {
+                let Some(conn) = entry.as_ref().filter(|c| !c.ended() && which(c)) else {
                     continue;
                 };
                 if !conn.closable() {
@@ -523,6 +531,18 @@ impl Registered {
         shard.watch(self.slot, cx.waker());
         let was = self.conn.close.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
         was & CLOSE_ASKED != 0
+    }
+
+    /// Waits until `oi close` asks for this flow to end (see
+    /// [`Registered::close_asked`]).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.close_asked(cx) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
     }
 
     /// Stores the state.
