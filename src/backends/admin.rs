@@ -81,6 +81,11 @@ impl MemberState {
         self.admin.store(state.to_u8(), Ordering::Relaxed);
     }
 
+    /// How many operator changes it has had (see the field).
+    pub(crate) fn changes(&self) -> u32 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
     /// The operator's weight, if one overrides the file's.
     pub(crate) fn weight_override(&self) -> Option<u32> {
         match self.weight.load(Ordering::Relaxed) {
@@ -161,13 +166,26 @@ impl BackendPool {
         Err(names)
     }
 
-    /// Sets `member`'s operator state and weight (`None`: the file's).
+    /// Sets `member`'s operator state and weight (`None`: the file's): a
+    /// change of state (see `MemberState::changes`).
     pub(crate) fn set_admin(
         &self,
         member: &Member,
         state: AdminState,
         weight: Option<u32>,
     ) -> Changed {
+        member.state.changes.fetch_add(1, Ordering::Relaxed);
+        self.set_weight(member, state, weight)
+    }
+
+    /// Sets `member`'s weight, its state as it is: not a change of state
+    /// (a disabled backend's grace still ends in closing its connections).
+    pub(crate) fn reweigh(&self, member: &Member, weight: u32) -> Changed {
+        self.set_weight(member, member.state.admin(), Some(weight))
+    }
+
+    /// Stores `state` and `weight` and reports the change.
+    fn set_weight(&self, member: &Member, state: AdminState, weight: Option<u32>) -> Changed {
         let before = described(member);
         member.state.set_admin(state);
         member.state.set_weight(weight);

@@ -151,6 +151,9 @@ pub(crate) struct MemberState {
     admin: AtomicU8,
     /// The operator's weight; [`admin::FILE_WEIGHT`]: the file's.
     weight: AtomicU32,
+    /// Operator changes so far: a disable's grace closes connections only
+    /// if no change came after it.
+    changes: AtomicU32,
 }
 
 impl Default for MemberState {
@@ -166,6 +169,7 @@ impl Default for MemberState {
             probing: AtomicBool::new(false),
             admin: AtomicU8::new(0),
             weight: AtomicU32::new(admin::FILE_WEIGHT),
+            changes: AtomicU32::new(0),
         }
     }
 }

@@ -153,7 +153,7 @@ fn change_backend(
         Change::Drain => pool.set_admin(&m, AdminState::Drain, keep),
         Change::Disable { .. } => pool.set_admin(&m, AdminState::Disabled, keep),
         Change::Enable => pool.set_admin(&m, AdminState::Ready, None),
-        Change::Weight(w) => pool.set_admin(&m, m.state().admin(), Some(u32::from(w))),
+        Change::Weight(w) => pool.reweigh(&m, u32::from(w)),
     };
     let rule_name = r.name();
     log::info!(
@@ -180,16 +180,18 @@ fn change_backend(
             let grace = Duration::from_millis(grace_ms);
             let _ = writeln!(
                 answer,
-                "{live} open connection{} close in {:.3}s unless it is enabled again",
+                "{live} open connection{} close in {:.3}s unless it is enabled or drained meanwhile",
                 plural(live),
                 grace.as_secs_f64()
             );
             let shared = shared.clone();
             let label = changed.label.clone();
+            let changes = m.state().changes();
             ex.spawn(async move {
                 async_io::Timer::after(grace).await;
-                // Enabled (or drained) again meanwhile: its connections stay.
-                if m.state().admin() != AdminState::Disabled {
+                // Changed again meanwhile (enabled, drained, or disabled
+                // anew with a grace of its own): this grace decides nothing.
+                if m.state().changes() != changes {
                     return;
                 }
                 let (closed, _) = shared.stats.close(|c| on_member(c, &r, &m));

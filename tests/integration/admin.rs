@@ -679,3 +679,31 @@ fn close_ends_a_udp_association_and_the_next_datagram_opens_a_new_one() {
     });
     oi.stop();
 }
+
+#[test]
+fn enabled_within_the_grace_its_connections_stay() {
+    let backends = [id_echo_backend(1), id_echo_backend(2)];
+    let a = Admin::start(&backends);
+    let (mut id, mut s) = open(a.port);
+    if id != 1 {
+        (id, s) = open(a.port);
+    }
+    assert_eq!(id, 1);
+    let b = backends[0].to_string();
+    a.ok(&["backend", "disable", &a.rule(), &b, "--grace", "300ms"]);
+    a.ok(&["backend", "enable", &a.rule(), &b]);
+    assert!(
+        !holds_within(Duration::from_secs(1), || closed(&mut s)),
+        "closed by a grace an enable had cancelled"
+    );
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s.write_all(b"still").expect("write");
+    let mut back = [0u8; 5];
+    s.read_exact(&mut back).expect("the connection is open");
+    // A weight change under a disable keeps that disable's grace.
+    a.ok(&["backend", "disable", &a.rule(), &b, "--grace", "300ms"]);
+    a.ok(&["backend", "weight", &a.rule(), &b, "2"]);
+    wait_until("the grace closes the connection", || closed(&mut s));
+    a.oi.stop();
+}
