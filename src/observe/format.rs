@@ -376,6 +376,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
         .iter()
         .map(|c| {
             json!({
+                "id": c.id,
                 "rule": c.rule,
                 "kind": c.kind.as_str(),
                 "client": c.client.to_string(),
@@ -385,7 +386,6 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
                 "bytes_to_client": c.to_client,
                 "state": c.state.as_str(),
                 "server_name": c.server_name,
-                "id": c.id,
             })
         })
         .collect();

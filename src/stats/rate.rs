@@ -425,6 +425,31 @@ impl Limit {
         }
     }
 
+    /// How far, in ns, the connection's own bucket (`rate`, `rate-up`,
+    /// `rate-down`) is from full at `now`; 0 without one. What `oi upgrade`
+    /// carries with the connection ([`Limit::owe_own`]); the shared buckets
+    /// travel with the rule's counters ([`RuleRates::owed`]).
+    pub fn owed_own(&self, now: Instant) -> u64 {
+        self.buckets
+            .iter()
+            .find_map(|b| match b {
+                Held::Own(own) => Some(own.owed(now)),
+                Held::Shared(..) => None,
+            })
+            .unwrap_or(0)
+    }
+
+    /// Makes the connection's own bucket at least `ns` from full at `now`
+    /// (what the previous oi's owed, [`Limit::owed_own`]): a connection
+    /// handed over gets no fresh burst. Nothing without one.
+    pub fn owe_own(&self, ns: u64, now: Instant) {
+        for b in &self.buckets {
+            if let Held::Own(own) = b {
+                own.owe(ns, now);
+            }
+        }
+    }
+
     /// Takes a datagram of `bytes` from every bucket if each holds it; a
     /// bucket that does not refuses it, and the ones already charged keep
     /// the charge (a refused datagram is rare, and the error errs on the
@@ -513,6 +538,43 @@ mod tests {
         // The held client's pair survived every eviction.
         let again = rates.client([10, 0, 0, 1].into(), 1000);
         assert!(Arc::ptr_eq(&held, &again));
+    }
+
+    #[test]
+    fn a_connections_own_bucket_carries_what_it_owes_and_the_shared_ones_are_left_alone() {
+        let rates = Rates {
+            up: Some(1 << 20),
+            rule: Some(1 << 30),
+            ..Rates::default()
+        };
+        let shared = RuleRates::default();
+        let (old, _) = rates.limits(&shared, None);
+        let old = old.expect("limited up");
+        let now = Instant::now();
+        // Drained and 0.1 s in debt: a burst's worth, then as much again.
+        old.charge(2 * Bucket::burst(1 << 20), now);
+        let owed = old.owed_own(now);
+        assert_eq!(owed, Bucket::cost(2 * Bucket::burst(1 << 20), 1 << 20));
+        // The new oi's connection: its own bucket owes as much, so nothing
+        // moves until the debt is paid.
+        let (new, _) = rates.limits(&RuleRates::default(), None);
+        let new = new.expect("limited up");
+        assert!(new.available(now) > 0, "a fresh bucket has its burst");
+        new.owe_own(owed, now);
+        assert_eq!(new.available(now), 0);
+        assert_eq!(new.owed_own(now), owed);
+        // The rule's bucket, at 1 GiB/s, owes a thousandth of that: it
+        // travels with the rule's counters, not with the connection.
+        assert!(shared.owed(now).rule.0 < owed / 100);
+        // Unlimited by its own rate: nothing to carry.
+        let only_rule = Rates {
+            rule: Some(1 << 20),
+            ..Rates::default()
+        };
+        let (up, _) = only_rule.limits(&RuleRates::default(), None);
+        let up = up.expect("limited by the rule");
+        up.charge(1000, now);
+        assert_eq!(up.owed_own(now), 0);
     }
 
     #[test]

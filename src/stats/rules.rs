@@ -13,6 +13,7 @@ use oi_config::Proto;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Counters of one backend address of a rule (a rule lists several when its
 /// name resolves to several; later, when it balances across several).
@@ -198,7 +199,7 @@ impl RuleStats {
     ) -> Registered {
         self.counters.opened(kind);
         self.process.opened(kind);
-        Live::register(self, kind, client.into())
+        Live::register(self, kind, client.into(), Duration::ZERO)
     }
 
     /// Registers a connection on a listener rules share by server name,
@@ -214,20 +215,21 @@ impl RuleStats {
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);
-        Live::register(self, kind, client.into())
+        Live::register(self, kind, client.into(), Duration::ZERO)
     }
 
     /// Registers a connection (or association) a previous oi handed over:
     /// listed and counted as active, not as opened again (the counters the
-    /// previous oi handed over counted its opening).
+    /// previous oi handed over counted its opening), `age` old already.
     pub(crate) fn register_resumed(
         self: &Arc<Self>,
         kind: ConnKind,
         client: impl Into<crate::net::peer::Peer>,
+        age: Duration,
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);
-        Live::register(self.clone(), kind, client.into())
+        Live::register(self.clone(), kind, client.into(), age)
     }
 
     /// The counters of backend `addr`, if the rule lists it.

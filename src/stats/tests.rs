@@ -152,9 +152,15 @@ fn counters_carried_by_an_upgrade_continue_where_they_were() {
         1,
         "one rule of the two is served"
     );
-    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:10"));
+    // Open for a day and a half already: older than anything this process
+    // has timed, its age goes on from there.
+    let age = std::time::Duration::from_secs(36 * 3600);
+    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:10"), age);
     adopted.reconnected(b);
     adopted.publish(7, 8, ConnState::Open);
+    assert!(adopted.age() >= age, "{:?}", adopted.age());
+    let listed = new.stats.connections();
+    assert!(listed[0].age >= age, "{:?}", listed[0].age);
     let after = new.snapshot();
     let (was, is) = (&before.rules[0], &after.rules[0]);
     assert_eq!(is.counters, was.counters, "every rule counter carries on");

@@ -173,6 +173,7 @@ impl Direction {
             unsent: self.pending.as_deref().cloned().unwrap_or_default(),
             done: self.state != State::Running,
             bytes: self.bytes,
+            owed: self.throttle.as_ref().map_or(0, |t| t.owed()),
         })
     }
 
@@ -269,6 +270,10 @@ pub(crate) struct Half {
     pub(crate) done: bool,
     /// Bytes written to the destination so far.
     pub(crate) bytes: u64,
+    /// How far, in ns, its own bandwidth bucket is from full (0: full or
+    /// none): the bytes it read were charged, and a hand-over must not
+    /// refill it.
+    pub(crate) owed: u64,
 }
 
 /// Where movers get their buffers and pipes: the server's shared pools.
@@ -389,11 +394,15 @@ impl Pump<'_> {
     }
 
     /// Takes up a connection another oi paused: `up` and `down` are its
-    /// directions' states; their unsent bytes go out first.
+    /// directions' states; their unsent bytes go out first, and their own
+    /// bandwidth buckets owe what the other oi's did.
     pub(crate) fn adopt(&mut self, up: Half, down: Half) {
         for (d, h) in [(&mut self.upstream, up), (&mut self.downstream, down)] {
             d.pending = (!h.unsent.is_empty()).then(|| Box::new(h.unsent));
             d.bytes = h.bytes;
+            if let Some(t) = &d.throttle {
+                t.owe(h.owed);
+            }
             if h.done {
                 d.state = State::Done;
             }

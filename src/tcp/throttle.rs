@@ -86,6 +86,17 @@ impl Throttle {
         None
     }
 
+    /// How far, in ns, the direction's own bucket is from full now: what
+    /// `oi upgrade` carries ([`Limit::owed_own`]).
+    pub(crate) fn owed(&self) -> u64 {
+        self.limit.owed_own(Instant::now())
+    }
+
+    /// Takes on what a previous oi's bucket for this direction owed.
+    pub(crate) fn owe(&self, ns: u64) {
+        self.limit.owe_own(ns, Instant::now());
+    }
+
     /// Charges the `read` bytes a step moved.
     pub(crate) fn charge(&mut self, read: usize) {
         let read = u64::try_from(read).unwrap_or(u64::MAX);

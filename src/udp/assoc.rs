@@ -383,8 +383,11 @@ impl Association {
 
     /// A log line about this association, with its byte counts.
     pub(crate) fn log_event(&self, event: Event) -> LogEvent {
-        self.route
-            .event(self.client_ip, event, self.activity.bytes())
+        let mut line = self
+            .route
+            .event(self.client_ip, event, self.activity.bytes());
+        line.flow = Some(self.activity.conn.flow());
+        line
     }
 }
 

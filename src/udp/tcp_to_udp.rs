@@ -13,8 +13,8 @@
 //!
 //! Hand-over state declared here: across `oi upgrade` a connection carries
 //! its client's socket, its connected UDP socket, who its client is, its
-//! counters ([`Carried`]) and when it started (`park::Flow::TcpToUdp`, made
-//! by [`offer`]); [`tcp_to_udp`] runs one started from that or afresh
+//! counters and age ([`Carried`]) and its own bandwidth buckets' state
+//! (`park::Flow::TcpToUdp`, made by [`offer`]); [`tcp_to_udp`] runs one started from that or afresh
 //! ([`Start`]), one way for both.
 
 use super::activity::{Activity, Carried, Since};
@@ -88,14 +88,14 @@ pub(crate) async fn tcp_to_udp(
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let (client, origin, backend, since, started) = match start {
+    let (client, origin, backend, since, owed) = match start {
         Start::Fresh { client, origin } => {
             // Transparent: from the client's address, a port the kernel
             // picks (the client's TCP port may be in use by another UDP
             // flow of the same client).
             let from = Some(SocketAddr::new(origin.client.ip(), 0)).filter(|_| route.transparent());
             let (chosen, since) = (BackendSocket::Chosen(from), Since::Opened(Instant::now()));
-            (client, origin, chosen, since, park::now_secs())
+            (client, origin, chosen, since, (0, 0))
         }
         Start::Handed(a) => match handed(a, &route) {
             Some(parts) => parts,
@@ -105,7 +105,11 @@ pub(crate) async fn tcp_to_udp(
     let fresh = matches!(since, Since::Opened(_));
     let ip = client_ip(origin.client);
     let activity = Activity::register(&stats, ConnKind::TcpToUdp, origin.client, since);
-    let event = |event| route.event(ip, event, activity.bytes());
+    let event = |event| {
+        let mut line = route.event(ip, event, activity.bytes());
+        line.flow = Some(activity.conn.flow());
+        line
+    };
     if fresh {
         shared.log.log_with(|| event(Event::Opened));
     }
@@ -135,13 +139,19 @@ pub(crate) async fn tcp_to_udp(
     // direction does), datagrams from the backend over theirs are dropped
     // (as a UDP association's are).
     let (up, down) = route.rates.limits(&stats.rates, Some(ip));
+    // A handed-over connection's own buckets owe what they did there.
+    let now = Instant::now();
+    for (limit, ns) in [(&up, owed.0), (&down, owed.1)] {
+        if let Some(l) = limit {
+            l.owe_own(ns, now);
+        }
+    }
     let flow = Flow {
         client: &client,
         socket: &socket,
         header: header.as_ref(),
         activity: &activity,
         origin,
-        started,
     };
     let limits = (up.as_ref(), down.as_ref());
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
@@ -149,13 +159,14 @@ pub(crate) async fn tcp_to_udp(
     }
 }
 
-/// A handed-over connection's parts, as [`tcp_to_udp`] starts from them:
-/// its client, who it is, its backend socket, its counters and when the
-/// previous oi accepted it. `None` (and a warning) when it cannot be taken up.
-fn handed(
-    a: Offered,
-    route: &Route,
-) -> Option<(Async<TcpStream>, Origin, BackendSocket, Since, u64)> {
+/// What [`tcp_to_udp`] starts a connection from: its client, who it is,
+/// its backend socket, where its counters start, and how far its own
+/// bandwidth buckets (up, down) are from full, in ns.
+type Parts = (Async<TcpStream>, Origin, BackendSocket, Since, (u64, u64));
+
+/// A handed-over connection's [`Parts`]. `None` (and a warning) when it
+/// cannot be taken up.
+fn handed(a: Offered, route: &Route) -> Option<Parts> {
     let park::Flow::TcpToUdp {
         client,
         backend,
@@ -183,9 +194,11 @@ fn handed(
         from_client: a.up.bytes,
         to_client: a.down.bytes,
         idle,
+        age: a.age,
     };
     let backend = BackendSocket::Handed(backend);
-    Some((client, origin, backend, Since::Handed(carried), a.started))
+    let owed = (a.up.owed_ns, a.down.owed_ns);
+    Some((client, origin, backend, Since::Handed(carried), owed))
 }
 
 /// One TCP→UDP connection's parts, as [`carry`] runs them.
@@ -200,8 +213,6 @@ struct Flow<'a> {
     activity: &'a Activity,
     /// Who the client is, for a hand-over.
     origin: Origin,
-    /// When it started (seconds since the epoch), for a hand-over.
-    started: u64,
 }
 
 /// Whether a direction holds bytes it has read and not yet passed on: an
@@ -239,7 +250,7 @@ async fn carry(
         if !matches!(end, End::Stop) {
             return Some(end);
         }
-        if offer(f, route, shared, &ticket).await {
+        if offer(f, route, shared, &ticket, limits).await {
             return None;
         }
     }
@@ -260,8 +271,15 @@ async fn stop(ticket: &Ticket<'_>, busy: &Busy) -> End {
     .await
 }
 
-/// Offers the paused connection to the new oi; `true` once it has it.
-async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>) -> bool {
+/// Offers the paused connection to the new oi, with what its own
+/// bandwidth buckets (`limits`: up, down) owe; `true` once it has it.
+async fn offer(
+    f: &Flow<'_>,
+    route: &Route,
+    shared: &Shared,
+    ticket: &Ticket<'_>,
+    limits: (Option<&Limit>, Option<&Limit>),
+) -> bool {
     let (Ok(client), Ok(backend)) = (
         f.client.get_ref().as_fd().try_clone_to_owned(),
         f.socket.get_ref().as_fd().try_clone_to_owned(),
@@ -270,6 +288,8 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
         return false;
     };
     let (from_client, to_client) = f.activity.conn.bytes();
+    let now = Instant::now();
+    let owed = |l: Option<&Limit>| l.map_or(0, |l| l.owed_own(now));
     let (verdict, answer) = park::verdict();
     let parked = Parked {
         flow: park::Handing::Copied(park::Flow::TcpToUdp {
@@ -282,13 +302,15 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
         server_name: None,
         up: HalfState {
             bytes: from_client,
+            owed_ns: owed(limits.0),
             ..HalfState::default()
         },
         down: HalfState {
             bytes: to_client,
+            owed_ns: owed(limits.1),
             ..HalfState::default()
         },
-        started: f.started,
+        age: f.activity.conn.age(),
         verdict,
     };
     if !shared.parking.park(ticket, parked) {

@@ -83,7 +83,19 @@ const COMMANDS: &[(&str, How)] = &[
     ),
     (
         "sudo systemctl reload oi",
-        NotRun("needs systemd and the installed unit"),
+        NotRun("needs systemd and the installed unit: tests/systemd/run.py runs it under a booted systemd (CI)"),
+    ),
+    (
+        "sudo systemctl restart oi",
+        NotRun("needs systemd and the installed unit: tests/systemd/run.py runs it under a booted systemd (CI)"),
+    ),
+    (
+        "sudo oi upgrade --socket /run/oi/control.sock",
+        NotRun("replaces the installed oi.service's process: tests/systemd/run.py runs it through the package's postinst under a booted systemd (CI)"),
+    ),
+    (
+        "sudo python3 tests/systemd/run.py",
+        NotRun("boots systemd as PID 1 in namespaces, as root, after a package build (minutes); CI runs it after building the package"),
     ),
     ("journalctl -u oi", NotRun("needs systemd's journal")),
     (

@@ -431,6 +431,7 @@ fn oi_status_and_oi_connections_show_each_sni_rule() {
     let conns = oi_says(&s, &["connections"]);
     let line = conns
         .lines()
+        // SERVER_NAME is the ninth column (ID follows it).
         .find(|l| l.split_whitespace().nth(8) == Some("a.example.com"))
         .unwrap_or_else(|| panic!("no a.example.com connection in\n{conns}"));
     assert!(line.starts_with(&format!("{a} ")), "{conns}");

@@ -95,10 +95,10 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         out.push('\n');
     }
     if let Some(log) = &c.logfile {
-        let format = if c.logcommon {
-            "common log format"
-        } else {
-            "tab-separated"
+        let format = match c.log_format() {
+            crate::LogFormat::Tab => "tab-separated",
+            crate::LogFormat::Common => "common log format",
+            crate::LogFormat::Json => "one JSON object per line",
         };
         let path = log.to_string_lossy();
         let _ = writeln!(out, "logfile {} ({format})", Shown(&path));
@@ -240,6 +240,18 @@ fn acl_text(acl: &AclRules) -> String {
 mod tests {
     use super::*;
     use crate::services::Services;
+
+    #[test]
+    fn the_json_log_format_is_named() {
+        let text = "logfile /tmp/x.log\nlogcommon\nlogformat json\n127.0.0.1 80 127.0.0.2 80\n";
+        let parsed = crate::parse(text).expect("valid");
+        let resolved = crate::resolve(parsed, &Services::parse("")).expect("resolves");
+        let out = report("f.conf", &resolved);
+        assert!(
+            out.contains("logfile /tmp/x.log (one JSON object per line)\n"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn report_lines() {

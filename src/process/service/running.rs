@@ -47,6 +47,9 @@ pub(super) struct Service {
     /// The running configuration as `oi config` prints it, replaced by
     /// each successful reload.
     pub(super) running: std::sync::Mutex<String>,
+    /// How oi was asked to drop root (`--user NAME`), when it runs as that
+    /// user: a reload cannot get back a capability it dropped then.
+    pub(super) dropped: Option<String>,
 }
 
 /// What woke the service loop.
@@ -144,7 +147,10 @@ impl Service {
                         .send(text.map_err(|_| "no configuration".into()))
                         .await;
                 }
-                Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Signal(Some(Ok(Signal::Usr1))) => {
+                    self.status();
+                    self.rotate_log().await;
+                }
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
                     if self.upgrade(None).await.is_ok() {
                         handed_over = true;
@@ -254,6 +260,21 @@ impl Service {
         );
     }
 
+    /// Answers SIGUSR1's other half, as nginx does: opens the log file's
+    /// path again, so logrotate can move the file and `create` a new one
+    /// (dist/oi.logrotate). Without a log file, nothing happens.
+    async fn rotate_log(&self) {
+        let log = self.shared.log.clone();
+        match smol::unblock(move || log.rotate()).await {
+            Ok(true) => log::info!("SIGUSR1: log file reopened"),
+            Ok(false) => {}
+            Err(e) => log::error!(
+                reason = "log-reopen-failed";
+                "SIGUSR1: cannot reopen the log file: {e}; writing on to the file open before"
+            ),
+        }
+    }
+
     /// Starts or stops the watcher after a reload, as the new file's `watch`
     /// (under `--watch`) says; a running watcher has already followed the
     /// files' new include list.
@@ -322,11 +343,23 @@ impl Service {
         &self,
         loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
     ) -> (String, Option<bool>, Vec<String>) {
+        // A transparent rule this process cannot serve is refused like a
+        // configuration over the descriptor budget.
+        let loaded = loaded.map(|checked| {
+            checked.and_then(|cfg| {
+                let cfg = cfg.with_command_line(&self.command_line);
+                refuse_transparent(&cfg, &self.file, self.dropped.as_deref())?;
+                Ok(cfg)
+            })
+        });
         let cfg = match loaded {
-            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Ok(cfg)) => cfg,
             Ok(Err(refused)) => {
-                log::error!("{refused}");
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(reason = "reload-refused"; "{refused}");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
                 return (status.into(), None, vec![refused]);
@@ -336,9 +369,12 @@ impl Service {
                 let n = e.count();
                 let text = e.with_file(&self.file).to_string();
                 for line in text.lines() {
-                    log::error!("{line}");
+                    log::error!(reason = "reload-failed"; "{line}");
                 }
-                log::error!("reload failed: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-failed";
+                    "reload failed: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload failed: previous configuration still serving";
                 let mut errors: Vec<String> = text.lines().map(String::from).collect();
@@ -356,6 +392,7 @@ impl Service {
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let max_connections = cfg.config.globals.max_connections;
         let watch = watch_wanted(&self.flags, &cfg.config.globals);
+        warn_if_transparent_cannot_work(&cfg);
         // The listeners first: a configuration they refuse changes nothing,
         // the log file and the global maxconn included.
         let (done, errors) = async_channel::bounded(1);
@@ -382,9 +419,12 @@ impl Service {
             Ok(Err(refused)) => {
                 let refused: Vec<String> = capped(&refused).collect();
                 for e in &refused {
-                    log::error!("{e}");
+                    log::error!(reason = "reload-refused"; "{e}");
                 }
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
                 return (status.into(), None, refused);
@@ -406,7 +446,7 @@ impl Service {
         })
         .await;
         if let Err(e) = reopened {
-            log::error!("cannot reopen the log file: {e}");
+            log::error!(reason = "log-reopen-failed"; "cannot reopen the log file: {e}");
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);

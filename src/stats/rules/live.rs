@@ -49,8 +49,9 @@ impl ConnState {
         }
     }
 
+    /// Read back from `Conn::state` (its `oi close` flags masked off).
     fn from_u8(v: u8) -> Self {
-        match v {
+        match v & STATE_MASK {
             0 => ConnState::Connecting,
             1 => ConnState::Open,
             2 => ConnState::ClientClosed,
@@ -85,8 +86,10 @@ pub(crate) struct Conn {
     /// The backend address that answered, once known, with that backend's
     /// counters if the rule lists the address (set together, once).
     backend: OnceLock<(SocketAddr, Option<Arc<BackendStats>>)>,
-    /// When it started, in milliseconds after [`epoch`], for its age.
-    started_ms: u64,
+    /// When it started, in milliseconds after [`epoch`], for its age:
+    /// negative for one a previous oi handed over, older than this process's
+    /// epoch (`oi upgrade` carries the age on).
+    started_ms: i64,
     /// Bytes from the client so far: stored by the connection's own thread
     /// (TCP: once per pump poll), added to by a UDP association's two tasks.
     pub(crate) from_client: AtomicU64,
@@ -97,31 +100,46 @@ pub(crate) struct Conn {
     server_name: OnceLock<Box<Arc<str>>>,
     /// What it is.
     kind: ConnKind,
-    /// A [`ConnState`], stored by the connection.
+    /// A [`ConnState`] in the low bits, stored by the connection, and `oi
+    /// close`'s flags ([`CLOSE_ASKED`], [`CLOSE_WATCHED`]) in the high
+    /// ones: the padding has no byte left for them (the id took it).
     state: AtomicU8,
-    /// Its number in `oi connections` and `oi close --id`: from a process
-    /// counter, so unique among live entries unless one outlives 2^32
-    /// newer ones (4 bytes of the entry's padding; a `u64` would grow it).
-    id: u32,
-    /// `oi close`'s flags ([`CLOSE_ASKED`], [`CLOSE_WATCHED`]): one byte
-    /// of the padding, and the pump's waker waits in its shard.
-    close: AtomicU8,
+    /// Its id (`oi connections`, the JSON log), 48 bits little-endian: in
+    /// the 6 bytes of padding after `kind` and `state`, so the entry stays
+    /// 136 bytes (a `u64` made it 144). 2^48 ids last 9 years at a million
+    /// connections a second.
+    id: [u8; 6],
 }
 
-/// `Conn::close`: an operator asked for the connection to be closed.
-const CLOSE_ASKED: u8 = 1;
+/// The next live entry's id: the first is 1, so 0 is never an id.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// `Conn::close`: its pump's waker is in its shard's `wakers`.
-const CLOSE_WATCHED: u8 = 2;
+/// A fresh id, within 48 bits (wrapping past 2^48 - 1 back to 0).
+fn next_id() -> [u8; 6] {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+    [n[0], n[1], n[2], n[3], n[4], n[5]]
+}
 
-/// Numbers the live entries (see `Conn::id`).
-static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+/// The bits of `Conn::state` that hold the [`ConnState`].
+const STATE_MASK: u8 = 0x0f;
+
+/// `Conn::state`: an operator asked for the connection to be closed.
+const CLOSE_ASKED: u8 = 0x40;
+
+/// `Conn::state`: its pump's (or reply task's) waker is in its shard's
+/// `wakers`.
+const CLOSE_WATCHED: u8 = 0x80;
 
 /// The instant live entries count their start from: the first entry's
 /// registration (an [`Instant`] is 16 bytes, a millisecond count 8).
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds from [`epoch`] to now.
+fn now_ms() -> i64 {
+    i64::try_from(epoch().elapsed().as_millis()).unwrap_or(i64::MAX)
 }
 
 impl Conn {
@@ -138,22 +156,32 @@ impl Conn {
         self.backend.get().and_then(|(_, b)| b.as_ref())
     }
 
+    /// How long it has been open (across `oi upgrade`s).
+    fn age(&self) -> Duration {
+        let ms = now_ms().saturating_sub(self.started_ms);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
+    /// Its id, unique in this process (`oi connections`, the JSON log).
+    pub(crate) fn id(&self) -> u64 {
+        let b = self.id;
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], 0, 0])
+    }
+
     /// What `oi connections` shows of it.
     pub(in crate::stats) fn info(&self) -> ConnInfo {
         let (from_client, to_client) = self.bytes();
         ConnInfo {
+            id: self.id(),
             rule: self.rule.name().to_string(),
             kind: self.kind,
             client: self.client,
             backend: self.backend.get().map(|(addr, _)| *addr),
-            age: epoch()
-                .elapsed()
-                .saturating_sub(Duration::from_millis(self.started_ms)),
+            age: self.age(),
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
             server_name: self.server_name.get().map(|n| n.to_string()),
-            id: u64::from(self.id),
         }
     }
 
@@ -172,18 +200,13 @@ impl Conn {
         self.backend.get().map(|(addr, _)| *addr)
     }
 
-    /// Its number (see the field).
-    pub(crate) fn id(&self) -> u64 {
-        u64::from(self.id)
-    }
-
     /// Whether `oi close` can close it: a stream (its pump looks at the
     /// flag from its first poll on), or a flow whose task watches the flag
     /// (a UDP→UDP association's reply task; not a UDP→TCP association or
     /// a TCP→UDP flow, which have none).
     fn closable(&self) -> bool {
         matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
-            || self.close.load(Ordering::Acquire) & CLOSE_WATCHED != 0
+            || self.state.load(Ordering::Acquire) & CLOSE_WATCHED != 0
     }
 
     /// Whether it has ended already (a UDP association waiting to be swept).
@@ -195,6 +218,8 @@ impl Conn {
 /// One live entry as `oi connections` lists it.
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
+    /// Its id: unique in this process, the same in the JSON log.
+    pub id: u64,
     /// The rule's name.
     pub rule: String,
     /// TCP, TCP→UDP, a UDP association, or a unix socket client.
@@ -213,8 +238,6 @@ pub struct ConnInfo {
     pub state: ConnState,
     /// The TLS server name it was routed by (`[sni=...]` listeners).
     pub server_name: Option<String>,
-    /// Its number, for `oi close --id`.
-    pub id: u64,
 }
 
 /// One shard: its entries in slots, and the slots free for reuse. A slot
@@ -313,20 +336,23 @@ impl Live {
         }
     }
 
-    /// Adds an entry to its rule's live list; it stays until the guard drops.
+    /// Adds an entry to its rule's live list; it stays until the guard
+    /// drops. `age`: how long it has been open already (one a previous oi
+    /// handed over; zero for a new one).
     pub(in crate::stats) fn register(
         rule: Arc<RuleStats>,
         kind: ConnKind,
         client: Peer,
+        age: Duration,
     ) -> Registered {
         let shard = SHARD.with(|s| *s);
-        let started = epoch().elapsed().as_millis();
+        let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let conn = Arc::new(Conn {
             rule,
             kind,
             client,
             backend: OnceLock::new(),
-            started_ms: u64::try_from(started).unwrap_or(u64::MAX),
+            started_ms: now_ms().saturating_sub(age),
             from_client: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
             state: AtomicU8::new(if matches!(kind, ConnKind::Tcp | ConnKind::Unix) {
@@ -335,8 +361,7 @@ impl Live {
                 ConnState::Open.to_u8()
             }),
             server_name: OnceLock::new(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            close: AtomicU8::new(0),
+            id: next_id(),
         });
         let slot = conn.rule.live.shards[shard].lock().insert(conn.clone());
         // `SHARD` is under `SHARDS` (64): it fits.
@@ -362,7 +387,7 @@ impl Live {
                 closed += 1;
                 // Under the shard's lock, as the pump's registration: one
                 // of the two sees the other.
-                let was = conn.close.fetch_or(CLOSE_ASKED, Ordering::AcqRel);
+                let was = conn.state.fetch_or(CLOSE_ASKED, Ordering::AcqRel);
                 if was & CLOSE_WATCHED != 0 {
                     if let Some(Some(w)) = shard.wakers.get(i) {
                         w.wake_by_ref();
@@ -456,7 +481,6 @@ impl Registered {
             kind,
             state: AtomicU8::new(old.state.load(Ordering::Relaxed)),
             id: old.id,
-            close: AtomicU8::new(0),
         });
         // The entry's slot now lists the moved entry (an unlisted one,
         // `UNLISTED`, has no slot to update).
@@ -467,11 +491,27 @@ impl Registered {
                     *slot = moved.clone();
                 }
                 // Under the lock `Live::close` takes: an ask is not lost.
-                let asked = old.close.load(Ordering::Acquire) & CLOSE_ASKED;
-                moved.close.store(asked, Ordering::Release);
+                let flags = old.state.load(Ordering::Acquire) & !STATE_MASK;
+                moved.state.fetch_or(flags, Ordering::AcqRel);
             }
         }
         self.conn = moved;
+    }
+
+    /// How long it has been open: what `oi upgrade` carries to the new oi.
+    pub(crate) fn age(&self) -> Duration {
+        self.conn.age()
+    }
+
+    /// What a log line in the JSON format says about the connection
+    /// beyond rinetd's fields: its id, rule name, backend and age.
+    pub(crate) fn flow(&self) -> crate::logfile::Flow {
+        crate::logfile::Flow {
+            id: self.conn.id(),
+            rule: self.conn.rule.name(),
+            backend: self.backend(),
+            duration_ms: u64::try_from(self.conn.age().as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     /// The backend address that answered, once connected.
@@ -517,7 +557,7 @@ impl Registered {
     /// by one (a task's waker stays the same for its life: one lock per
     /// connection, none per poll).
     pub(crate) fn close_asked(&self, cx: &Context<'_>) -> bool {
-        let flags = self.conn.close.load(Ordering::Acquire);
+        let flags = self.conn.state.load(Ordering::Acquire);
         if flags & CLOSE_ASKED != 0 {
             return true;
         }
@@ -529,7 +569,7 @@ impl Registered {
         };
         let mut shard = shard.lock();
         shard.watch(self.slot, cx.waker());
-        let was = self.conn.close.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
+        let was = self.conn.state.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
         was & CLOSE_ASKED != 0
     }
 
@@ -546,8 +586,16 @@ impl Registered {
     }
 
     /// Stores the state.
+    /// The flags beside it are kept: an update only when the state
+    /// changes (a load per publish otherwise, as the store it replaced).
     pub(crate) fn set_state(&self, state: ConnState) {
-        self.conn.state.store(state.to_u8(), Ordering::Relaxed);
+        let new = state.to_u8();
+        let cell = &self.conn.state;
+        if cell.load(Ordering::Relaxed) & STATE_MASK != new {
+            let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                Some(v & !STATE_MASK | new)
+            });
+        }
     }
 
     /// Adds bytes from the client (UDP paths, which have several writers).
@@ -596,105 +644,4 @@ impl Drop for Registered {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::counters::Counters;
-
-    /// A rule of its own, as `Stats::add_rule` makes one: the process's
-    /// `Stats` is in `snapshot`, above the rules this list is part of.
-    fn rule() -> Arc<RuleStats> {
-        Arc::new(RuleStats {
-            name: parking_lot::Mutex::new(Arc::from("a:1/tcp")),
-            proto: oi_config::Proto::Tcp,
-            counters: Counters::default(),
-            process: Arc::default(),
-            live: Arc::new(Live::new()),
-            pool: arc_swap::ArcSwapOption::empty(),
-            rates: crate::stats::rate::RuleRates::default(),
-            backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
-        })
-    }
-
-    /// One entry per open connection: 136 bytes on x86_64, so that with the
-    /// `Arc`'s two counts it is a 160-byte allocation (glibc rounds to 16
-    /// with 8 bytes of its own). Growth past it costs 16 bytes per connection.
-    #[test]
-    fn entry_fits_its_budget() {
-        let size = std::mem::size_of::<Conn>();
-        assert!(
-            size <= 136,
-            "a live entry is {size} bytes, over its 136-byte budget"
-        );
-    }
-
-    /// Every connection's task holds its guard: 16 bytes (24 with `usize`
-    /// shard and slot; -Zprint-type-sizes).
-    #[test]
-    fn guard_fits_its_budget() {
-        let size = std::mem::size_of::<Registered>();
-        assert!(
-            size <= 16,
-            "a live guard is {size} bytes, over its 16-byte budget"
-        );
-    }
-
-    /// `oi close` reaches exactly the entries it picks, whether their
-    /// pump waits already (woken) or has not looked yet (sees the ask).
-    #[test]
-    fn a_close_asks_the_picked_entries_and_wakes_a_waiting_pump() {
-        use std::sync::atomic::AtomicUsize;
-        use std::task::Wake;
-        /// Counts its wakes.
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let rule = rule();
-        let waiting = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let later = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let other = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let udp = rule.clone().register(ConnKind::Udp, Peer::Unix);
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
-        let cx = Context::from_waker(&waker);
-        assert!(!waiting.close_asked(&cx), "nothing asked yet");
-        let picked = [waiting.conn.id, later.conn.id, udp.conn.id];
-        let (closed, left) = rule.live.close(|c| picked.contains(&c.id));
-        assert_eq!((closed, left), (2, 1), "the UDP entry is left");
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            1,
-            "the waiting pump is woken"
-        );
-        assert!(waiting.close_asked(&cx));
-        assert!(later.close_asked(&cx), "a pump that looks later sees it");
-        assert!(!other.close_asked(&cx), "an entry not picked is not asked");
-        drop((waiting, later));
-        let shard = rule.live.shards[SHARD.with(|s| *s)].lock();
-        assert!(
-            shard.wakers.iter().flatten().count() <= 1,
-            "wakers go with their entries"
-        );
-    }
-
-    /// Slots are reused, and an emptied shard gives its storage back.
-    #[test]
-    fn slots_are_reused_and_freed() {
-        let rule = rule();
-        let live = &rule.live;
-        let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(live.list().len(), 2);
-        let slot_a = a.slot;
-        drop(a);
-        let c = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(c.slot, slot_a, "a freed slot is taken first");
-        drop(b);
-        drop(c);
-        assert!(live.list().is_empty());
-        let shard = live.shards[SHARD.with(|s| *s)].lock();
-        assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
-    }
-}
+mod tests;

@@ -625,8 +625,9 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Append one line per connection to this file, in rinetd's \
               tab-separated format (or, with logcommon, the web server's common \
-              log format). A separate thread writes it; it is reopened on reload, \
-              so logrotate can move it. The last of repeated lines wins.",
+              log format; or, with logformat json, JSON). A separate thread \
+              writes it; it is reopened on reload and on SIGUSR1, so logrotate \
+              can move it. The last of repeated lines wins.",
         global: Some(|c| Slot::Path(&mut c.logfile)),
         ..BASE
     },
@@ -639,6 +640,22 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Write the log file in the common log format instead of tabs.",
         global: Some(|c| Slot::Flag(&mut c.logcommon)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("logformat"),
+        yaml: Some("log_format"),
+        yaml_place: Place::Global,
+        value: Value::Word(&crate::LogFormat::NAMES),
+        default: Default::Unset("tab, or common with logcommon"),
+        place: Place::Global,
+        doc: "The log file's format (an oi extension): tab and common are \
+              rinetd's two, byte for byte; json writes one JSON object per \
+              connection event: time, id (as oi connections shows it), rule, \
+              bind, connect, client, backend, server_name, bytes each way, \
+              duration_ms and event (rinetd's words). Wins over logcommon.",
+        global: Some(|c| Slot::LogFormat(&mut c.globals.log_format)),
+        check: Some("the log file's format"),
         ..BASE
     },
     Setting {
