@@ -94,6 +94,8 @@ pub fn status_json(s: &Snapshot) -> Value {
                         "oi": {
                             "bytes_from_clients": b.from_client,
                             "bytes_to_clients": b.to_client,
+                            "admin_state": b.admin,
+                            "weight": b.weight,
                         },
                     });
                     // Only with a health check, so rinetd-uv's document is unchanged without.
@@ -346,15 +348,21 @@ pub fn status_text(s: &Snapshot) -> String {
                     (true, None) => ", probe=-".to_string(),
                     (true, Some(us)) => format!(", probe={:.1}ms", us as f64 / 1000.0),
                 };
+                // The operator's state and weight (`oi backend`) last, so
+                // what scripts read before stays where it was.
+                let weight = b
+                    .weight
+                    .map_or_else(String::new, |w| format!(", weight={w}"));
                 let _ = writeln!(
                     o,
-                    "      {}: {}, active={}, total={}, traffic={}/{}{probe}",
+                    "      {}: {}, active={}, total={}, traffic={}/{}{probe}, state={}{weight}",
                     b.addr,
                     if b.healthy { "healthy" } else { "down" },
                     b.active,
                     b.opened,
                     human_bytes(b.from_client),
-                    human_bytes(b.to_client)
+                    human_bytes(b.to_client),
+                    b.admin,
                 );
             }
         }

@@ -8,6 +8,7 @@
 //! runs on an executor that forwards; a snapshot takes no lock the
 //! forwarding path takes per read or write.
 
+mod admin;
 mod control;
 pub mod format;
 mod limits;
@@ -16,6 +17,8 @@ mod page;
 mod slots;
 mod status_file;
 
+pub use admin::ask_admin;
+pub(crate) use admin::ServiceAsk;
 pub(crate) use control::UpgradeAsk;
 pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
@@ -59,6 +62,9 @@ pub struct ObserveSettings {
     pub metrics: Option<SocketAddr>,
     /// Where to create the control socket (`controlsocket`); none by default.
     pub control_socket: Option<PathBuf>,
+    /// Where to create the read-only control socket (`--status-socket`,
+    /// mode 0660): status, connections and config, nothing that changes.
+    pub status_socket: Option<PathBuf>,
 }
 
 impl Default for ObserveSettings {
@@ -70,6 +76,7 @@ impl Default for ObserveSettings {
             stats_log_interval: DEFAULT_STATS_LOG_INTERVAL,
             metrics: None,
             control_socket: None,
+            status_socket: None,
         }
     }
 }
@@ -86,6 +93,8 @@ pub struct Observer {
     /// The control socket's file, removed on exit if it is still the one
     /// bound (another oi may have bound the path since).
     control_socket: Option<crate::sys::unix::SocketFile>,
+    /// The read-only socket's file, removed on exit as the control socket's.
+    status_socket: Option<crate::sys::unix::SocketFile>,
     /// Second descriptors of the metrics listener and the control socket
     /// (the thread owns the first), for `oi upgrade` to hand over.
     copies: Given,
@@ -121,7 +130,7 @@ impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
-        Self::start_given(shared, settings, Given::default(), None)
+        Self::start_given(shared, settings, Given::default(), None, None)
     }
 
     /// [`Observer::start`], serving on the sockets in `given` where they
@@ -135,7 +144,9 @@ impl Observer {
         settings: ObserveSettings,
         given: Given,
         upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+        service: Option<async_channel::Sender<ServiceAsk>>,
     ) -> io::Result<Observer> {
+        let upgraded = given.control.is_some() || given.metrics.is_some();
         let given_metrics = given.metrics.filter(|l| {
             l.local_addr()
                 .ok()
@@ -193,6 +204,25 @@ impl Observer {
             }
             None => (None, None),
         };
+        let (status, status_socket) = match &settings.status_socket {
+            Some(path) => match control::bind_read_only(path) {
+                Ok((l, file)) => (Some(l), Some(file)),
+                // Started by `oi upgrade`: the previous oi still answers
+                // there (the hand-over does not carry this socket), and the
+                // upgrade must not fail for a read-only view.
+                Err(e) if upgraded => {
+                    log::warn!("status socket {}: {e}; not served", path.display());
+                    (None, None)
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create the status socket {}: {e}", path.display()),
+                    ))
+                }
+            },
+            None => (None, None),
+        };
         let copies = Given {
             metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: control.as_ref().and_then(|l| l.try_clone().ok()),
@@ -210,8 +240,12 @@ impl Observer {
                     shared,
                     settings,
                     metrics,
-                    control,
-                    upgrades,
+                    Sockets {
+                        control,
+                        status,
+                        upgrades,
+                        service,
+                    },
                     stopped,
                     thread_handed,
                 )
@@ -221,6 +255,7 @@ impl Observer {
             stop,
             thread: Some(thread),
             control_socket,
+            status_socket,
             copies,
             handed,
         })
@@ -263,7 +298,21 @@ impl Drop for Observer {
         // After the thread (and its listener) is gone: removes the file
         // only if it is still the socket bound at start.
         self.control_socket.take();
+        self.status_socket.take();
     }
+}
+
+/// The control sockets the observer thread serves, and where their
+/// requests for the service loop go.
+struct Sockets {
+    /// The control socket.
+    control: Option<std::os::unix::net::UnixListener>,
+    /// The read-only one.
+    status: Option<std::os::unix::net::UnixListener>,
+    /// `oi upgrade`'s requests.
+    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    /// `oi reload`'s and `oi config`'s.
+    service: Option<async_channel::Sender<ServiceAsk>>,
 }
 
 /// The observer thread: its tasks until `stopped` closes.
@@ -271,8 +320,7 @@ fn run(
     shared: Arc<Shared>,
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
-    control: Option<std::os::unix::net::UnixListener>,
-    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    sockets: Sockets,
     stopped: async_channel::Receiver<()>,
     handed: Arc<AtomicBool>,
 ) {
@@ -287,9 +335,23 @@ fn run(
             Err(e) => log::error!("metrics endpoint: {e}"),
         }
     }
-    if let Some(l) = control {
+    let Sockets {
+        control,
+        status,
+        upgrades,
+        service,
+    } = sockets;
+    for (l, read_only) in [(control, false), (status, true)] {
+        let Some(l) = l else { continue };
         match Async::new(l) {
-            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone(), upgrades))),
+            Ok(l) => tasks.push(ex.spawn(control::serve(
+                ex.clone(),
+                l,
+                shared.clone(),
+                upgrades.clone().filter(|_| !read_only),
+                service.clone(),
+                read_only,
+            ))),
             Err(e) => log::error!("control socket: {e}"),
         }
     }

@@ -3,8 +3,8 @@
 
 mod live;
 
+pub(crate) use live::{Conn, Live, Registered};
 pub use live::{ConnInfo, ConnState};
-pub(crate) use live::{Live, Registered};
 
 use super::counters::{bump, CounterCells, CounterValues, Counters};
 use super::{ConnKind, ConnectFailure};
@@ -65,6 +65,12 @@ pub struct BackendValues {
     /// The last good probe's round trip in µs; `None` before one or after a
     /// failed probe (and when not probed).
     pub probe_us: Option<u64>,
+    /// The operator's state of its member: `ready`, `drain` or `disabled`
+    /// (`oi backend`; `ready` when no pool lists it).
+    pub admin: &'static str,
+    /// The weight its member is chosen by now (the operator's, else the
+    /// file's); `None` when no pool lists it.
+    pub weight: Option<u32>,
     /// The backend name it was expanded from (`dns-multi-ip-expand`);
     /// `None` for a backend written in the file.
     pub expanded_from: Option<String>,
@@ -111,6 +117,11 @@ impl RuleStats {
     /// Sets the pool whose health snapshots report.
     pub(crate) fn set_pool(&self, pool: Arc<BackendPool>) {
         self.pool.store(Some(pool));
+    }
+
+    /// The rule's backend pool, if set.
+    pub(crate) fn pool(&self) -> Option<Arc<BackendPool>> {
+        self.pool.load_full()
     }
 
     /// The rule's name in outputs.

@@ -457,6 +457,15 @@ impl Future for Published<'_> {
             if this.live.published() != (from, to, state) {
                 this.live.publish(from, to, state);
             }
+            // `oi close` (or a disabled backend's grace ending): one atomic
+            // load per poll; the first keeps the waker it wakes.
+            if this.live.close_asked(cx) {
+                let why = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "closed by an operator (oi close, or its backend disabled)",
+                );
+                return Poll::Ready(this.pump.abort(why));
+            }
         }
         polled
     }

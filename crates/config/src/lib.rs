@@ -18,7 +18,7 @@ mod bounded;
 mod bytes;
 mod checks;
 pub mod convert;
-mod hint;
+pub mod hint;
 mod include;
 pub mod lint;
 mod lookup;

@@ -105,7 +105,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // not lost.
     let (config, loaded) = crate::watch::load(&conf, None);
     let shown = conf.display().to_string();
+    let mut running = String::new();
     let resolved = config.and_then(|c| {
+        running = commands::running_text(&c, &file);
         oi_config::resolve(c, &oi_config::services::Services::system())
             .map_err(|e| e.with_file(&shown))
     });
@@ -220,11 +222,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
     let (upgrade_asked, upgrades) = async_channel::bounded(1);
+    let (service_asked, asks) = async_channel::bounded(1);
     let observer = match Observer::start_given(
         shared.clone(),
         opts.observe_with(&cfg.config.globals),
         given,
         Some(upgrade_asked),
+        Some(service_asked),
     ) {
         Ok(o) => o,
         Err(e) => {
@@ -270,6 +274,8 @@ pub fn run(opts: RunOptions) -> ExitCode {
         binary,
         args,
         upgrades,
+        asks,
+        running: std::sync::Mutex::new(running),
         dropped,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());

@@ -42,6 +42,11 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
+    /// `oi reload` and `oi config` requests, from the control socket.
+    pub(super) asks: Receiver<crate::observe::ServiceAsk>,
+    /// The running configuration as `oi config` prints it, replaced by
+    /// each successful reload.
+    pub(super) running: std::sync::Mutex<String>,
     /// How oi was asked to drop root (`--user NAME`), when it runs as that
     /// user: a reload cannot get back a capability it dropped then.
     pub(super) dropped: Option<String>,
@@ -55,6 +60,8 @@ pub(super) enum Wakeup {
     Changed,
     /// `oi upgrade` asked for an upgrade.
     Upgrade(UpgradeAsk),
+    /// `oi reload` (or another request the service answers).
+    Ask(crate::observe::ServiceAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`reads`: what the
@@ -97,15 +104,48 @@ impl Service {
                         Err(_) => futures_lite::future::pending().await,
                     }
                 })
+                .or(async {
+                    match self.asks.recv().await {
+                        Ok(ask) => Wakeup::Ask(ask),
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                })
                 .await;
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
                     notify::reloading();
-                    let (status, watch) = self.reload().await;
+                    let (status, watch, _) = self.reload().await;
                     notify::ready(&status);
                     if let Some(watch) = watch {
                         self.set_watching(watch);
                     }
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Reload(reply)) => {
+                    notify::reloading();
+                    let (status, watch, errors) = self.reload().await;
+                    notify::ready(&status);
+                    let answer = match watch {
+                        Some(watch) => {
+                            self.set_watching(watch);
+                            let mut text = format!("reloaded: {status}\n");
+                            for e in &errors {
+                                text.push_str(&format!("warning: {e}\n"));
+                            }
+                            Ok(text)
+                        }
+                        None => {
+                            let mut text = errors.join("\n");
+                            text.push_str(&format!("\n{status}\n"));
+                            Err(text)
+                        }
+                    };
+                    let _ = reply.send(answer).await;
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Config(reply)) => {
+                    let text = self.running.lock().map(|t| t.clone());
+                    let _ = reply
+                        .send(text.map_err(|_| "no configuration".into()))
+                        .await;
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => {
                     self.status();
@@ -254,7 +294,9 @@ impl Service {
     /// running. Returns a status line for the service manager and, when the
     /// reload succeeded, whether the files are now to be watched. Records
     /// the digest of what it read, and whether it took effect, in `reads`.
-    pub(super) async fn reload(&self) -> (String, Option<bool>) {
+    /// The third value is every error, as `--check` prints them (for `oi
+    /// reload`; SIGHUP has them in the log).
+    pub(super) async fn reload(&self) -> (String, Option<bool>, Vec<String>) {
         let path = self.path.clone();
         let file = self.file.clone();
         // The descriptor budget is checked on the parsed rules, before their
@@ -266,6 +308,7 @@ impl Service {
         let (loaded, read) = smol::unblock(move || {
             let (parsed, read) = crate::watch::load(&path, Some(listen::rules_budget()));
             let loaded = parsed.and_then(|parsed| {
+                let running = super::commands::running_text(&parsed, &file);
                 let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
                 if let Err(refused) = listen::check_budget(&file, counted) {
                     return Ok(Err(refused));
@@ -273,15 +316,25 @@ impl Service {
                 let services = oi_config::services::Services::system();
                 let shown = path.display().to_string();
                 oi_config::resolve(parsed, &services)
-                    .map(Ok)
+                    .map(|c| Ok((c, running)))
                     .map_err(|e| e.with_file(&shown))
             });
             (loaded, read)
         })
         .await;
-        let (status, watch) = self.apply(loaded).await;
+        let (loaded, running) = match loaded {
+            Ok(Ok((c, running))) => (Ok(Ok(c)), Some(running)),
+            Ok(Err(e)) => (Ok(Err(e)), None),
+            Err(e) => (Err(e), None),
+        };
+        let (status, watch, errors) = self.apply(loaded).await;
+        if let (Some(text), Some(_)) = (running, watch) {
+            if let Ok(mut r) = self.running.lock() {
+                *r = text;
+            }
+        }
         self.reads.record(read, watch.is_some());
-        (status, watch)
+        (status, watch, errors)
     }
 
     /// [`Service::reload`]'s work once the files are read: applies the
@@ -289,7 +342,7 @@ impl Service {
     async fn apply(
         &self,
         loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
-    ) -> (String, Option<bool>) {
+    ) -> (String, Option<bool>, Vec<String>) {
         // A transparent rule this process cannot serve is refused like a
         // configuration over the descriptor budget.
         let loaded = loaded.map(|checked| {
@@ -309,10 +362,13 @@ impl Service {
                 );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, vec![refused]);
             }
             Err(e) => {
-                for line in e.with_file(&self.file).to_string().lines() {
+                // As `--check` prints them: the errors, then their count.
+                let n = e.count();
+                let text = e.with_file(&self.file).to_string();
+                for line in text.lines() {
                     log::error!(reason = "reload-failed"; "{line}");
                 }
                 log::error!(
@@ -321,7 +377,12 @@ impl Service {
                 );
                 self.shared.stats.reloaded(false);
                 let status = "reload failed: previous configuration still serving";
-                return (status.into(), None);
+                let mut errors: Vec<String> = text.lines().map(String::from).collect();
+                errors.push(format!(
+                    "configuration invalid ({n} error{})",
+                    if n == 1 { "" } else { "s" }
+                ));
+                return (status.into(), None, errors);
             }
         };
         let log = self.shared.log.clone();
@@ -341,16 +402,23 @@ impl Service {
             done,
         };
         if self.commands.send(command).await.is_err() {
-            return ("reload failed: the server has stopped".into(), None);
+            return (
+                "reload failed: the server has stopped".into(),
+                None,
+                Vec::new(),
+            );
         }
-        match errors.recv().await {
+        let warnings = match errors.recv().await {
             Ok(Ok(errors)) => {
-                for e in capped(&errors) {
+                let errors: Vec<String> = capped(&errors).collect();
+                for e in &errors {
                     log::error!("{e}");
                 }
+                errors
             }
             Ok(Err(refused)) => {
-                for e in capped(&refused) {
+                let refused: Vec<String> = capped(&refused).collect();
+                for e in &refused {
                     log::error!(reason = "reload-refused"; "{e}");
                 }
                 log::error!(
@@ -359,10 +427,16 @@ impl Service {
                 );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, refused);
             }
-            Err(_) => return ("reload failed: the server has stopped".into(), None),
-        }
+            Err(_) => {
+                return (
+                    "reload failed: the server has stopped".into(),
+                    None,
+                    Vec::new(),
+                )
+            }
+        };
         // The global `maxconn` follows the file; open connections stay.
         self.shared.set_max_connections(max_connections);
         let reopened = smol::unblock(move || {
@@ -376,6 +450,6 @@ impl Service {
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
-        (status, Some(watch))
+        (status, Some(watch), warnings)
     }
 }

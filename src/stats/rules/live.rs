@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 /// Shards of the live list: more than the executor threads of a typical host,
@@ -48,8 +49,9 @@ impl ConnState {
         }
     }
 
+    /// Read back from `Conn::state` (its `oi close` flags masked off).
     fn from_u8(v: u8) -> Self {
-        match v {
+        match v & STATE_MASK {
             0 => ConnState::Connecting,
             1 => ConnState::Open,
             2 => ConnState::ClientClosed,
@@ -98,7 +100,9 @@ pub(crate) struct Conn {
     server_name: OnceLock<Box<Arc<str>>>,
     /// What it is.
     kind: ConnKind,
-    /// A [`ConnState`], stored by the connection.
+    /// A [`ConnState`] in the low bits, stored by the connection, and `oi
+    /// close`'s flags ([`CLOSE_ASKED`], [`CLOSE_WATCHED`]) in the high
+    /// ones: the padding has no byte left for them (the id took it).
     state: AtomicU8,
     /// Its id (`oi connections`, the JSON log), 48 bits little-endian: in
     /// the 6 bytes of padding after `kind` and `state`, so the entry stays
@@ -115,6 +119,16 @@ fn next_id() -> [u8; 6] {
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
     [n[0], n[1], n[2], n[3], n[4], n[5]]
 }
+
+/// The bits of `Conn::state` that hold the [`ConnState`].
+const STATE_MASK: u8 = 0x0f;
+
+/// `Conn::state`: an operator asked for the connection to be closed.
+const CLOSE_ASKED: u8 = 0x40;
+
+/// `Conn::state`: its pump's (or reply task's) waker is in its shard's
+/// `wakers`.
+const CLOSE_WATCHED: u8 = 0x80;
 
 /// The instant live entries count their start from: the first entry's
 /// registration (an [`Instant`] is 16 bytes, a millisecond count 8).
@@ -170,6 +184,35 @@ impl Conn {
             server_name: self.server_name.get().map(|n| n.to_string()),
         }
     }
+
+    /// The rule it belongs to.
+    pub(crate) fn rule(&self) -> &Arc<RuleStats> {
+        &self.rule
+    }
+
+    /// Its client.
+    pub(crate) fn client(&self) -> Peer {
+        self.client
+    }
+
+    /// The backend address that answered, once connected.
+    pub(crate) fn backend(&self) -> Option<SocketAddr> {
+        self.backend.get().map(|(addr, _)| *addr)
+    }
+
+    /// Whether `oi close` can close it: a stream (its pump looks at the
+    /// flag from its first poll on), or a flow whose task watches the flag
+    /// (a UDP→UDP association's reply task; not a UDP→TCP association or
+    /// a TCP→UDP flow, which have none).
+    fn closable(&self) -> bool {
+        matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
+            || self.state.load(Ordering::Acquire) & CLOSE_WATCHED != 0
+    }
+
+    /// Whether it has ended already (a UDP association waiting to be swept).
+    fn ended(&self) -> bool {
+        ConnState::from_u8(self.state.load(Ordering::Relaxed)) == ConnState::Ended
+    }
 }
 
 /// One live entry as `oi connections` lists it.
@@ -204,6 +247,10 @@ pub struct ConnInfo {
 struct Shard {
     /// Live entries; `None` in a free slot.
     slots: Vec<Option<Arc<Conn>>>,
+    /// Beside `slots`, the waker of each entry's pump once it waits
+    /// (`oi close` wakes it): 16 bytes per slot, kept out of the entry,
+    /// whose budget has no room for it.
+    wakers: Vec<Option<Waker>>,
     /// Indexes of the free slots in `slots`.
     free: Vec<u32>,
 }
@@ -240,10 +287,26 @@ impl Shard {
                 self.free.push(slot);
             }
         }
+        if let Some(waker) = self.wakers.get_mut(slot as usize) {
+            *waker = None;
+        }
         if self.free.len() == self.slots.len() {
             self.slots = Vec::new();
             self.free = Vec::new();
+            self.wakers = Vec::new();
         }
+    }
+
+    /// Keeps `waker` for the entry in `slot`.
+    fn watch(&mut self, slot: u32, waker: &Waker) {
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            return;
+        }
+        if self.wakers.len() <= i {
+            self.wakers.resize(i + 1, None);
+        }
+        self.wakers[i] = Some(waker.clone());
     }
 
     /// The live entries.
@@ -304,6 +367,43 @@ impl Live {
         // `SHARD` is under `SHARDS` (64): it fits.
         let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
+    }
+
+    /// Asks every closable entry `which` accepts to close, and wakes its
+    /// pump; returns how many were asked and how many it could not close
+    /// (UDP associations and TCP→UDP flows, which it leaves).
+    pub(in crate::stats) fn close(&self, which: impl Fn(&Conn) -> bool) -> (usize, usize) {
+        let (mut closed, mut left) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for (i, entry) in shard.slots.iter().enumerate() {
+                let Some(conn) = entry.as_ref().filter(|c| !c.ended() && which(c)) else {
+                    continue;
+                };
+                if !conn.closable() {
+                    left += 1;
+                    continue;
+                }
+                closed += 1;
+                // Under the shard's lock, as the pump's registration: one
+                // of the two sees the other.
+                let was = conn.state.fetch_or(CLOSE_ASKED, Ordering::AcqRel);
+                if was & CLOSE_WATCHED != 0 {
+                    if let Some(Some(w)) = shard.wakers.get(i) {
+                        w.wake_by_ref();
+                    }
+                }
+            }
+        }
+        (closed, left)
+    }
+
+    /// How many live entries `which` accepts.
+    pub(in crate::stats) fn count(&self, which: impl Fn(&Conn) -> bool) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().entries().filter(|c| which(c)).count())
+            .sum()
     }
 
     /// Every live entry now.
@@ -390,6 +490,9 @@ impl Registered {
                 if Arc::ptr_eq(slot, &self.conn) {
                     *slot = moved.clone();
                 }
+                // Under the lock `Live::close` takes: an ask is not lost.
+                let flags = old.state.load(Ordering::Acquire) & !STATE_MASK;
+                moved.state.fetch_or(flags, Ordering::AcqRel);
             }
         }
         self.conn = moved;
@@ -449,9 +552,50 @@ impl Registered {
         (from, to, state)
     }
 
+    /// Whether `oi close` asked for this connection to end; the first call
+    /// that finds no ask keeps the task's waker in its shard, to be woken
+    /// by one (a task's waker stays the same for its life: one lock per
+    /// connection, none per poll).
+    pub(crate) fn close_asked(&self, cx: &Context<'_>) -> bool {
+        let flags = self.conn.state.load(Ordering::Acquire);
+        if flags & CLOSE_ASKED != 0 {
+            return true;
+        }
+        if flags & CLOSE_WATCHED != 0 || self.slot == UNLISTED {
+            return false;
+        }
+        let Some(shard) = self.live().shards.get(self.shard as usize) else {
+            return false;
+        };
+        let mut shard = shard.lock();
+        shard.watch(self.slot, cx.waker());
+        let was = self.conn.state.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
+        was & CLOSE_ASKED != 0
+    }
+
+    /// Waits until `oi close` asks for this flow to end (see
+    /// [`Registered::close_asked`]).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.close_asked(cx) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+
     /// Stores the state.
+    /// The flags beside it are kept: an update only when the state
+    /// changes (a load per publish otherwise, as the store it replaced).
     pub(crate) fn set_state(&self, state: ConnState) {
-        self.conn.state.store(state.to_u8(), Ordering::Relaxed);
+        let new = state.to_u8();
+        let cell = &self.conn.state;
+        if cell.load(Ordering::Relaxed) & STATE_MASK != new {
+            let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                Some(v & !STATE_MASK | new)
+            });
+        }
     }
 
     /// Adds bytes from the client (UDP paths, which have several writers).
@@ -500,64 +644,4 @@ impl Drop for Registered {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::counters::Counters;
-
-    /// A rule of its own, as `Stats::add_rule` makes one: the process's
-    /// `Stats` is in `snapshot`, above the rules this list is part of.
-    fn rule() -> Arc<RuleStats> {
-        Arc::new(RuleStats {
-            name: parking_lot::Mutex::new(Arc::from("a:1/tcp")),
-            proto: oi_config::Proto::Tcp,
-            counters: Counters::default(),
-            process: Arc::default(),
-            live: Arc::new(Live::new()),
-            pool: arc_swap::ArcSwapOption::empty(),
-            rates: crate::stats::rate::RuleRates::default(),
-            backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
-        })
-    }
-
-    /// One entry per open connection: 136 bytes on x86_64, so that with the
-    /// `Arc`'s two counts it is a 160-byte allocation (glibc rounds to 16
-    /// with 8 bytes of its own). Growth past it costs 16 bytes per connection.
-    #[test]
-    fn entry_fits_its_budget() {
-        let size = std::mem::size_of::<Conn>();
-        assert!(
-            size <= 136,
-            "a live entry is {size} bytes, over its 136-byte budget"
-        );
-    }
-
-    /// Every connection's task holds its guard: 16 bytes (24 with `usize`
-    /// shard and slot; -Zprint-type-sizes).
-    #[test]
-    fn guard_fits_its_budget() {
-        let size = std::mem::size_of::<Registered>();
-        assert!(
-            size <= 16,
-            "a live guard is {size} bytes, over its 16-byte budget"
-        );
-    }
-
-    /// Slots are reused, and an emptied shard gives its storage back.
-    #[test]
-    fn slots_are_reused_and_freed() {
-        let rule = rule();
-        let live = &rule.live;
-        let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(live.list().len(), 2);
-        let slot_a = a.slot;
-        drop(a);
-        let c = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(c.slot, slot_a, "a freed slot is taken first");
-        drop(b);
-        drop(c);
-        assert!(live.list().is_empty());
-        let shard = live.shards[SHARD.with(|s| *s)].lock();
-        assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
-    }
-}
+mod tests;
