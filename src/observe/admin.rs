@@ -263,7 +263,7 @@ fn close(shared: &Shared, who: Who, which: Which<'_>) -> Result<String, String> 
     if left > 0 {
         let _ = writeln!(
             answer,
-            "left {left} flow{} open: oi close ends TCP and unix stream connections and UDP associations to UDP backends",
+            "left {left} flow{} open (not started yet, or paused for oi upgrade): ask again",
             plural(left)
         );
     }

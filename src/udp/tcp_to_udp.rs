@@ -249,6 +249,7 @@ async fn carry(
                 f.client, f.socket, f.activity, pool, down_limit, &busy.down,
             ))
             .or(idle(f.activity, route.udp_timeout()))
+            .or(closed(f.activity))
             .or(stop(&ticket, &busy))
             .await;
         if !matches!(end, End::Stop) {
@@ -500,6 +501,14 @@ async fn to_client(
             futures_lite::future::yield_now().await;
         }
     }
+}
+
+/// Completes once `oi close` asks for this connection to end (or its
+/// backend is disabled): both sockets close, as on an idle timeout.
+async fn closed(a: &Activity) -> End {
+    a.conn.closed().await;
+    log::debug!("{}: closed by an operator (oi close)", a.conn.client());
+    End::Local
 }
 
 /// Completes once there has been no traffic either way for `timeout`.

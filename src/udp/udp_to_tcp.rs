@@ -227,6 +227,11 @@ pub(super) async fn connect_then_carry(
         }
         Ok::<_, io::Error>(connected)
     }
+    // `oi close` while it connects ends it as a failed connect would.
+    .or(async {
+        reply.activity.conn.closed().await;
+        Err(io::Error::other(CLOSED))
+    })
     .await;
     match connected {
         Ok(c) => {
@@ -245,6 +250,9 @@ pub(super) async fn connect_then_carry(
         }
     }
 }
+
+/// Why an association `oi close` ended says so in the debug log.
+const CLOSED: &str = "closed by an operator (oi close)";
 
 /// How [`carry`]'s directions ended.
 enum Ended {
@@ -324,13 +332,23 @@ pub(super) async fn carry(from: Paused, control: Control, shared: Arc<Shared>, r
             control.pause.asked(&busy).await;
             Ended::Pause
         };
+        // `oi close` ends the association as a backend error would: the
+        // stream closes, and the client's next datagram opens a new one.
+        let closed = async {
+            reply.activity.conn.closed().await;
+            Ended::Done(Err(io::Error::other(CLOSED)))
+        };
         async { Ended::Done(to_backend.await) }
             .or(async { Ended::Done(to_client.await) })
             .or(asked)
+            .or(closed)
             .await
     };
     match ended {
         Ended::Pause => {
+            // This task returns: the one that resumes the parts (if `oi
+            // upgrade` keeps them here) watches the close flag with its own waker.
+            reply.activity.conn.unwatch();
             // The listener reads nothing while it offers: the queue holds
             // every datagram it passed on and the stream has not had.
             while let Ok(q) = control.queue.try_recv() {

@@ -7,6 +7,7 @@ mod accept_busy;
 mod acl;
 mod activation;
 mod admin;
+mod admin_flows;
 mod call_counts;
 mod check_cli;
 mod check_preflight;

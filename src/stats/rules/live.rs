@@ -202,8 +202,9 @@ impl Conn {
 
     /// Whether `oi close` can close it: a stream (its pump looks at the
     /// flag from its first poll on), or a flow whose task watches the flag
-    /// (a UDP→UDP association's reply task; not a UDP→TCP association or
-    /// a TCP→UDP flow, which have none).
+    /// (a UDP association's task, to a UDP or a TCP backend, and a TCP→UDP
+    /// flow's; not one whose task has not run yet, or a UDP→TCP one paused
+    /// for `oi upgrade`).
     fn closable(&self) -> bool {
         matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
             || self.state.load(Ordering::Acquire) & CLOSE_WATCHED != 0
@@ -371,7 +372,7 @@ impl Live {
 
     /// Asks every closable entry `which` accepts to close, and wakes its
     /// pump; returns how many were asked and how many it could not close
-    /// (UDP associations and TCP→UDP flows, which it leaves).
+    /// (flows whose task does not watch the flag now, which it leaves).
     pub(in crate::stats) fn close(&self, which: impl Fn(&Conn) -> bool) -> (usize, usize) {
         let (mut closed, mut left) = (0, 0);
         for shard in self.shards.iter() {
@@ -571,6 +572,22 @@ impl Registered {
         shard.watch(self.slot, cx.waker());
         let was = self.conn.state.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
         was & CLOSE_ASKED != 0
+    }
+
+    /// Forgets the task's waker: a paused UDP→TCP association's task gives
+    /// its parts back and returns, and the task that resumes them (`oi
+    /// upgrade` kept it here) keeps its own on its first look at the flag.
+    /// Under the shard's lock, as [`Live::close`]: an ask meanwhile stays
+    /// in the flags, for that first look to see.
+    pub(crate) fn unwatch(&self) {
+        let Some(shard) = self.live().shards.get(self.shard as usize) else {
+            return;
+        };
+        let mut shard = shard.lock();
+        if let Some(waker) = shard.wakers.get_mut(self.slot as usize) {
+            *waker = None;
+        }
+        self.conn.state.fetch_and(!CLOSE_WATCHED, Ordering::AcqRel);
     }
 
     /// Waits until `oi close` asks for this flow to end (see

@@ -100,3 +100,34 @@ fn slots_are_reused_and_freed() {
     let shard = live.shards[SHARD.with(|s| *s)].lock();
     assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
 }
+
+/// A UDP→TCP association's task that pauses for `oi upgrade` lets its
+/// waker go: while paused the flow is left (no task would see the ask),
+/// and once a new task resumes it, that task's waker is the one woken.
+#[test]
+fn an_unwatched_flow_is_left_until_a_new_task_watches_it() {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+    /// Counts its wakes.
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let rule = rule();
+    let flow = rule.clone().register(ConnKind::Udp, Peer::Unix);
+    let (old, new) = (
+        Arc::new(Count(AtomicUsize::new(0))),
+        Arc::new(Count(AtomicUsize::new(0))),
+    );
+    let (old_waker, new_waker) = (Waker::from(old.clone()), Waker::from(new.clone()));
+    assert!(!flow.close_asked(&Context::from_waker(&old_waker)));
+    flow.unwatch();
+    assert_eq!(rule.live.close(|_| true), (0, 1), "paused: left");
+    assert!(!flow.close_asked(&Context::from_waker(&new_waker)));
+    assert_eq!(rule.live.close(|_| true), (1, 0));
+    assert_eq!(old.0.load(Ordering::Relaxed), 0, "the old task is not woken");
+    assert_eq!(new.0.load(Ordering::Relaxed), 1, "the new task is");
+    assert!(flow.close_asked(&Context::from_waker(&new_waker)));
+}
