@@ -176,7 +176,9 @@ pub enum Ask {
         json: bool,
     },
     /// Watch it live, like top: rules, backends and the busiest connections
-    /// (q quit, s sort, f filter by rule, p pause). Not on a terminal: one table.
+    /// (q quit, s sort, f filter by rule, p pause; j/k or the arrow keys
+    /// select a backend, d drain, e enable, x disable it, each confirmed
+    /// with y). Not on a terminal: one table.
     Top {
         /// Time between polls of the control socket.
         #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]

@@ -6,7 +6,10 @@
 //! connections per second, bytes per second each way, refusals and errors;
 //! per backend its health, load and probe round trip; and the busiest live
 //! connections. Keys: `q` quits, `s` changes the order, `f` shows one rule
-//! after another, `p` pauses. When standard output is not a terminal it
+//! after another, `p` pauses; j/k or the arrow keys select a backend, and
+//! `d`, `e`, `x` drain, enable or disable it once confirmed with `y`
+//! ([`act`]: the request `oi backend` sends, on the same control socket).
+//! When standard output is not a terminal it
 //! prints one text table (rates over one interval) and exits, so
 //! `oi top > file` and `oi top | less` work.
 //!
@@ -15,10 +18,12 @@
 //! tools (bottom, gitui, kdash) use; it diffs frames (no flicker) and re-lays
 //! out on resize, and crossterm restores the terminal on exit and on panic.
 
+pub mod act;
 pub mod model;
 mod screen;
 
-use crate::observe::{ask, Query};
+use crate::observe::{ask, ask_admin, Query};
+use act::{Controls, Key, Step};
 use model::{Sample, View, ViewOptions};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use std::io::IsTerminal;
@@ -91,7 +96,10 @@ fn live(
     let mut cur = first;
     let mut paused = false;
     let mut error: Option<String> = None;
+    let mut controls = Controls::default();
     let mut next_poll = Instant::now() + interval;
+    // After an action, one poll shows its effect, paused or not.
+    let mut refresh = false;
     loop {
         let view: View = model::view(prev.as_ref(), &cur, &opts);
         terminal.draw(|f| {
@@ -105,28 +113,51 @@ fn live(
                     paused,
                     error: error.as_deref(),
                 },
+                &controls,
             )
         })?;
         let wait = next_poll.saturating_duration_since(Instant::now());
         if event::poll(wait)? {
             match event::read()? {
-                Event::Key(k) if k.kind == KeyEventKind::Press => match k.code {
-                    KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
-                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                        return Ok(())
+                Event::Key(k) if k.kind == KeyEventKind::Press => {
+                    if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL) {
+                        return Ok(());
                     }
-                    KeyCode::Char('s') => opts.sort = opts.sort.next(),
-                    KeyCode::Char('f') => opts.next_filter(&cur),
-                    KeyCode::Char('p') | KeyCode::Char(' ') => paused = !paused,
-                    _ => {}
-                },
+                    let key = match k.code {
+                        KeyCode::Up => Key::Up,
+                        KeyCode::Down => Key::Down,
+                        KeyCode::Char(c) => Key::Char(c),
+                        _ => Key::Other,
+                    };
+                    match controls.key(key, &view) {
+                        Step::Redraw => {}
+                        Step::Send(line) => {
+                            // One short request, answered on oi's observer
+                            // thread: the screen waits for it (at most the
+                            // control socket's timeout).
+                            let outcome =
+                                ask_admin(socket, &line, false).map_err(|e| e.to_string());
+                            controls.answered(outcome);
+                            refresh = true;
+                            next_poll = Instant::now();
+                        }
+                        Step::Pass => match k.code {
+                            KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
+                            KeyCode::Char('s') => opts.sort = opts.sort.next(),
+                            KeyCode::Char('f') => opts.next_filter(&cur),
+                            KeyCode::Char('p') | KeyCode::Char(' ') => paused = !paused,
+                            _ => {}
+                        },
+                    }
+                }
                 // A resize redraws at the new size on the next pass.
                 _ => {}
             }
             continue;
         }
         next_poll = Instant::now() + interval;
-        if paused {
+        let once = std::mem::take(&mut refresh);
+        if paused && !once {
             continue;
         }
         match poll(socket, started) {

@@ -3,11 +3,12 @@
 //! does not flicker, and it lays the tables out again for the new size when
 //! the terminal is resized.
 
+use super::act::{Controls, Status};
 use super::model::{human_rate, View, ViewOptions};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style, Stylize};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Row, Table};
+use ratatui::widgets::{Block, Row, Table, TableState};
 use ratatui::Frame;
 
 /// What the header shows besides the view.
@@ -22,15 +23,19 @@ pub(super) struct Header<'a> {
     pub error: Option<&'a str>,
 }
 
-/// Draws one frame.
-pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
+/// The help line; while an action waits for its answer, what answers it.
+const KEYS: &str = "q quit   s sort   f filter by rule   p pause   j/k select backend   d drain   e enable   x disable";
+
+/// Draws one frame; `c` holds the backend cursor and the status line.
+pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header, c: &Controls) {
     let rule_rows = v.rules.len() as u16;
     let backend_rows = v.backends.len() as u16;
-    let [head, rules, backends, conns, keys] = Layout::vertical([
+    let [head, rules, backends, conns, status, keys] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Max(rule_rows.saturating_add(3)),
         Constraint::Max(backend_rows.saturating_add(3)),
         Constraint::Min(4),
+        Constraint::Length(1),
         Constraint::Length(1),
     ])
     .areas(f.area());
@@ -147,8 +152,12 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
         ])
         .style(bold),
     )
-    .block(Block::bordered().title("Backends"));
-    f.render_widget(table, backends);
+    .block(Block::bordered().title("Backends"))
+    // The selected backend, reversed; the table scrolls to keep it shown.
+    .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+    .highlight_symbol(">");
+    let mut state = TableState::default().with_selected(c.selected_row(v));
+    f.render_stateful_widget(table, backends, &mut state);
 
     let table = Table::new(
         v.conns.iter().map(|c| {
@@ -177,7 +186,18 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
     f.render_widget(table, conns);
 
     f.render_widget(
-        Line::from("q quit   s sort   f filter by rule   p pause").reversed(),
-        keys,
+        match &c.status {
+            None => Line::from(""),
+            Some(Status::Question(q)) => Line::from(q.as_str()).bold().yellow(),
+            Some(Status::Answer(a)) => Line::from(a.as_str()).green(),
+            Some(Status::Error(e)) => Line::from(e.as_str()).red(),
+        },
+        status,
     );
+    let help = if c.asking() {
+        "y confirm   any other key cancels"
+    } else {
+        KEYS
+    };
+    f.render_widget(Line::from(help).reversed(), keys);
 }

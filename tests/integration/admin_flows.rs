@@ -9,9 +9,9 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
-/// A TCP echo backend that reports each stream it accepts (its number, from
-/// 1) on the first channel and each stream's end (EOF or error from oi's
-/// side) on the second.
+/// A TCP echo backend that reports each stream it accepts (numbered from
+/// one) on the first channel and each stream's end (EOF or error from
+/// oi's side) on the second.
 fn reporting_echo_backend() -> (SocketAddr, Receiver<u32>, Receiver<u32>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
     let addr = l.local_addr().expect("addr");

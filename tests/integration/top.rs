@@ -254,3 +254,127 @@ fn piped_top_escapes_control_bytes_in_backend_names() {
         "the backend's name, escaped: {text:?}"
     );
 }
+
+/// The backends table's row of `backend` on `screen`, if shown.
+fn backend_row<'s>(screen: &'s str, backend: &str) -> Option<&'s str> {
+    screen
+        .lines()
+        .find(|l| l.starts_with('│') && l.contains(&format!(" {backend} ")))
+}
+
+/// `oi status`'s line for `backend`, through the control socket.
+fn status_state(sock: &str, backend: std::net::SocketAddr) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["status", "--socket", sock])
+        .output()
+        .expect("run oi status");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.trim_start().starts_with(&format!("{backend}:")))
+        .unwrap_or_else(|| panic!("no line for {backend} in:\n{text}"))
+        .to_string()
+}
+
+/// The action keys on a real terminal: j/k select a backend, `d` asks and
+/// `y` drains it through the control socket (the same request `oi backend
+/// drain` sends: `oi status` shows it drained, the other backend not),
+/// `e` then `y` enables it again, and `x` then `n` asks and sends nothing.
+#[test]
+fn top_drains_and_enables_the_selected_backend_once_confirmed() {
+    if !tmux_present() {
+        return;
+    }
+    let (one, two) = (echo_backend("127.0.0.1:0"), echo_backend("127.0.0.1:0"));
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.yaml");
+    std::fs::write(
+        &conf,
+        format!(
+            "rules:\n  - name: pool\n    bind: 127.0.0.1:{port}/tcp\n    connect:\n      - '{one}/tcp'\n      - '{two}/tcp'\n"
+        ),
+    )
+    .expect("conf");
+    let sock = dir.path().join("oi.sock");
+    let sock_arg = sock.to_str().expect("utf-8 path");
+    let oi = OiProcess::start(dir.path(), &conf, &["--socket", sock_arg]);
+    let tmux = Tmux {
+        name: format!("oi-top-act-{}", std::process::id()),
+    };
+    let cmd = format!(
+        "{} top --socket {sock_arg} --interval 200ms",
+        env!("CARGO_BIN_EXE_oi")
+    );
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "150",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    assert!(
+        started.status.success(),
+        "tmux new-session: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let rule = format!("127.0.0.1:{port}/tcp");
+    let (one_s, two_s) = (one.to_string(), two.to_string());
+    tmux.wait_for("both backends and the action keys show", |s| {
+        backend_row(s, &one_s).is_some()
+            && backend_row(s, &two_s).is_some()
+            && s.contains("d drain   e enable   x disable")
+    });
+    // An action with nothing selected says how to select.
+    tmux.keys("d");
+    tmux.wait_for("it says to select a backend", |s| {
+        s.contains("select a backend first")
+    });
+    // j selects the first backend, j again the second; d asks.
+    tmux.keys("j");
+    tmux.keys("j");
+    tmux.keys("d");
+    let question = format!("drain backend {two} of rule {rule}? y/n");
+    tmux.wait_for("the question names the second backend", |s| {
+        s.contains(&question) && s.contains("y confirm")
+    });
+    assert!(
+        status_state(sock_arg, two).contains("state=ready"),
+        "nothing changes before y"
+    );
+    tmux.keys("y");
+    let s = tmux.wait_for("oi's answer and the drained state show", |s| {
+        s.contains(&format!(
+            "{rule} {two}: state=drain weight=1 (was state=ready"
+        )) && backend_row(s, &two_s).is_some_and(|r| r.contains(" drain "))
+    });
+    if !status_state(sock_arg, two).contains("state=drain") {
+        oi.fail(&format!("top said it drained, oi status disagrees:\n{s}"));
+    }
+    assert!(status_state(sock_arg, one).contains("state=ready"), "{s}");
+    // x, then n: asked, cancelled, nothing sent.
+    tmux.keys("x");
+    tmux.wait_for("the disable question", |s| {
+        s.contains(&format!("disable backend {two} of rule {rule}"))
+    });
+    tmux.keys("n");
+    tmux.wait_for("cancelled", |s| s.contains("disable cancelled"));
+    assert!(status_state(sock_arg, two).contains("state=drain"));
+    // e, then y: back to ready.
+    tmux.keys("e");
+    tmux.wait_for("the enable question", |s| {
+        s.contains(&format!("enable backend {two} of rule {rule}? y/n"))
+    });
+    tmux.keys("y");
+    tmux.wait_for("enabled", |s| {
+        s.contains(&format!(
+            "{rule} {two}: state=ready weight=1 (was state=drain"
+        )) && backend_row(s, &two_s).is_some_and(|r| r.contains(" up "))
+    });
+    assert!(status_state(sock_arg, two).contains("state=ready"));
+    tmux.keys("q");
+    oi.stop();
+}

@@ -127,7 +127,11 @@ fn an_unwatched_flow_is_left_until_a_new_task_watches_it() {
     assert_eq!(rule.live.close(|_| true), (0, 1), "paused: left");
     assert!(!flow.close_asked(&Context::from_waker(&new_waker)));
     assert_eq!(rule.live.close(|_| true), (1, 0));
-    assert_eq!(old.0.load(Ordering::Relaxed), 0, "the old task is not woken");
+    assert_eq!(
+        old.0.load(Ordering::Relaxed),
+        0,
+        "the old task is not woken"
+    );
     assert_eq!(new.0.load(Ordering::Relaxed), 1, "the new task is");
     assert!(flow.close_asked(&Context::from_waker(&new_waker)));
 }
