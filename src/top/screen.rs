@@ -23,7 +23,8 @@ pub(super) struct Header<'a> {
     pub error: Option<&'a str>,
 }
 
-/// The help line; while an action waits for its answer, what answers it.
+/// The help line (while a question waits for `y`, a line saying how to
+/// answer it shows instead).
 const KEYS: &str = "q quit   s sort   f filter by rule   p pause   j/k select backend   d drain   e enable   x disable";
 
 /// Draws one frame; `c` holds the backend cursor and the status line.
