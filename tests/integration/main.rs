@@ -70,3 +70,4 @@ mod upgrade_live;
 mod upgrade_udp;
 mod upgrade_udp_kinds;
 mod watch;
+mod watchdog;
