@@ -15,7 +15,7 @@
 //! atomic add.
 
 use crate::reactor::Timer;
-use crate::threads::Threads;
+use crate::threads::{Runtime, Threads};
 use async_task::Task;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub struct Heartbeats {
 
 impl Heartbeats {
     /// Starts a beating task on every executor of `threads`.
-    pub(crate) fn start(threads: &Threads, every: Duration) -> Heartbeats {
+    fn start(threads: &Threads, every: Duration) -> Heartbeats {
         let beats: Arc<[AtomicU64]> = (0..threads.len()).map(|_| AtomicU64::new(0)).collect();
         let tasks = (0..threads.len())
             .map(|i| {
@@ -62,6 +62,16 @@ impl Heartbeats {
             .iter()
             .map(|b| b.load(Ordering::Relaxed))
             .collect()
+    }
+}
+
+impl Runtime {
+    /// Starts a heartbeat on every executor thread, each counting once at
+    /// once and then every `every` for as long as the thread runs its loop
+    /// (a thread blocked in a task stops its count; an idle one, asleep in
+    /// `epoll_wait`, still counts); dropping the result stops them.
+    pub fn heartbeats(&self, every: Duration) -> Heartbeats {
+        Heartbeats::start(self.threads(), every)
     }
 }
 

@@ -142,13 +142,6 @@ impl Runtime {
     pub fn threads(&self) -> &Arc<Threads> {
         &self.threads
     }
-
-    /// Starts a heartbeat on every executor thread, each counting once at
-    /// once and then every `every` for as long as the thread runs its loop
-    /// ([`crate::heartbeat`]); dropping the result stops them.
-    pub fn heartbeats(&self, every: Duration) -> crate::Heartbeats {
-        crate::heartbeat::Heartbeats::start(&self.threads, every)
-    }
 }
 
 impl Drop for Runtime {
