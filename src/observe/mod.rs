@@ -24,6 +24,7 @@ pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
 
 use crate::route::shared::Shared;
+use crate::sys::watchdog::Watchdog;
 use async_io::{Async, Timer};
 use smol::LocalExecutor;
 use std::io;
@@ -130,7 +131,7 @@ impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
-        Self::start_given(shared, settings, Given::default(), None, None)
+        Self::start_given(shared, settings, Given::default(), None, None, None)
     }
 
     /// [`Observer::start`], serving on the sockets in `given` where they
@@ -138,13 +139,15 @@ impl Observer {
     /// earlier oi); the others are closed and the rest bound as usual. A
     /// given control socket's file is this oi's (removed at exit, handed on
     /// at the next upgrade) when the path still names the inode the
-    /// previous oi made; otherwise it is left alone.
+    /// previous oi made; otherwise it is left alone. `watchdog` runs on the
+    /// thread's executor: its pings to systemd stop when that thread does.
     pub(crate) fn start_given(
         shared: Arc<Shared>,
         settings: ObserveSettings,
         given: Given,
         upgrades: Option<async_channel::Sender<UpgradeAsk>>,
         service: Option<async_channel::Sender<ServiceAsk>>,
+        watchdog: Option<Watchdog>,
     ) -> io::Result<Observer> {
         let upgraded = given.control.is_some() || given.metrics.is_some();
         let given_metrics = given.metrics.filter(|l| {
@@ -246,6 +249,7 @@ impl Observer {
                         upgrades,
                         service,
                     },
+                    watchdog,
                     stopped,
                     thread_handed,
                 )
@@ -321,11 +325,15 @@ fn run(
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
     sockets: Sockets,
+    watchdog: Option<Watchdog>,
     stopped: async_channel::Receiver<()>,
     handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
     let mut tasks = Vec::new();
+    if let Some(w) = watchdog {
+        tasks.push(ex.spawn(w.run()));
+    }
     if let Some(l) = metrics {
         match Async::new(l) {
             Ok(l) => {
