@@ -22,6 +22,7 @@ pub use oi_wire::request::Query;
 
 use crate::route::shared::Shared;
 use async_io::{Async, Timer};
+use futures_lite::FutureExt;
 use smol::LocalExecutor;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -91,7 +92,23 @@ pub struct Observer {
     copies: Given,
     /// Set once a new oi serves: the thread skips its last status file write.
     handed: Arc<AtomicBool>,
+    /// Requests to the thread itself: [`Observer::ping`] and [`Observer::quiet`].
+    asks: async_channel::Sender<ThreadAsk>,
 }
+
+/// What the service asks of the observer thread.
+enum ThreadAsk {
+    /// Answer (drop the sender) from the thread's executor: it runs.
+    Ping(async_channel::Sender<()>),
+    /// A new oi answers the control socket and the metrics port now: stop
+    /// accepting on them, writing the status file and logging the STATS
+    /// line; requests already read are answered. The sender drops when done.
+    Quiet(async_channel::Sender<()>),
+}
+
+/// How long the service waits for the observer thread to answer a ping or
+/// to stop accepting: it does either at its executor's next turn.
+const THREAD_ANSWER: Duration = Duration::from_secs(5);
 
 /// The observer's listening sockets as handed from one oi to the next
 /// (`oi upgrade`): each is used when it listens where the settings say.
@@ -201,18 +218,19 @@ impl Observer {
                 .map(crate::sys::unix::SocketFile::id),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
+        let (asks, asked) = async_channel::bounded(1);
         let handed = Arc::new(AtomicBool::new(false));
         let thread_handed = handed.clone();
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
             .spawn(move || {
+                let sockets = (metrics, control);
                 run(
                     shared,
                     settings,
-                    metrics,
-                    control,
+                    sockets,
                     upgrades,
-                    stopped,
+                    (stopped, asked),
                     thread_handed,
                 )
             })?;
@@ -223,6 +241,7 @@ impl Observer {
             control_socket,
             copies,
             handed,
+            asks,
         })
     }
 
@@ -239,13 +258,41 @@ impl Observer {
         }
     }
 
-    /// A new oi serves the control socket now: its file stays at exit,
-    /// and the status file is the new oi's to write (no last write here).
-    pub(crate) fn handed_over(&self) {
+    /// A new oi serves the control socket and the metrics port now: this
+    /// process stops accepting on them (its descriptors close: what
+    /// connects from now on reaches the new oi), and stops writing the
+    /// status file (no last write either) and logging the STATS line; the
+    /// control socket's file stays at exit. Requests already read are
+    /// answered, among them the `oi upgrade` that asked for the hand-over.
+    /// Before, the old oi answered 18 to 26 of 40 `oi status`, `/metrics`
+    /// and `/status.json` requests while it drained, with its own counters.
+    pub(crate) async fn quiet(&mut self) {
         self.handed.store(true, Ordering::Relaxed);
         if let Some(file) = &self.control_socket {
             file.keep();
         }
+        self.copies = Given::default();
+        let (done, wait) = async_channel::bounded::<()>(1);
+        if self.asks.send(ThreadAsk::Quiet(done)).await.is_ok() {
+            let _ = wait.recv().or(timeout(THREAD_ANSWER)).await;
+        }
+    }
+
+    /// Whether the observer thread's executor runs (answers within
+    /// [`THREAD_ANSWER`]): part of the answer to a previous oi's health
+    /// question, since the control socket and the metrics port are this
+    /// process's alone once it has answered.
+    pub(crate) async fn ping(&self) -> bool {
+        let (reply, wait) = async_channel::bounded::<()>(1);
+        let asked = async {
+            self.asks.send(ThreadAsk::Ping(reply)).await.is_ok()
+                && matches!(wait.recv().await, Err(async_channel::RecvError))
+        };
+        asked.or(async {
+            Timer::after(THREAD_ANSWER).await;
+            false
+        })
+        .await
     }
 
     /// Where `GET /metrics` is served (the bound address, for port 0).
@@ -266,14 +313,20 @@ impl Drop for Observer {
     }
 }
 
-/// The observer thread: its tasks until `stopped` closes.
+/// Waits `d`, then reads as a closed channel.
+async fn timeout(d: Duration) -> Result<(), async_channel::RecvError> {
+    Timer::after(d).await;
+    Err(async_channel::RecvError)
+}
+
+/// The observer thread: its tasks until `stopped` closes (`asks` from the
+/// service meanwhile).
 fn run(
     shared: Arc<Shared>,
     settings: ObserveSettings,
-    metrics: Option<TcpListener>,
-    control: Option<std::os::unix::net::UnixListener>,
+    (metrics, control): (Option<TcpListener>, Option<std::os::unix::net::UnixListener>),
     upgrades: Option<async_channel::Sender<UpgradeAsk>>,
-    stopped: async_channel::Receiver<()>,
+    (stopped, asks): (async_channel::Receiver<()>, async_channel::Receiver<ThreadAsk>),
     handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
@@ -322,7 +375,24 @@ fn run(
         }));
     }
     smol::block_on(ex.run(async {
-        let _ = stopped.recv().await;
+        // One ask a turn, until `stopped` (or `asks`) closes.
+        while let Some(ask) = async { asks.recv().await.ok() }
+            .or(async {
+                let _ = stopped.recv().await;
+                None
+            })
+            .await
+        {
+            match ask {
+                ThreadAsk::Ping(reply) => drop(reply),
+                // The accept loops (and their listeners) and the timers go;
+                // the requests being answered are tasks of their own.
+                ThreadAsk::Quiet(done) => {
+                    tasks.clear();
+                    drop(done);
+                }
+            }
+        }
     }));
     drop(tasks);
     // A last status file, so it does not say "running" with old numbers

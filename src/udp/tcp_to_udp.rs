@@ -240,6 +240,7 @@ async fn carry(
             return Some(end);
         }
         if offer(f, route, shared, &ticket).await {
+            f.activity.conn.handed_on();
             return None;
         }
     }

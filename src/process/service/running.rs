@@ -2,6 +2,7 @@
 //! signal, a control-socket command or a file change and acts on it
 //! (reload, status, watch on and off, upgrade, stop and drain).
 
+use super::upgrade::HandedOver;
 use super::*;
 
 /// What the signal loop needs while the server runs.
@@ -52,6 +53,8 @@ pub(super) enum Wakeup {
     Changed,
     /// `oi upgrade` asked for an upgrade.
     Upgrade(UpgradeAsk),
+    /// The previous oi asked the health question (or why it did not).
+    Health((handover::Taker, Result<(), String>)),
 }
 
 /// Starts a watcher on the configuration at `path` (`reads`: what the
@@ -73,13 +76,22 @@ pub(super) fn start_watcher(path: &Path, changed: &Sender<()>, reads: &Reads) ->
 impl Service {
     /// Serves until SIGINT or SIGTERM, reloading on SIGHUP; then stops the
     /// listeners, drains, and flushes the log.
-    /// A change the watcher saw takes the SIGHUP path.
+    /// A change the watcher saw takes the SIGHUP path. Started by `oi
+    /// upgrade` (`taker`), it answers the previous oi's health question.
     pub(super) async fn until_stopped(
         mut self,
         server: smol::Task<()>,
         mut signals: Signals,
+        taker: Option<handover::Taker>,
     ) -> ExitCode {
-        let mut handed_over = false;
+        let mut handed: Option<HandedOver> = None;
+        // Waits off the executor for the previous oi's question.
+        let mut question = taker.map(|t| {
+            smol::unblock(move || {
+                let asked = t.question();
+                (t, asked)
+            })
+        });
         loop {
             let wakeup = async { Wakeup::Signal(signals.next().await) }
                 .or(async {
@@ -94,6 +106,12 @@ impl Service {
                         Err(_) => futures_lite::future::pending().await,
                     }
                 })
+                .or(async {
+                    match question.as_mut() {
+                        Some(asked) => Wakeup::Health(asked.await),
+                        None => futures_lite::future::pending().await,
+                    }
+                })
                 .await;
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
@@ -105,15 +123,22 @@ impl Service {
                     }
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
+                Wakeup::Health((taker, asked)) => {
+                    question = None;
+                    self.answer_health(taker, asked).await;
+                }
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
-                    if self.upgrade(None).await.is_ok() {
-                        handed_over = true;
+                    if let Ok((_, h)) = self.upgrade_alone(None).await {
+                        handed = Some(h);
                         break;
                     }
                 }
                 Wakeup::Upgrade(ask) => {
-                    let outcome = self.upgrade(ask.binary).await;
-                    let done = outcome.is_ok();
+                    let outcome = self.upgrade_alone(ask.binary).await;
+                    let (outcome, done) = match outcome {
+                        Ok((line, h)) => (Ok(line), Some(h)),
+                        Err(e) => (Err(e), None),
+                    };
                     // The answer is written before this process goes on
                     // (and may exit): the observer drops `written` then.
                     let (written, wait) = async_channel::bounded::<()>(1);
@@ -126,8 +151,8 @@ impl Service {
                             })
                             .await;
                     }
-                    if done {
-                        handed_over = true;
+                    if done.is_some() {
+                        handed = done;
                         break;
                     }
                 }
@@ -147,11 +172,13 @@ impl Service {
                 _ => break,
             }
         }
-        if handed_over {
+        let handed_over = handed.is_some();
+        if let Some(h) = &handed {
             // The files are the new oi's now; and it, not this one, is the
-            // service systemd watches: no STOPPING=1.
+            // service systemd watches: no STOPPING=1. The observer stopped
+            // accepting already; upgrade requests it had read are refused.
             let _ = self.commands.send(Command::KeepFiles).await;
-            self.observer.handed_over();
+            self.refuse_upgrades(h.pid());
         } else {
             log::info!("stopping");
             notify::stopping();
@@ -190,9 +217,50 @@ impl Service {
             })
             .await;
         }
+        if let Some(h) = handed {
+            // What this oi counted since it sent its counters (the
+            // connections it kept) goes into the new oi's totals.
+            h.report(&self.shared).await;
+        }
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS
+    }
+
+    /// [`Service::upgrade`], refusing at once every other `oi upgrade`
+    /// that arrives meanwhile (it would otherwise wait for this one and,
+    /// after it, for a process that has handed over).
+    async fn upgrade_alone(
+        &mut self,
+        binary: Option<PathBuf>,
+    ) -> Result<(String, HandedOver), String> {
+        let others = self.upgrades.clone();
+        let refuse = async move {
+            // Ends with the upgrade (or when the observer stops).
+            while let Ok(ask) = others.recv().await {
+                let (written, _) = async_channel::bounded::<()>(1);
+                let why = "an upgrade is under way: ask again once it has ended".to_string();
+                let _ = ask.reply.try_send((Err(why), written));
+            }
+            futures_lite::future::pending().await
+        };
+        self.upgrade(binary).or(refuse).await
+    }
+
+    /// After a hand-over to `pid`: closes the channel of upgrade requests
+    /// and refuses those already in it, so none waits on this process.
+    fn refuse_upgrades(&self, pid: u32) {
+        self.upgrades.close();
+        // Bounded: the channel holds one request at most.
+        while let Ok(ask) = self.upgrades.try_recv() {
+            let (written, _) = async_channel::bounded::<()>(1);
+            let why = format!(
+                "this oi (pid {}) has handed over to oi pid {pid} and only finishes the \
+                 connections it kept: ask the new one",
+                std::process::id()
+            );
+            let _ = ask.reply.try_send((Err(why), written));
+        }
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS
