@@ -172,3 +172,58 @@ pub(super) fn drained(conn: &OwnedFd) -> Option<Value> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair")
+    }
+
+    #[test]
+    fn the_question_is_answered_confirmed_and_the_last_counts_arrive() {
+        let (old, new) = pair();
+        let answering = std::thread::spawn(move || {
+            question(&new).expect("asked");
+            answer(&new, 3).expect("confirmed");
+            drained(&new)
+        });
+        // Left from connections the new side could not read: skipped there.
+        wire::send(&old, Kind::ConnectionsEnd, &json!({}), &[]).expect("send");
+        let asked = ask(&old, std::process::id());
+        assert!(matches!(asked, Ok(3)), "three listeners serve");
+        report(&old, &json!({ "accept_errors": 7 }));
+        drop(old);
+        let got = answering.join().expect("new side");
+        assert_eq!(got, Some(json!({ "accept_errors": 7 })));
+    }
+
+    #[test]
+    fn an_answer_for_another_pid_or_a_closed_conversation_is_no_answer() {
+        let (old, new) = pair();
+        let answering = std::thread::spawn(move || {
+            question(&new).expect("asked");
+            let body = json!({ "pid": 1, "listeners": 1 });
+            wire::send(&new, Kind::Healthy, &body, &[]).expect("send");
+        });
+        let Err(Unanswered::Wrong(why)) = ask(&old, std::process::id()) else {
+            panic!("another pid's answer was taken");
+        };
+        assert!(why.contains("for pid 1, not"), "{why}");
+        answering.join().expect("new side");
+        let (old, new) = pair();
+        drop(new);
+        assert!(matches!(
+            ask(&old, std::process::id()),
+            Err(Unanswered::Closed)
+        ));
+    }
+}
