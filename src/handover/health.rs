@@ -161,7 +161,8 @@ pub(super) fn drained(conn: &OwnedFd) -> Option<Value> {
                 return None;
             }
             Ok(Received::Closed) => return None,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {

@@ -119,7 +119,9 @@ pub(crate) fn hand_over(
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
     let mut ready = false;
-    let result = converse(&listener, &mut child, sockets, parking, counters, &mut ready);
+    let result = converse(
+        &listener, &mut child, sockets, parking, counters, &mut ready,
+    );
     if result.is_err() {
         if ready {
             // It told systemd it is the main process (`MAINPID=`): this one

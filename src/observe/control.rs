@@ -198,16 +198,18 @@ pub fn ask_upgrade(socket: &Path, binary: Option<&Path>) -> io::Result<String> {
     line.push(b'\n');
     stream.write_all(&line)?;
     let mut answer = String::new();
-    stream.read_to_string(&mut answer).map_err(|e| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
-            e.kind(),
-            format!(
-                "oi did not answer the upgrade request within {} s",
-                UPGRADE_WAIT.as_secs()
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                e.kind(),
+                format!(
+                    "oi did not answer the upgrade request within {} s",
+                    UPGRADE_WAIT.as_secs()
+                ),
             ),
-        ),
-        _ => e,
-    })?;
+            _ => e,
+        })?;
     match answer.strip_prefix("error: ") {
         Some(why) => Err(io::Error::other(why.trim_end().to_string())),
         None if answer.is_empty() => Err(io::Error::other(

@@ -288,11 +288,12 @@ impl Observer {
             self.asks.send(ThreadAsk::Ping(reply)).await.is_ok()
                 && matches!(wait.recv().await, Err(async_channel::RecvError))
         };
-        asked.or(async {
-            Timer::after(THREAD_ANSWER).await;
-            false
-        })
-        .await
+        asked
+            .or(async {
+                Timer::after(THREAD_ANSWER).await;
+                false
+            })
+            .await
     }
 
     /// Where `GET /metrics` is served (the bound address, for port 0).
@@ -324,9 +325,15 @@ async fn timeout(d: Duration) -> Result<(), async_channel::RecvError> {
 fn run(
     shared: Arc<Shared>,
     settings: ObserveSettings,
-    (metrics, control): (Option<TcpListener>, Option<std::os::unix::net::UnixListener>),
+    (metrics, control): (
+        Option<TcpListener>,
+        Option<std::os::unix::net::UnixListener>,
+    ),
     upgrades: Option<async_channel::Sender<UpgradeAsk>>,
-    (stopped, asks): (async_channel::Receiver<()>, async_channel::Receiver<ThreadAsk>),
+    (stopped, asks): (
+        async_channel::Receiver<()>,
+        async_channel::Receiver<ThreadAsk>,
+    ),
     handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());

@@ -484,7 +484,9 @@ impl Parking {
     /// never, once it has succeeded. Asked by a listener while it offers.
     pub(crate) fn until_abandoned(&self) -> Receiver<()> {
         let mut inner = self.inner.lock();
-        let (_, wait) = inner.abandon.get_or_insert_with(|| async_channel::bounded(1));
+        let (_, wait) = inner
+            .abandon
+            .get_or_insert_with(|| async_channel::bounded(1));
         wait.clone()
     }
 

@@ -51,13 +51,7 @@ impl Stats {
     pub(crate) fn carried_from_here(&self) -> (Value, Sent) {
         let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
         let first = self.carried_of(&rules);
-        (
-            first.clone(),
-            Sent {
-                first,
-                rules,
-            },
-        )
+        (first.clone(), Sent { first, rules })
     }
 
     /// What this oi counted since it sent `sent` (old side, its last kept
@@ -67,7 +61,9 @@ impl Stats {
     /// highs are left out: nothing is open here any more.
     pub(crate) fn drained_since(&self, sent: &Sent) -> Value {
         let now = self.carried_of(&sent.rules);
-        let first_rules = sent.first["rules"].as_array().map_or(&[][..], Vec::as_slice);
+        let first_rules = sent.first["rules"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
         let rules: Vec<Value> = now["rules"]
             .as_array()
             .map_or(&[][..], Vec::as_slice)

@@ -109,8 +109,9 @@ fn a_new_oi_that_dies_after_ready_fails_the_upgrade_and_the_old_one_serves_every
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "oi upgrade must fail: {err}");
     assert!(
-        err.contains("exited (exit status: 0) after saying ready, before answering the health question")
-            && err.contains("this oi keeps serving"),
+        err.contains(
+            "exited (exit status: 0) after saying ready, before answering the health question"
+        ) && err.contains("this oi keeps serving"),
         "oi upgrade says why: {err}"
     );
     // At once, with no wait: every listener, the held connection, the
@@ -198,7 +199,9 @@ fn a_new_oi_that_never_answers_the_health_question_is_killed_within_the_bound() 
         .ok()
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| old.fail("the fake wrote no pid"));
-    wait_until("the silent new oi is killed", || Adopted(pid).exited_quietly());
+    wait_until("the silent new oi is killed", || {
+        Adopted(pid).exited_quietly()
+    });
     let (ok, failed) = clients.join().expect("clients");
     assert!(
         failed.is_empty() && ok > 0,

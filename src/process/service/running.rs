@@ -2,8 +2,9 @@
 //! signal, a control-socket command or a file change and acts on it
 //! (reload, status, watch on and off, upgrade, stop and drain).
 
-use super::upgrade::HandedOver;
 use super::*;
+use crate::handover::Successor;
+use crate::stats::Sent;
 
 /// What the signal loop needs while the server runs.
 pub(super) struct Service {
@@ -43,6 +44,30 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
+}
+
+/// What the old oi keeps once it has handed over: the new oi, which gets
+/// what this one counts while it drains, and what it had been sent.
+pub(super) struct HandedOver {
+    /// The new oi, and the conversation with it.
+    pub(super) successor: Successor,
+    /// The counters as sent, which the last counts are compared with.
+    pub(super) sent: Sent,
+}
+
+impl HandedOver {
+    /// The new oi's pid.
+    pub(super) fn pid(&self) -> u32 {
+        self.successor.pid
+    }
+
+    /// Once the last kept connection has ended: sends the new oi what this
+    /// one counted since it sent its counters, for its totals.
+    pub(super) async fn report(self, shared: &Shared) {
+        let drained = shared.stats.drained_since(&self.sent);
+        let successor = self.successor;
+        smol::unblock(move || successor.report(&drained)).await;
+    }
 }
 
 /// What woke the service loop.

@@ -5,34 +5,9 @@
 //! answering the old one's health question from its service loop
 //! (`Service::answer_health`).
 
-use super::running::Service;
+use super::running::{HandedOver, Service};
 use super::*;
-use crate::handover::{Successor, Taker};
-use crate::stats::Sent;
-
-/// What the old oi keeps once it has handed over: the new oi, which gets
-/// what this one counts while it drains, and what it had been sent.
-pub(super) struct HandedOver {
-    /// The new oi, and the conversation with it.
-    successor: Successor,
-    /// The counters as sent, which the last counts are compared with.
-    sent: Sent,
-}
-
-impl HandedOver {
-    /// The new oi's pid.
-    pub(super) fn pid(&self) -> u32 {
-        self.successor.pid
-    }
-
-    /// Once the last kept connection has ended: sends the new oi what this
-    /// one counted since it sent its counters, for its totals.
-    pub(super) async fn report(self, shared: &Shared) {
-        let drained = shared.stats.drained_since(&self.sent);
-        let successor = self.successor;
-        smol::unblock(move || successor.report(&drained)).await;
-    }
-}
+use crate::handover::Taker;
 
 /// Sorts what an old oi handed over: rules' listeners go to `inherited`
 /// (matched by address like systemd's), the observer's are returned.
@@ -247,17 +222,18 @@ impl Service {
                 self.observer.took_over();
                 log::info!("upgrade: health question answered; the hand-over is complete");
                 let shared = self.shared.clone();
-                let waiting = std::thread::Builder::new()
-                    .name("oi-drained".into())
-                    .spawn(move || {
-                        if let Some(d) = previous.drained() {
-                            let n = shared.stats.fold_drained(&d);
-                            log::info!(
-                                "upgrade: what the previous oi counted while it drained is \
+                let waiting =
+                    std::thread::Builder::new()
+                        .name("oi-drained".into())
+                        .spawn(move || {
+                            if let Some(d) = previous.drained() {
+                                let n = shared.stats.fold_drained(&d);
+                                log::info!(
+                                    "upgrade: what the previous oi counted while it drained is \
                                  added here ({n} of its rule(s) serve here)"
-                            );
-                        }
-                    });
+                                );
+                            }
+                        });
                 if let Err(e) = waiting {
                     log::warn!("upgrade: the previous oi's last counts will be lost: {e}");
                 }
