@@ -118,6 +118,10 @@ impl Service {
             })
         });
         loop {
+            // An `oi upgrade` that reached this oi while it was still being
+            // handed over waits for the health question to be answered:
+            // handing over before would leave the previous oi unanswered.
+            let taking_over = question.is_some();
             let wakeup = async { Wakeup::Signal(signals.next().await) }
                 .or(async {
                     // Never closed: `self.changed` is a sender.
@@ -125,6 +129,9 @@ impl Service {
                     Wakeup::Changed
                 })
                 .or(async {
+                    if taking_over {
+                        return futures_lite::future::pending().await;
+                    }
                     match self.upgrades.recv().await {
                         Ok(ask) => Wakeup::Upgrade(ask),
                         // The observer stopped: no more requests.
