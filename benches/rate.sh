@@ -10,6 +10,7 @@
 # pace; the CPU figure is oi's own (utime+stime from /proc).
 #
 #   benches/rate.sh            # needs cargo and python3
+#   OI=/path/to/oi benches/rate.sh   # another build, no cargo (before/after)
 #
 # Knobs: GIB (GiB per transfer, default 2), ROUNDS (default 3). Prints one
 # markdown table: the medians over the rounds, and each CPU figure as a ratio
@@ -20,8 +21,10 @@ GIB=${GIB:-2}
 ROUNDS=${ROUNDS:-3}
 
 cd "$(dirname "$0")/.."
-cargo build --release --bins >&2
-OI=$PWD/target/release/oi
+if [[ -z ${OI:-} ]]; then
+    cargo build --release --bins >&2
+    OI=$PWD/target/release/oi
+fi
 WORK=$(mktemp -d /tmp/oi-rate.XXXXXX)
 PIDS=()
 cleanup() {

@@ -34,6 +34,8 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
          touched; the log file is reopened and the pid file rewritten. With --watch \
          (or watch on in the file), a change to the file or an included file reloads \
          it the same way.\n\n\
+         SIGUSR1 logs one status line and opens the log file's path again (for \
+         logrotate's create; a symlink there is refused and the open file kept).\n\n\
          SIGTERM and SIGINT close the listeners and exit 0 once open connections \
          end or after --drain seconds.",
     ),
@@ -50,7 +52,11 @@ const EXTRA_SECTIONS: &[(&str, &str)] = &[
         "The packaged unit oi.service runs oi in the foreground as Type=notify: oi \
          sends READY=1 once every listener is bound, RELOADING=1 and READY=1 around \
          each reload, and STOPPING=1 on exit. systemctl reload oi checks the file with \
-         oi --check before sending SIGHUP, so a bad file makes the reload fail.",
+         oi --check before sending SIGHUP, so a bad file makes the reload fail. When \
+         JOURNAL_STREAM names oi's stderr, diagnostics go to journald's native socket \
+         with their own PRIORITY (journalctl -p err) and OI_RULE, OI_CLIENT, \
+         OI_BACKEND and OI_REASON fields where known; a line the socket refuses goes \
+         to stderr.",
     ),
     (
         "ENVIRONMENT",

@@ -39,7 +39,10 @@ mod udp;
 mod watch;
 
 pub use listen::{bind, bind_all, serve, BoundSocket, Command, TcpGroup, UnixSocket};
-pub use logfile::{Event, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, WRITER_WAIT};
+pub use logfile::{
+    Event, Flow, Format, LogEvent, LogHandle, RuleNames, LOG_QUEUE_LINES, MAX_JSON_LINE,
+    WRITER_WAIT,
+};
 pub use net::buffers::BufferPool;
 pub use net::peer::{Client, Peer, UNIX_CLIENT};
 pub use net::pipes::{pipe_size, PipePool, MIN_PIPE_SIZE, PIPES_KEPT};

@@ -1,4 +1,4 @@
-//! A pool's health and client affinity, carried to a new oi by `oi
+//! A pool's health, operator state and weights, and client affinity, carried to a new oi by `oi
 //! upgrade` so the new process neither sends clients to a backend the old
 //! one knew was down nor moves a client off the backend it was using.
 //!
@@ -9,6 +9,7 @@
 //! connection takes its place on its member as it resumes
 //! ([`BackendPool::lease_of`]).
 
+use super::admin::AdminState;
 use super::health::PROBE_DOWN;
 use super::{now_ms, BackendPool};
 use serde_json::{json, Value};
@@ -42,6 +43,8 @@ impl BackendPool {
                     "probe_fails": s.probe_fails.load(Ordering::Relaxed),
                     "probe_oks": s.probe_oks.load(Ordering::Relaxed),
                     "probe_us": s.probe_us.load(Ordering::Relaxed),
+                    "admin": s.admin().as_str(),
+                    "weight": s.weight_override(),
                 })
             })
             .collect();
@@ -96,6 +99,15 @@ impl BackendPool {
             s.down_until.store(until, Ordering::Relaxed);
             s.was_down
                 .store(c["was_down"].as_bool().unwrap_or(false), Ordering::Relaxed);
+            // An operator's state and weight (`oi backend`); an older oi
+            // carries neither: the file's then.
+            let admin = c["admin"].as_str().and_then(AdminState::from_name);
+            s.set_admin(admin.unwrap_or(AdminState::Ready));
+            let weight = c["weight"]
+                .as_u64()
+                .and_then(|w| u32::try_from(w).ok())
+                .filter(|&w| w <= u32::from(oi_wire::admin::MAX_WEIGHT));
+            s.set_weight(weight);
         }
         let Some(table) = &self.affinity else {
             return;

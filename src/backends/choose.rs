@@ -18,7 +18,7 @@ pub(super) fn round_robin(members: &[Arc<Member>], ok: &dyn Fn(&Member) -> bool)
         if !ok(m) {
             continue;
         }
-        let weight = i64::from(m.weight);
+        let weight = i64::from(m.weight());
         total += weight;
         let current = m.current.load(Ordering::Relaxed) + weight;
         m.current.store(current, Ordering::Relaxed);
@@ -50,7 +50,7 @@ pub(super) fn least_conn(
         if !ok(m) {
             continue;
         }
-        let (active, weight) = (m.active(), m.weight);
+        let (active, weight) = (m.active(), m.weight());
         let better = match best {
             None => true,
             Some((_, a, w)) => active < a || (active == a && weight > w),
@@ -83,7 +83,7 @@ fn weighted_slot(members: &[Arc<Member>], ok: &dyn Fn(&Member) -> bool, value: u
     let total: u64 = members
         .iter()
         .filter(|m| ok(m))
-        .map(|m| u64::from(m.weight))
+        .map(|m| u64::from(m.weight()))
         .sum();
     if total == 0 {
         return 0;
@@ -93,7 +93,7 @@ fn weighted_slot(members: &[Arc<Member>], ok: &dyn Fn(&Member) -> bool, value: u
         if !ok(m) {
             continue;
         }
-        let w = u64::from(m.weight);
+        let w = u64::from(m.weight());
         if left < w {
             return i;
         }

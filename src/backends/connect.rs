@@ -107,7 +107,21 @@ pub(crate) async fn through_pool(
             }
         }
     }
-    Err(ConnectError::Connect(last.unwrap_or_else(no_address)))
+    Err(ConnectError::Connect(
+        last.unwrap_or_else(|| nothing_tried(pool)),
+    ))
+}
+
+/// Why a connection found no member to try: none in service (an
+/// operator's `oi backend`), else no address.
+fn nothing_tried(pool: &BackendPool) -> io::Error {
+    if pool.none_in_service() {
+        return io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "every backend is drained, disabled or of weight 0",
+        );
+    }
+    no_address()
 }
 
 /// A health probe's connection to the first of `addrs` that answers within

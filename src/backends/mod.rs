@@ -18,6 +18,7 @@
 //! A rule with one backend (almost every rinetd.conf rule) takes a path with
 //! no lock and no allocation: the pool is only consulted to count health.
 
+pub(crate) mod admin;
 mod affinity;
 mod carry;
 mod choose;
@@ -36,7 +37,9 @@ use arc_swap::ArcSwap;
 use oi_config::{Algorithm, Balance, Host, IpFilter, Proto, ResolvedRule, UnixAddr};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -144,6 +147,13 @@ pub(crate) struct MemberState {
     probe_us: AtomicU64,
     /// A probe is in flight (at most one per member).
     probing: AtomicBool,
+    /// The operator's [`admin::AdminState`], stored (`oi backend`).
+    admin: AtomicU8,
+    /// The operator's weight; [`admin::FILE_WEIGHT`]: the file's.
+    weight: AtomicU32,
+    /// Operator changes so far: a disable's grace closes connections only
+    /// if no change came after it.
+    changes: AtomicU32,
 }
 
 impl Default for MemberState {
@@ -157,6 +167,9 @@ impl Default for MemberState {
             probe_oks: AtomicU32::new(0),
             probe_us: AtomicU64::new(health::NO_PROBE),
             probing: AtomicBool::new(false),
+            admin: AtomicU8::new(0),
+            weight: AtomicU32::new(admin::FILE_WEIGHT),
+            changes: AtomicU32::new(0),
         }
     }
 }
@@ -225,6 +238,10 @@ pub(crate) struct MemberHealth {
     pub(crate) probed: bool,
     /// The last good probe's round trip, if probed and the last probe passed.
     pub(crate) probe: Option<Duration>,
+    /// The operator's state (`oi backend`).
+    pub(crate) admin: admin::AdminState,
+    /// The weight choices use (the operator's, else the file's).
+    pub(crate) weight: u32,
 }
 
 /// A member chosen for one connection; counts the connection as using it
@@ -385,6 +402,8 @@ impl BackendPool {
                     parent: group.and_then(|g| g.name.clone()).filter(|_| expanded),
                     probed: self.check.is_some(),
                     probe: self.check.as_ref().and_then(|_| m.state.last_probe()),
+                    admin: m.state.admin(),
+                    weight: m.weight(),
                 }
             })
     }
@@ -441,7 +460,8 @@ impl BackendPool {
     pub(crate) fn attempts(&self, client: IpAddr) -> Attempts {
         let members = self.members.load_full();
         let now = now_ms();
-        let all_down = !members.iter().any(|m| m.eligible(now));
+        // Fail open among the members in service only (see `admin.rs`).
+        let all_down = !members.iter().any(|m| m.in_service() && m.eligible(now));
         let first = if members.len() <= 1 {
             0
         } else {
@@ -458,7 +478,7 @@ impl BackendPool {
 
     /// The index of the member a new connection from `client` goes to.
     fn pick(&self, members: &[Arc<Member>], client: IpAddr, now: u64, all_down: bool) -> usize {
-        let ok = |m: &Member| all_down || m.eligible(now);
+        let ok = |m: &Member| m.in_service() && (all_down || m.eligible(now));
         if let Some(affinity) = &self.affinity {
             if let Some(i) = affinity.lock().get(client, members, &ok) {
                 return i;
@@ -644,8 +664,9 @@ impl Iterator for Attempts {
             self.offset += 1;
             let m = &self.members[i];
             // The first choice is tried even when down (it was picked with
-            // all members down, or by a single-member rule).
-            if self.offset == 1 || self.all_down || m.eligible(self.now) {
+            // all members down, or by a single-member rule); never one an
+            // operator took out of service.
+            if m.in_service() && (self.offset == 1 || self.all_down || m.eligible(self.now)) {
                 return Some(Lease::new(m.clone()));
             }
         }

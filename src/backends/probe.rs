@@ -292,6 +292,7 @@ fn report(member: &Member, check: &Check, result: Result<Duration, String>) {
         Ok(rtt) => {
             if let Change::Up(n) = state.probe_passed(check.rise, rtt) {
                 log::info!(
+                    backend:% = member.label(), reason = "backend-up";
                     "backend {} is up again after {n} good probe{}",
                     member.label(),
                     if n == 1 { "" } else { "s" }
@@ -300,6 +301,7 @@ fn report(member: &Member, check: &Check, result: Result<Duration, String>) {
         }
         Err(why) => match state.probe_failed(check.fall) {
             Change::Down(n) => log::warn!(
+                backend:% = member.label(), reason = "backend-down";
                 "backend {} is down: {why}; {n} failed probe{} in a row",
                 member.label(),
                 if n == 1 { "" } else { "s" }

@@ -443,3 +443,67 @@ fn addr_of(p: &BackendPool, port: u16) -> SocketAddr {
         .find(|a| a.port() == port)
         .expect("member")
 }
+
+#[test]
+fn an_operators_state_and_weight_decide_who_is_chosen_and_travel_with_an_upgrade() {
+    use admin::AdminState;
+    let text = yaml(
+        &[
+            "'127.0.0.1:1/tcp'",
+            "'127.0.0.1:2/tcp'",
+            "'127.0.0.1:3/tcp'",
+        ],
+        "algorithm: roundrobin",
+    );
+    let old = pool(&text);
+    let m1 = old.member_named("127.0.0.1:1").expect("by address");
+    let m2 = old.member_named("127.0.0.1:2").expect("by address");
+    let missing = old.member_named("127.0.0.1:9").err().expect("not found");
+    assert_eq!(missing, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+    old.set_admin(&m1, AdminState::Drain, None);
+    old.set_admin(&m2, AdminState::Ready, Some(3));
+    let counts = spread(&old, 400, one_client);
+    assert_eq!(counts.get(&1), None, "drained: never chosen {counts:?}");
+    assert_eq!((counts[&2], counts[&3]), (300, 100), "weight 3 against 1");
+    // Down by health or not, an operator's "out" wins over failing open.
+    let m3 = old.member_named("127.0.0.1:3").expect("by address");
+    old.set_admin(&m2, AdminState::Disabled, Some(3));
+    old.set_admin(&m3, AdminState::Ready, Some(0));
+    assert!(old.attempts(one_client(0)).next().is_none());
+    assert!(old.none_in_service());
+    old.set_admin(&m3, AdminState::Ready, None);
+
+    // Carried through JSON text, as an upgrade does.
+    let carried = old.carried();
+    let carried: serde_json::Value = serde_json::from_str(&carried.to_string()).expect("JSON");
+    let new = pool(&text);
+    new.carry_on(&carried);
+    let states: Vec<(AdminState, u32)> = new
+        .members()
+        .iter()
+        .map(|m| (m.state().admin(), m.weight()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (AdminState::Drain, 1),
+            (AdminState::Disabled, 3),
+            (AdminState::Ready, 1)
+        ]
+    );
+    // A reload that keeps the members keeps their state too.
+    let reloaded = pool(&text);
+    reloaded.keep_state_of(&new);
+    assert_eq!(reloaded.members()[0].state().admin(), AdminState::Drain);
+    assert_eq!(reloaded.members()[1].weight(), 3);
+}
+
+#[test]
+fn a_single_backend_drained_takes_no_connection() {
+    let p = pool(&yaml(&["'127.0.0.1:1/tcp'"], ""));
+    let m = p.members()[0].clone();
+    p.set_admin(&m, admin::AdminState::Drain, None);
+    assert!(p.attempts(one_client(0)).next().is_none());
+    p.set_admin(&m, admin::AdminState::Ready, None);
+    assert!(p.attempts(one_client(0)).next().is_some());
+}

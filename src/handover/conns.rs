@@ -73,7 +73,10 @@ fn offer(conn: &OwnedFd, parked: &[Parked], counters: Option<&Value>) -> Result<
             let mut entry = json!({
                 "id": (c * PER_MESSAGE + i) as u64,
                 "rule": p.rule,
-                "started": p.started,
+                // Whole seconds since the epoch, as every version-4 oi
+                // reads it; `age_ms` is what this one reads.
+                "started": now_secs().saturating_sub(p.age.as_secs()),
+                "age_ms": u64::try_from(p.age.as_millis()).unwrap_or(u64::MAX),
                 "server_name": p.server_name,
                 "up": half(&p.up),
                 "down": half(&p.down),
@@ -213,7 +216,12 @@ fn flow(e: &Value, fds: &mut impl Iterator<Item = OwnedFd>) -> Result<Flow, Stri
 
 /// A direction's JSON: its unsent byte count (the bytes are in the memfd).
 fn half(h: &HalfState) -> Value {
-    json!({ "unsent": h.unsent.len(), "done": h.done, "bytes": h.bytes })
+    json!({
+        "unsent": h.unsent.len(),
+        "done": h.done,
+        "bytes": h.bytes,
+        "owed_ns": h.owed_ns,
+    })
 }
 
 /// A sealed-off copy of `bytes` the new oi reads back.
@@ -301,7 +309,7 @@ fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String>
             flow,
             up,
             down,
-            started: e["started"].as_u64().unwrap_or(0),
+            age: age(&e),
             // Absent (null) for connections no server name routed.
             server_name: e["server_name"]
                 .as_str()
@@ -310,6 +318,24 @@ fn read_message(body: &Value, fds: Vec<OwnedFd>) -> Result<Vec<Offered>, String>
         });
     }
     Ok(out)
+}
+
+/// Seconds since the epoch now: an entry's `started` is in them.
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// How long an entry's connection had been open: `age_ms`, or from an oi
+/// that sends none, the time since `started` (whole seconds since the
+/// epoch); none when neither is there.
+fn age(e: &Value) -> Duration {
+    match (e["age_ms"].as_u64(), e["started"].as_u64()) {
+        (Some(ms), _) => Duration::from_millis(ms),
+        (None, Some(started)) => Duration::from_secs(now_secs().saturating_sub(started)),
+        (None, None) => Duration::ZERO,
+    }
 }
 
 /// A direction's state; its unsent bytes are read from `data` at `at`.
@@ -335,6 +361,8 @@ fn read_half(v: &Value, data: &OwnedFd, at: &mut u64) -> Result<HalfState, Strin
         unsent,
         done: v["done"].as_bool().unwrap_or(false),
         bytes: v["bytes"].as_u64().unwrap_or(0),
+        // Absent from an oi that did not carry its buckets: they start full.
+        owed_ns: v["owed_ns"].as_u64().unwrap_or(0),
     })
 }
 
@@ -354,6 +382,7 @@ mod tests {
             unsent: unsent.to_vec(),
             done,
             bytes,
+            owed_ns: bytes * 1_000_000,
         }
     }
 
@@ -407,7 +436,7 @@ mod tests {
                 rule: format!("127.0.0.1:{i}"),
                 up: half(&vec![i; usize::from(i) * 1000], false, u64::from(i)),
                 down: half(b"down", i == 2, 7),
-                started: 1_700_000_000,
+                age: Duration::from_millis(90_061_001 + u64::from(i)),
                 verdict: verdict.clone(),
             })
             .collect();
@@ -428,7 +457,7 @@ mod tests {
             assert_eq!(g.rule, format!("127.0.0.1:{i}"));
             assert_eq!(g.up, half(&vec![i8; i * 1000], false, i as u64));
             assert_eq!(g.down, half(b"down", i == 2, 7));
-            assert_eq!(g.started, 1_700_000_000);
+            assert_eq!(g.age, Duration::from_millis(90_061_001 + i as u64));
         }
         assert!(matches!(got[0].flow, Flow::Stream { .. }));
         match &got[1].flow {
@@ -465,6 +494,22 @@ mod tests {
             }
             _ => panic!("entry 3 is a UDP->TCP association"),
         }
+    }
+
+    #[test]
+    fn an_entry_from_an_oi_without_age_ms_ages_from_its_start_and_its_buckets_start_full() {
+        let ten_s_ago = now_secs() - 10;
+        let got = age(&json!({ "started": ten_s_ago }));
+        // The clock may tick a second between the two readings.
+        assert!(
+            (Duration::from_secs(10)..=Duration::from_secs(11)).contains(&got),
+            "{got:?}"
+        );
+        assert_eq!(age(&json!({})), Duration::ZERO);
+        let data = memfd(b"").expect("memfd");
+        let v = json!({ "unsent": 0, "done": false, "bytes": 5 });
+        let h = read_half(&v, &data, &mut 0).expect("a direction");
+        assert_eq!((h.bytes, h.owed_ns), (5, 0));
     }
 
     #[test]

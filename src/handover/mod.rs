@@ -48,6 +48,8 @@ pub(crate) enum Role {
     Metrics,
     /// The control socket.
     Control,
+    /// The read-only control socket (`--status-socket`).
+    Status,
 }
 
 impl Role {
@@ -57,12 +59,13 @@ impl Role {
             Role::Listener => "listener",
             Role::Metrics => "metrics",
             Role::Control => "control",
+            Role::Status => "status",
         }
     }
 
     /// The role a word names.
     fn from_word(w: &str) -> Option<Role> {
-        [Role::Listener, Role::Metrics, Role::Control]
+        [Role::Listener, Role::Metrics, Role::Control, Role::Status]
             .into_iter()
             .find(|r| r.word() == w)
     }

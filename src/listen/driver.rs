@@ -105,8 +105,11 @@ impl<A: Acceptor> AcceptLoop<A> {
                 Err(e) => {
                     self.shared.stats.accept_error();
                     if !self.failing.swap(true, Ordering::Relaxed) {
-                        log::error!("accept failed, backing off: {e}");
                         let route = self.route.load();
+                        log::error!(
+                            rule:% = route.bind, reason = "accept-failed";
+                            "accept failed, backing off: {e}"
+                        );
                         let line = route.event(A::NOBODY, Event::AcceptFailed, Bytes::NONE);
                         self.shared.log.log(line);
                     }

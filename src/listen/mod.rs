@@ -440,7 +440,7 @@ impl Listeners {
             running.stop().await;
             let name = key.0.with_proto(key.1);
             crate::sys::notify::remove_stored(&crate::sys::notify::fd_name(&name));
-            log::info!("stopped listening on {name}");
+            log::info!(rule:% = name; "stopped listening on {name}");
         }
         if let Err(e) = self.start(fresh) {
             errors.push(format!("cannot start a listener: {e}"));

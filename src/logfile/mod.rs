@@ -3,7 +3,9 @@
 //! Connection tasks never touch the file: they send a [`LogEvent`] down a
 //! channel (no lock, no syscall on the executor thread) and the writer thread
 //! formats and appends it. The file is opened with `O_APPEND`, so logrotate's
-//! `copytruncate` works, and [`LogHandle::reopen`] reopens it after a rename.
+//! `copytruncate` works, and [`LogHandle::rotate`] (SIGUSR1) and
+//! [`LogHandle::reopen`] (reload) open the path again after a rename, so
+//! logrotate's `create` does too.
 //!
 //! Nothing about the file may stall or swell the daemon:
 //! - the queue to the writer holds at most [`LOG_QUEUE_LINES`] lines; past
@@ -33,6 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use writer::writer;
 
+pub use json::{Flow, MAX_JSON_LINE};
+
+mod json;
 mod writer;
 
 /// Lines that may wait for the writer. A line is about 100 bytes queued
@@ -139,6 +144,9 @@ pub struct LogEvent {
     /// The TLS server name the client asked for, on a listener rules share
     /// by server name (`[sni=...]`); written as one more field at the end.
     pub server_name: Option<Arc<str>>,
+    /// The connection's id, rule name, backend and age, once it has a live
+    /// entry: `logformat json` writes them (rinetd's formats have no place for them).
+    pub flow: Option<Flow>,
 }
 
 /// Which of rinetd's two formats to write.
@@ -148,23 +156,45 @@ pub enum Format {
     Tab,
     /// Web-server common log format (`logcommon`).
     Common,
+    /// One JSON object per line (`logformat json`).
+    Json,
 }
 
-/// Formats one event as a line (with its newline), byte-compatible with rinetd 0.73.
+impl From<oi_config::LogFormat> for Format {
+    fn from(f: oi_config::LogFormat) -> Self {
+        match f {
+            oi_config::LogFormat::Tab => Format::Tab,
+            oi_config::LogFormat::Common => Format::Common,
+            oi_config::LogFormat::Json => Format::Json,
+        }
+    }
+}
+
+/// Formats one event as a line (with its newline): rinetd's two formats
+/// byte-compatible with rinetd 0.73, or JSON.
 pub(crate) fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
+    match format {
+        Format::Tab => rinetd_line(ev, false, out),
+        Format::Common => rinetd_line(ev, true, out),
+        Format::Json => json::format_json(ev, out),
+    }
+}
+
+/// One line in rinetd's tab-separated format, or (`common`) its common log format.
+fn rinetd_line(ev: &LogEvent, common: bool, out: &mut String) {
     use std::fmt::Write as _;
     let local: DateTime<Local> = ev.time.into();
     let r = &ev.rule;
     // rinetd's fields, then (oi) the routed server name as one more.
     let name = ev.server_name.as_deref();
-    let (sep, name) = match (format, name) {
+    let (sep, name) = match (common, name) {
         (_, None) => ("", ""),
-        (Format::Tab, Some(n)) => ("\t", n),
-        (Format::Common, Some(n)) => (" ", n),
+        (false, Some(n)) => ("\t", n),
+        (true, Some(n)) => (" ", n),
     };
     // rinetd's date string ends in a space in both formats; keep it byte for byte.
-    let _ = match format {
-        Format::Tab => writeln!(
+    let _ = match common {
+        false => writeln!(
             out,
             "{} \t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}{sep}{name}",
             local.format("%d/%b/%Y:%H:%M:%S"),
@@ -177,7 +207,7 @@ pub(crate) fn format_line(ev: &LogEvent, format: Format, out: &mut String) {
             ev.to_client,
             ev.event.as_str()
         ),
-        Format::Common => writeln!(
+        true => writeln!(
             out,
             "{} - - [{}  {}] \"GET /rinetd-services/{}/{}/{}/{}/{} HTTP/1.0\" 200 {} - - - {}{sep}{name}",
             ev.client,
@@ -202,6 +232,9 @@ enum Msg {
     Reopen(Option<PathBuf>, Format, mpsc::Sender<std::io::Result<()>>),
     /// Report back once everything sent before has been written.
     Flush(mpsc::Sender<()>),
+    /// Open the current file's path again (SIGUSR1, after logrotate moved
+    /// the file); reports whether a file is configured.
+    Rotate(mpsc::Sender<std::io::Result<bool>>),
 }
 
 /// What the senders and the writer thread share about the queue between them.
@@ -328,6 +361,33 @@ impl LogHandle {
             );
         }
         done
+    }
+
+    /// Opens the log file's path again, as SIGUSR1 asks after logrotate
+    /// moved the file away (`create`): lines written from now on go to the
+    /// file at the path (made if missing, a symlink refused as at start-up),
+    /// the moved file keeps what was written before. A failed open keeps the
+    /// file open now. `Ok(false)`: no log file is configured, nothing done.
+    /// Waits at most [`WRITER_WAIT`], as [`reopen`](Self::reopen).
+    /// Blocking: call it off the executor threads.
+    pub fn rotate(&self) -> std::io::Result<bool> {
+        let Some(tx) = &self.tx else { return Ok(false) };
+        let (done_tx, done_rx) = mpsc::channel();
+        tx.send(Msg::Rotate(done_tx))
+            .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
+        match done_rx.recv_timeout(WRITER_WAIT) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "the log writer has been stuck in a write for {WRITER_WAIT:?}; \
+                     it reopens the file when that write returns"
+                ),
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(std::io::Error::other("log writer thread is gone"))
+            }
+        }
     }
 
     /// Reopens the log file (after logrotate, or for a new configuration) and

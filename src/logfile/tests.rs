@@ -19,6 +19,7 @@ fn event(ev: Event) -> LogEvent {
         to_client: 345,
         event: ev,
         server_name: None,
+        flow: None,
     }
 }
 
@@ -153,4 +154,80 @@ impl LogHandle {
     fn log_test_event(&self, ev: Event) {
         self.log(event(ev));
     }
+}
+
+#[test]
+fn json_lines_carry_every_field_in_order() {
+    let mut ev = event(Event::DoneRemoteClosed);
+    ev.server_name = Some("app.example.com".into());
+    ev.flow = Some(Flow {
+        id: 7,
+        rule: "0.0.0.0:80/tcp".into(),
+        backend: Some("10.0.0.1:8080".parse().unwrap()),
+        duration_ms: 1500,
+    });
+    let mut s = String::new();
+    format_line(&ev, Format::Json, &mut s);
+    assert_eq!(
+        s,
+        "{\"time\":\"2023-11-14T22:13:20.000Z\",\"id\":7,\"rule\":\"0.0.0.0:80/tcp\",\
+         \"bind\":\"0.0.0.0:80\",\"connect\":\"backend:8080\",\"client\":\"127.0.0.2\",\
+         \"backend\":\"10.0.0.1:8080\",\"server_name\":\"app.example.com\",\
+         \"bytes_from_client\":12,\"bytes_to_client\":345,\"duration_ms\":1500,\
+         \"event\":\"done-remote-closed\"}\n"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&s).unwrap();
+    assert_eq!(parsed["id"], 7);
+    // A refusal before any live entry: no id, rule, backend or duration.
+    let mut s = String::new();
+    format_line(&event(Event::AcceptFailed), Format::Json, &mut s);
+    let parsed: serde_json::Value = serde_json::from_str(&s).unwrap();
+    assert!(parsed["id"].is_null() && parsed["duration_ms"].is_null());
+    assert_eq!(parsed["event"], "accept-failed");
+}
+
+#[test]
+fn json_escapes_quotes_backslashes_and_control_characters() {
+    let mut ev = event(Event::SniUnrouted);
+    ev.server_name = Some("a\"b\\c\nd\te\u{1b}[31m\u{7f}é".into());
+    let mut s = String::new();
+    format_line(&ev, Format::Json, &mut s);
+    assert_eq!(s.matches('\n').count(), 1, "one line: {s:?}");
+    assert!(!s.contains('\u{1b}') && !s.contains('\t') && !s.contains('\u{7f}'));
+    assert!(
+        s.contains(r#""server_name":"a\"b\\c\u000ad\u0009e\u001b[31m\u007fé""#),
+        "{s}"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&s).unwrap();
+    assert_eq!(parsed["server_name"], "a\"b\\c\nd\te\u{1b}[31m\u{7f}é");
+}
+
+#[test]
+fn the_longest_json_line_is_within_its_bound() {
+    // Every text field as long as it can be and every byte escaped sixfold.
+    let worst: Arc<str> = "\u{1}".repeat(10_000).into();
+    let mut ev = event(Event::DoneLocalClosed);
+    ev.rule = Arc::new(RuleNames {
+        bind_host: worst.clone(),
+        bind_port: u16::MAX,
+        connect_host: worst.clone(),
+        connect_port: u16::MAX,
+    });
+    ev.server_name = Some(worst.clone());
+    ev.from_client = u64::MAX;
+    ev.to_client = u64::MAX;
+    ev.flow = Some(Flow {
+        id: u64::MAX,
+        rule: worst,
+        backend: Some(
+            "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+                .parse()
+                .unwrap(),
+        ),
+        duration_ms: u64::MAX,
+    });
+    let mut s = String::new();
+    format_line(&ev, Format::Json, &mut s);
+    assert!(s.len() <= MAX_JSON_LINE, "{} > {MAX_JSON_LINE}", s.len());
+    assert!(serde_json::from_str::<serde_json::Value>(&s).is_ok());
 }

@@ -60,6 +60,8 @@ pub(super) fn writer(rx: mpsc::Receiver<Msg>, queue: &Queue) {
         errors: Suppressor::new(WARN_EVERY),
     };
     let mut format = Format::Tab;
+    // The open file's path, for `Rotate`.
+    let mut path: Option<std::path::PathBuf> = None;
     while let Ok(first) = rx.recv() {
         let mut lines = false;
         let mut next = Some(first);
@@ -71,14 +73,18 @@ pub(super) fn writer(rx: mpsc::Receiver<Msg>, queue: &Queue) {
                     format_line(&ev, format, &mut w.buf);
                     lines = true;
                 }
-                Msg::Reopen(path, fmt, done) => {
+                Msg::Reopen(to, fmt, done) => {
                     w.flush();
                     format = fmt;
-                    let result = match path {
-                        // A failed open keeps the previous file.
-                        Some(p) => open_append(&p).map(|f| w.file = Some(f)),
+                    let result = match to {
+                        // A failed open keeps the previous file (and its path).
+                        Some(p) => open_append(&p).map(|f| {
+                            w.file = Some(f);
+                            path = Some(p);
+                        }),
                         None => {
                             w.file = None;
+                            path = None;
                             Ok(())
                         }
                     };
@@ -88,6 +94,15 @@ pub(super) fn writer(rx: mpsc::Receiver<Msg>, queue: &Queue) {
                 Msg::Flush(done) => {
                     w.flush();
                     let _ = done.send(());
+                }
+                Msg::Rotate(done) => {
+                    w.flush();
+                    // A failed open keeps the file open now.
+                    let result = match &path {
+                        Some(p) => open_append(p).map(|f| w.file = Some(f)).map(|()| true),
+                        None => Ok(false),
+                    };
+                    let _ = done.send(result);
                 }
             }
             if w.buf.len() < 64 * 1024 {
@@ -120,6 +135,7 @@ impl Writer<'_> {
         self.queue.dropped.fetch_add(lost, Ordering::Relaxed);
         if let Some(held) = self.errors.report(Instant::now()) {
             log::error!(
+                reason = "log-write-failed";
                 "cannot write to the log file: {e} ({held} more write errors \
                  since the last report not shown; at most one report a minute)"
             );

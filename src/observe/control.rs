@@ -1,10 +1,13 @@
 //! The control socket: a unix stream socket, mode 0600, that answers one
 //! request per connection, `status text|json` or `connections text|json`,
-//! and the client side that `oi status` and `oi connections` run.
+//! an operator's request (`admin.rs`: backend, close, reload, config), and
+//! the client side that `oi status` and `oi connections` run. A read-only
+//! socket (`--status-socket`) answers the same but refuses what writes.
 //!
 //! The answer is formatted by the server, so the client only prints it and
 //! both always agree on the layout.
 
+use super::admin::{self, ServiceAsk, Who};
 use super::format;
 use super::limits;
 use super::slots::{Slot, Slots};
@@ -34,6 +37,20 @@ pub(super) fn bind(path: &Path) -> io::Result<(UnixListener, crate::sys::unix::S
     Ok((bound.listener, file))
 }
 
+/// Binds the read-only socket at `path`, mode 0660 (its group may ask for
+/// the status; what changes anything is refused there), replacing a stale
+/// socket file as [`bind`] does.
+pub(super) fn bind_read_only(
+    path: &Path,
+) -> io::Result<(UnixListener, crate::sys::unix::SocketFile)> {
+    let addr = oi_config::UnixAddr::Path(path.to_path_buf());
+    let bound = crate::sys::unix::bind(&addr, Some(0o660), BACKLOG)?;
+    let file = bound
+        .file
+        .ok_or_else(|| io::Error::other("a status socket path made no file"))?;
+    Ok((bound.listener, file))
+}
+
 /// Connections the kernel queues for the control socket before oi accepts.
 const BACKLOG: i32 = 128;
 
@@ -58,6 +75,8 @@ pub(super) async fn serve(
     listener: Async<UnixListener>,
     shared: Arc<Shared>,
     upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    service: Option<async_channel::Sender<ServiceAsk>>,
+    read_only: bool,
 ) {
     let slots = Slots::new();
     loop {
@@ -71,15 +90,32 @@ pub(super) async fn serve(
         };
         // A peer is a user id (the socket is 0600, so usually root's); a
         // few slots each, the oldest idle one evicted (see `slots`).
-        let uid = rustix::net::sockopt::socket_peercred(stream.get_ref())
-            .map_or(u32::MAX, |c| c.uid.as_raw());
-        let Some(slot) = slots.admit(uid) else {
+        let who = match rustix::net::sockopt::socket_peercred(stream.get_ref()) {
+            Ok(c) => Who {
+                uid: c.uid.as_raw(),
+                pid: c.pid.as_raw_nonzero().get(),
+            },
+            Err(_) => Who {
+                uid: u32::MAX,
+                pid: 0,
+            },
+        };
+        let Some(slot) = slots.admit(who.uid) else {
             continue;
         };
         let shared = shared.clone();
         let upgrades = upgrades.clone();
+        let service = service.clone();
+        let exe = ex.clone();
         ex.spawn(async move {
-            let answered = answer(stream, &shared, &slot, upgrades.as_ref())
+            let asks = Asks {
+                upgrades: upgrades.as_ref(),
+                service: service.as_ref(),
+                read_only,
+                who,
+                ex: &exe,
+            };
+            let answered = answer(stream, &shared, &slot, &asks)
                 .or(async {
                     slot.evicted().await;
                     Err(io::Error::other(
@@ -95,16 +131,50 @@ pub(super) async fn serve(
     }
 }
 
+/// Where a connection's requests go beyond the snapshot, and who asks.
+struct Asks<'a> {
+    /// The service loop's upgrade requests.
+    upgrades: Option<&'a async_channel::Sender<UpgradeAsk>>,
+    /// The service loop's other requests (reload).
+    service: Option<&'a async_channel::Sender<ServiceAsk>>,
+    /// A read-only socket: requests that change anything are refused.
+    read_only: bool,
+    /// The peer, for the log lines of changes.
+    who: Who,
+    /// The observer's executor (a disabled backend's grace runs on it).
+    ex: &'a LocalExecutor<'static>,
+}
+
+/// What a read-only socket answers a request that changes something.
+const READ_ONLY: &str = "error: this socket is read-only (status, connections, config); \
+    ask the control socket (--socket) to change anything\n";
+
 /// Reads one request line and writes its answer; `slot` is marked busy
 /// (no longer evictable) once the line is complete.
 async fn answer(
     mut stream: Async<UnixStream>,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     slot: &Slot<u32>,
-    upgrades: Option<&async_channel::Sender<UpgradeAsk>>,
+    asks: &Asks<'_>,
 ) -> io::Result<()> {
     let head = limits::read_head(&mut stream, b"\n").await?;
     slot.busy();
+    let upgrades = asks.upgrades;
+    if let Some(req) = oi_wire::admin::admin_request(&head) {
+        let text = match req {
+            Err(why) => format!("error: {why}\n"),
+            Ok(req) if req.writes() && asks.read_only => READ_ONLY.to_string(),
+            Ok(req) => admin::answer(req, shared, asks.who, asks.service, asks.ex).await,
+        };
+        limits::bounded(stream.write_all(text.as_bytes())).await??;
+        let _ = limits::bounded(stream.close()).await;
+        return Ok(());
+    }
+    if asks.read_only && request::upgrade_request(&head).is_some() {
+        limits::bounded(stream.write_all(READ_ONLY.as_bytes())).await??;
+        let _ = limits::bounded(stream.close()).await;
+        return Ok(());
+    }
     if let Some(binary) = request::upgrade_request(&head) {
         use std::os::unix::ffi::OsStrExt;
         let binary = binary.map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)));
@@ -161,7 +231,7 @@ async fn answer(
                 format::connections_text(&rows)
             }
         }
-        _ => "error: ask `status` or `connections`, then `text` or `json`\n".to_string(),
+        _ => "error: ask `status` or `connections`, then `text` or `json`; or `backend`, `close`, `reload`, `config`\n".to_string(),
     };
     limits::bounded(stream.write_all(text.as_bytes())).await??;
     let _ = limits::bounded(stream.close()).await;

@@ -94,6 +94,8 @@ pub fn status_json(s: &Snapshot) -> Value {
                         "oi": {
                             "bytes_from_clients": b.from_client,
                             "bytes_to_clients": b.to_client,
+                            "admin_state": b.admin,
+                            "weight": b.weight,
                         },
                     });
                     // Only with a health check, so rinetd-uv's document is unchanged without.
@@ -346,15 +348,21 @@ pub fn status_text(s: &Snapshot) -> String {
                     (true, None) => ", probe=-".to_string(),
                     (true, Some(us)) => format!(", probe={:.1}ms", us as f64 / 1000.0),
                 };
+                // The operator's state and weight (`oi backend`) last, so
+                // what scripts read before stays where it was.
+                let weight = b
+                    .weight
+                    .map_or_else(String::new, |w| format!(", weight={w}"));
                 let _ = writeln!(
                     o,
-                    "      {}: {}, active={}, total={}, traffic={}/{}{probe}",
+                    "      {}: {}, active={}, total={}, traffic={}/{}{probe}, state={}{weight}",
                     b.addr,
                     if b.healthy { "healthy" } else { "down" },
                     b.active,
                     b.opened,
                     human_bytes(b.from_client),
-                    human_bytes(b.to_client)
+                    human_bytes(b.to_client),
+                    b.admin,
                 );
             }
         }
@@ -368,6 +376,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
         .iter()
         .map(|c| {
             json!({
+                "id": c.id,
                 "rule": c.rule,
                 "kind": c.kind.as_str(),
                 "client": c.client.to_string(),
@@ -396,6 +405,7 @@ pub fn connections_text(rows: &Value) -> String {
         "TO_CLIENT",
         "STATE",
         "SERVER_NAME",
+        "ID",
     ]
     .map(String::from)];
     for r in rows.as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -412,9 +422,10 @@ pub fn connections_text(rows: &Value) -> String {
             num("bytes_to_client"),
             text("state"),
             text("server_name"),
+            num("id"),
         ]);
     }
-    let mut widths = [0usize; 9];
+    let mut widths = [0usize; 10];
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());

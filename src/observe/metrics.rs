@@ -117,6 +117,8 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         .collect();
     let mut b_active = Vec::new();
     let mut b_up = Vec::new();
+    let mut b_admin = Vec::new();
+    let mut b_weight = Vec::new();
     let mut b_probe = Vec::new();
     let mut b_total = Vec::new();
     let mut b_bytes = Vec::new();
@@ -125,6 +127,15 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
             let l = vec![("rule", r.name.as_str()), ("backend", name.as_str())];
             b_active.push((l.clone(), b.active));
             b_up.push((l.clone(), u64::from(b.healthy)));
+            let admin = match b.admin {
+                "drain" => 1,
+                "disabled" => 2,
+                _ => 0,
+            };
+            b_admin.push((l.clone(), admin));
+            if let Some(w) = b.weight {
+                b_weight.push((l.clone(), u64::from(w)));
+            }
             if let Some(us) = b.probe_us.filter(|_| b.probed) {
                 b_probe.push((l.clone(), us as f64 / 1e6));
             }
@@ -143,6 +154,20 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         "Whether the rule's pool counts each backend address up (1) or down (0): passive health and, with check-interval, its probes.",
         Gauge,
         &b_up,
+    )?;
+    family(
+        enc,
+        "oi_backend_admin_state",
+        "The operator's state of each backend address (oi backend): 0 ready, 1 drain (no new connections), 2 disabled (no new connections, open ones closed).",
+        Gauge,
+        &b_admin,
+    )?;
+    family(
+        enc,
+        "oi_backend_weight",
+        "The weight each backend address is chosen by now: the operator's (oi backend weight), else the file's; 0 takes no new connections.",
+        Gauge,
+        &b_weight,
     )?;
     // Only with a health check, so the output without one is as it was.
     if !b_probe.is_empty() {
@@ -420,6 +445,8 @@ mod tests {
             addr: addr.parse().expect("literal"),
             member: member.map(String::from),
             healthy,
+            admin: if healthy { "ready" } else { "drain" },
+            weight: Some(if healthy { 1 } else { 5 }),
             probed: true,
             probe_us: healthy.then_some(1_500 + n),
             expanded_from: member.map(|_| "db.example".to_string()),

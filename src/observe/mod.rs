@@ -8,6 +8,7 @@
 //! runs on an executor that forwards; a snapshot takes no lock the
 //! forwarding path takes per read or write.
 
+mod admin;
 mod control;
 pub mod format;
 mod limits;
@@ -16,6 +17,8 @@ mod page;
 mod slots;
 mod status_file;
 
+pub use admin::ask_admin;
+pub(crate) use admin::ServiceAsk;
 pub(crate) use control::UpgradeAsk;
 pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
@@ -60,6 +63,9 @@ pub struct ObserveSettings {
     pub metrics: Option<SocketAddr>,
     /// Where to create the control socket (`controlsocket`); none by default.
     pub control_socket: Option<PathBuf>,
+    /// Where to create the read-only control socket (`--status-socket`,
+    /// mode 0660): status, connections and config, nothing that changes.
+    pub status_socket: Option<PathBuf>,
 }
 
 impl Default for ObserveSettings {
@@ -71,6 +77,7 @@ impl Default for ObserveSettings {
             stats_log_interval: DEFAULT_STATS_LOG_INTERVAL,
             metrics: None,
             control_socket: None,
+            status_socket: None,
         }
     }
 }
@@ -87,6 +94,8 @@ pub struct Observer {
     /// The control socket's file, removed on exit if it is still the one
     /// bound (another oi may have bound the path since).
     control_socket: Option<crate::sys::unix::SocketFile>,
+    /// The read-only socket's file, removed on exit as the control socket's.
+    status_socket: Option<crate::sys::unix::SocketFile>,
     /// Second descriptors of the metrics listener and the control socket
     /// (the thread owns the first), for `oi upgrade` to hand over.
     copies: Given,
@@ -121,6 +130,10 @@ pub(crate) struct Given {
     /// The control socket's file (device and inode) as the previous oi
     /// made or took it: the new oi takes it on if the path still names it.
     pub(crate) control_file: Option<(u64, u64)>,
+    /// The read-only control socket (`--status-socket`).
+    pub(crate) status: Option<std::os::unix::net::UnixListener>,
+    /// Its file, as `control_file`.
+    pub(crate) status_file: Option<(u64, u64)>,
 }
 
 impl Given {
@@ -130,15 +143,53 @@ impl Given {
             metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: self.control.as_ref().and_then(|l| l.try_clone().ok()),
             control_file: self.control_file,
+            status: self.status.as_ref().and_then(|l| l.try_clone().ok()),
+            status_file: self.status_file,
         }
     }
+}
+
+/// A unix listener handed over by the previous oi, kept when it listens at
+/// `path` (where this oi's settings want it).
+fn at_path(
+    l: Option<std::os::unix::net::UnixListener>,
+    path: Option<&PathBuf>,
+) -> Option<std::os::unix::net::UnixListener> {
+    l.filter(|l| {
+        let bound = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+        bound.is_some() && bound.as_ref() == path
+    })
+}
+
+/// The socket file at `path` the previous oi made (`id`), this oi's once
+/// the hand-over completes ([`Observer::took_over`]): until then kept, so
+/// a new oi that gives up before leaves it to the one that keeps serving.
+fn adopt_file(
+    what: &str,
+    path: &std::path::Path,
+    id: Option<(u64, u64)>,
+) -> Option<crate::sys::unix::SocketFile> {
+    let file = id.and_then(|id| {
+        crate::sys::unix::SocketFile::adopt(path, id)
+            .map_err(|e| {
+                log::warn!("{what} {}: {e}; it is not removed at exit", path.display());
+            })
+            .ok()
+    });
+    if let Some(f) = &file {
+        f.keep();
+    }
+    file
 }
 
 impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
-        Self::start_given(shared, settings, Given::default(), None)
+        Self::start_given(shared, settings, Given::default(), None, None)
     }
 
     /// [`Observer::start`], serving on the sockets in `given` where they
@@ -152,19 +203,16 @@ impl Observer {
         settings: ObserveSettings,
         given: Given,
         upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+        service: Option<async_channel::Sender<ServiceAsk>>,
     ) -> io::Result<Observer> {
+        let upgraded = given.control.is_some() || given.metrics.is_some() || given.status.is_some();
         let given_metrics = given.metrics.filter(|l| {
             l.local_addr()
                 .ok()
                 .is_some_and(|a| Some(a) == settings.metrics)
         });
-        let given_control = given.control.filter(|l| {
-            let path = l
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
-            path.is_some() && path == settings.control_socket
-        });
+        let given_control = at_path(given.control, settings.control_socket.as_ref());
+        let given_status = at_path(given.status, settings.status_socket.as_ref());
         let metrics = match settings.metrics {
             _ if given_metrics.is_some() => given_metrics,
             Some(addr) => {
@@ -181,22 +229,7 @@ impl Observer {
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
         let (control, control_socket) = match &settings.control_socket {
             Some(path) if given_control.is_some() => {
-                let file = given.control_file.and_then(|id| {
-                    crate::sys::unix::SocketFile::adopt(path, id)
-                        .map_err(|e| {
-                            log::warn!(
-                                "control socket {}: {e}; it is not removed at exit",
-                                path.display()
-                            );
-                        })
-                        .ok()
-                });
-                // The previous oi's until the hand-over completes
-                // ([`Observer::took_over`]): a new oi that gives up before
-                // leaves the file to the one that keeps serving.
-                if let Some(f) = &file {
-                    f.keep();
-                }
+                let file = adopt_file("control socket", path, given.control_file);
                 (given_control, file)
             }
             Some(path) => {
@@ -210,12 +243,37 @@ impl Observer {
             }
             None => (None, None),
         };
+        let (status, status_socket) = match &settings.status_socket {
+            Some(path) if given_status.is_some() => {
+                let file = adopt_file("status socket", path, given.status_file);
+                (given_status, file)
+            }
+            Some(path) => match control::bind_read_only(path) {
+                Ok((l, file)) => (Some(l), Some(file)),
+                // Started by `oi upgrade` from an oi that served no status
+                // socket at this path (the hand-over carries the one it
+                // served): the upgrade must not fail for a read-only view.
+                Err(e) if upgraded => {
+                    log::warn!("status socket {}: {e}; not served", path.display());
+                    (None, None)
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create the status socket {}: {e}", path.display()),
+                    ))
+                }
+            },
+            None => (None, None),
+        };
         let copies = Given {
             metrics: metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: control.as_ref().and_then(|l| l.try_clone().ok()),
             control_file: control_socket
                 .as_ref()
                 .map(crate::sys::unix::SocketFile::id),
+            status: status.as_ref().and_then(|l| l.try_clone().ok()),
+            status_file: status_socket.as_ref().map(crate::sys::unix::SocketFile::id),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let (asks, asked) = async_channel::bounded(1);
@@ -224,12 +282,16 @@ impl Observer {
         let thread = std::thread::Builder::new()
             .name("oi-observe".into())
             .spawn(move || {
-                let sockets = (metrics, control);
                 run(
                     shared,
                     settings,
-                    sockets,
-                    upgrades,
+                    metrics,
+                    Sockets {
+                        control,
+                        status,
+                        upgrades,
+                        service,
+                    },
                     (stopped, asked),
                     thread_handed,
                 )
@@ -239,6 +301,7 @@ impl Observer {
             stop,
             thread: Some(thread),
             control_socket,
+            status_socket,
             copies,
             handed,
             asks,
@@ -250,25 +313,32 @@ impl Observer {
         self.copies.copy()
     }
 
-    /// The hand-over that started this oi has completed: the control
-    /// socket's file it took on is its own now, removed when it exits.
+    /// The hand-over that started this oi has completed: the control and
+    /// status sockets' files it took on are its own now, removed when it
+    /// exits.
     pub(crate) fn took_over(&self) {
-        if let Some(file) = &self.control_socket {
+        for file in [&self.control_socket, &self.status_socket]
+            .into_iter()
+            .flatten()
+        {
             file.own();
         }
     }
 
-    /// A new oi serves the control socket and the metrics port now: this
-    /// process stops accepting on them (its descriptors close: what
-    /// connects from now on reaches the new oi), and stops writing the
-    /// status file (no last write either) and logging the STATS line; the
-    /// control socket's file stays at exit. Requests already read are
+    /// A new oi serves the control socket, the status socket and the
+    /// metrics port now: this process stops accepting on them (its
+    /// descriptors close: what connects from now on reaches the new oi),
+    /// and stops writing the status file (no last write either) and
+    /// logging the STATS line; the sockets' files stay at exit. Requests already read are
     /// answered, among them the `oi upgrade` that asked for the hand-over.
     /// Before, the old oi answered 18 to 26 of 40 `oi status`, `/metrics`
     /// and `/status.json` requests while it drained, with its own counters.
     pub(crate) async fn quiet(&mut self) {
         self.handed.store(true, Ordering::Relaxed);
-        if let Some(file) = &self.control_socket {
+        for file in [&self.control_socket, &self.status_socket]
+            .into_iter()
+            .flatten()
+        {
             file.keep();
         }
         self.copies = Given::default();
@@ -311,6 +381,7 @@ impl Drop for Observer {
         // After the thread (and its listener) is gone: removes the file
         // only if it is still the socket bound at start.
         self.control_socket.take();
+        self.status_socket.take();
     }
 }
 
@@ -320,16 +391,26 @@ async fn timeout(d: Duration) -> Result<(), async_channel::RecvError> {
     Err(async_channel::RecvError)
 }
 
+/// The control sockets the observer thread serves, and where their
+/// requests for the service loop go.
+struct Sockets {
+    /// The control socket.
+    control: Option<std::os::unix::net::UnixListener>,
+    /// The read-only one.
+    status: Option<std::os::unix::net::UnixListener>,
+    /// `oi upgrade`'s requests.
+    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    /// `oi reload`'s and `oi config`'s.
+    service: Option<async_channel::Sender<ServiceAsk>>,
+}
+
 /// The observer thread: its tasks until `stopped` closes (`asks` from the
 /// service meanwhile).
 fn run(
     shared: Arc<Shared>,
     settings: ObserveSettings,
-    (metrics, control): (
-        Option<TcpListener>,
-        Option<std::os::unix::net::UnixListener>,
-    ),
-    upgrades: Option<async_channel::Sender<UpgradeAsk>>,
+    metrics: Option<TcpListener>,
+    sockets: Sockets,
     (stopped, asks): (
         async_channel::Receiver<()>,
         async_channel::Receiver<ThreadAsk>,
@@ -347,9 +428,23 @@ fn run(
             Err(e) => log::error!("metrics endpoint: {e}"),
         }
     }
-    if let Some(l) = control {
+    let Sockets {
+        control,
+        status,
+        upgrades,
+        service,
+    } = sockets;
+    for (l, read_only) in [(control, false), (status, true)] {
+        let Some(l) = l else { continue };
         match Async::new(l) {
-            Ok(l) => tasks.push(ex.spawn(control::serve(ex.clone(), l, shared.clone(), upgrades))),
+            Ok(l) => tasks.push(ex.spawn(control::serve(
+                ex.clone(),
+                l,
+                shared.clone(),
+                upgrades.clone().filter(|_| !read_only),
+                service.clone(),
+                read_only,
+            ))),
             Err(e) => log::error!("control socket: {e}"),
         }
     }

@@ -17,6 +17,9 @@ mod tests;
 
 pub use run::{ClientAction, ClientQuery, RunOptions};
 
+mod admin;
+pub use admin::{BackendAction, CloseWhich};
+
 use crate::observe::StatusFormat;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, Subcommand};
@@ -129,6 +132,11 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
 
+    /// A read-only control socket (mode 0660): answers status, connections
+    /// and config, refuses what changes anything.
+    #[arg(long, value_name = "PATH")]
+    pub status_socket: Option<PathBuf>,
+
     /// After binding, run as this user (name or uid), keeping only
     /// CAP_NET_BIND_SERVICE so a reload can still bind ports below 1024
     /// (or the configuration's `user`).
@@ -184,6 +192,29 @@ pub enum Ask {
         #[arg(long, value_name = "PATH")]
         binary: Option<PathBuf>,
     },
+    /// Change a backend's admin state or weight in the running oi: drain
+    /// (no new connections, open ones finish), disable (no new
+    /// connections, open ones closed after --grace), enable (back to the
+    /// file's state and weight), weight N (0 to 256, instead of the
+    /// file's). RULE and BACKEND as `oi status` prints them. Kept across a
+    /// reload while the backend is in the file.
+    Backend {
+        /// What to do.
+        #[command(subcommand)]
+        action: BackendAction,
+    },
+    /// Close live connections of the running oi (TCP and unix streams, and
+    /// UDP associations to a UDP backend): exactly one of --id
+    /// (as `oi connections` lists it), --client ADDR[/BITS], --rule RULE,
+    /// --backend RULE BACKEND. Prints how many were closed.
+    Close(CloseWhich),
+    /// Reload the running oi's configuration and wait for the outcome: the
+    /// rule count, or every error as --check prints it (exit 1; the running
+    /// oi keeps serving its previous rules).
+    Reload,
+    /// Print the running configuration as oi resolved it, in the file's
+    /// format, with runtime changes (admin state, weights) as comments.
+    Config,
     /// Print the configuration (-c, with its includes) in the other format:
     /// rinetd.conf as YAML, YAML as rinetd.conf; what the other cannot say
     /// becomes a comment. Reads the file only: no running oi is needed.

@@ -365,6 +365,7 @@ impl Route {
             to_client: bytes.to_client,
             event,
             server_name: None,
+            flow: None,
         }
     }
 

@@ -36,6 +36,11 @@ pub(crate) struct HalfState {
     pub(crate) done: bool,
     /// Bytes written to the destination so far.
     pub(crate) bytes: u64,
+    /// How far, in ns, the direction's own bandwidth bucket (`rate`,
+    /// `rate-up`, `rate-down`) is from full, debt included: the new oi's
+    /// bucket starts as far from full, so a hand-over gives no fresh burst
+    /// (0: full, or no such limit).
+    pub(crate) owed_ns: u64,
 }
 
 /// What kind of flow a parked connection is, with its descriptors (copies:
@@ -172,8 +177,9 @@ pub(crate) struct Parked {
     pub(crate) up: HalfState,
     /// Backend → client.
     pub(crate) down: HalfState,
-    /// When the connection was accepted (seconds since the epoch).
-    pub(crate) started: u64,
+    /// How long it has been open (its live entry's age): the new oi's
+    /// `oi connections` and status page go on from it.
+    pub(crate) age: Duration,
     /// The TLS server name that routed it, on a listener rules share by
     /// server name: the new oi routes it to the same rule by it.
     pub(crate) server_name: Option<String>,
@@ -193,8 +199,8 @@ pub struct Offered {
     pub(crate) up: HalfState,
     /// Backend → client.
     pub(crate) down: HalfState,
-    /// When the previous oi accepted it (seconds since the epoch).
-    pub(crate) started: u64,
+    /// How long it had been open when the previous oi offered it.
+    pub(crate) age: Duration,
     /// The server name that routed it, as [`Parked::server_name`]; at most
     /// [`MAX_SERVER_NAME`] bytes.
     pub(crate) server_name: Option<String>,
@@ -452,13 +458,6 @@ impl Parking {
         }
         std::mem::take(&mut inner.parked)
     }
-}
-
-/// Seconds since the epoch now, for when a flow started.
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 impl Parking {

@@ -215,6 +215,7 @@ impl Shared {
         let n = rule.udp_proxy_dropped();
         if self.udp_proxy_warning.ready() {
             log::warn!(
+                rule:% = listener, client:% = peer.ip(), reason = "proxy-header-failed";
                 "{listener}/udp: dropping a datagram from {peer}: {why} ({n} dropped so far \
                  for want of a trusted PROXY header); next warning in a minute at the earliest"
             );
@@ -232,6 +233,7 @@ impl Shared {
     ) {
         if self.local_socket_warning.ready() {
             log::warn!(
+                rule:% = rule, client:% = client, reason = "local-socket-failed";
                 "{client} -> {rule}: cannot make the backend socket: {why}; the client is \
                  closed (local-socket-failed); next warning in a minute at the earliest"
             );

@@ -49,8 +49,8 @@ pub use counters::{
     ConnKind, CounterDef, CounterValues, Family, Metric, MetricKind, TextSection, COUNTERS,
 };
 pub use rules::{BackendValues, RuleStats, RuleValues};
+pub(crate) use rules::{Conn, Live, Registered};
 pub use rules::{ConnInfo, ConnState};
-pub(crate) use rules::{Live, Registered};
 pub use snapshot::{Pools, Snapshot, Stats};
 
 use counters::drop_one;

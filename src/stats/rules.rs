@@ -3,8 +3,8 @@
 
 mod live;
 
+pub(crate) use live::{Conn, Live, Registered};
 pub use live::{ConnInfo, ConnState};
-pub(crate) use live::{Live, Registered};
 
 use super::counters::{bump, CounterCells, CounterValues, Counters};
 use super::{ConnKind, ConnectFailure};
@@ -13,6 +13,7 @@ use oi_config::Proto;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Counters of one backend address of a rule (a rule lists several when its
 /// name resolves to several; later, when it balances across several).
@@ -64,6 +65,12 @@ pub struct BackendValues {
     /// The last good probe's round trip in µs; `None` before one or after a
     /// failed probe (and when not probed).
     pub probe_us: Option<u64>,
+    /// The operator's state of its member: `ready`, `drain` or `disabled`
+    /// (`oi backend`; `ready` when no pool lists it).
+    pub admin: &'static str,
+    /// The weight its member is chosen by now (the operator's, else the
+    /// file's); `None` when no pool lists it.
+    pub weight: Option<u32>,
     /// The backend name it was expanded from (`dns-multi-ip-expand`);
     /// `None` for a backend written in the file.
     pub expanded_from: Option<String>,
@@ -110,6 +117,11 @@ impl RuleStats {
     /// Sets the pool whose health snapshots report.
     pub(crate) fn set_pool(&self, pool: Arc<BackendPool>) {
         self.pool.store(Some(pool));
+    }
+
+    /// The rule's backend pool, if set.
+    pub(crate) fn pool(&self) -> Option<Arc<BackendPool>> {
+        self.pool.load_full()
     }
 
     /// The rule's name in outputs.
@@ -187,7 +199,7 @@ impl RuleStats {
     ) -> Registered {
         self.counters.opened(kind);
         self.process.opened(kind);
-        Live::register(self, kind, client.into())
+        Live::register(self, kind, client.into(), Duration::ZERO)
     }
 
     /// Registers a connection on a listener rules share by server name,
@@ -203,20 +215,21 @@ impl RuleStats {
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);
-        Live::register(self, kind, client.into())
+        Live::register(self, kind, client.into(), Duration::ZERO)
     }
 
     /// Registers a connection (or association) a previous oi handed over:
     /// listed and counted as active, not as opened again (the counters the
-    /// previous oi handed over counted its opening).
+    /// previous oi handed over counted its opening), `age` old already.
     pub(crate) fn register_resumed(
         self: &Arc<Self>,
         kind: ConnKind,
         client: impl Into<crate::net::peer::Peer>,
+        age: Duration,
     ) -> Registered {
         self.counters.resumed(kind);
         self.process.resumed(kind);
-        Live::register(self.clone(), kind, client.into())
+        Live::register(self.clone(), kind, client.into(), age)
     }
 
     /// The counters of backend `addr`, if the rule lists it.

@@ -152,6 +152,8 @@ impl Stats {
                             .as_ref()
                             .and_then(|h| h.probe)
                             .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+                        let admin = health.as_ref().map_or("ready", |h| h.admin.as_str());
+                        let weight = health.as_ref().map(|h| h.weight);
                         let (member, expanded_from) = match health {
                             Some(h) => (Some(h.label), h.parent),
                             None => (None, None),
@@ -162,6 +164,8 @@ impl Stats {
                             healthy,
                             probed,
                             probe_us,
+                            admin,
+                            weight,
                             expanded_from,
                             active: get(&b.active),
                             opened: get(&b.opened),
@@ -211,6 +215,23 @@ impl Stats {
             log_lines_queued: pools.log_queued,
             log_lines_dropped: pools.log_dropped,
         }
+    }
+
+    /// The serving rules, in the order they started (for the control
+    /// socket's operator requests, which find rules by name).
+    pub(crate) fn rules(&self) -> Vec<Arc<RuleStats>> {
+        self.rules.lock().clone()
+    }
+
+    /// How many live connections `which` accepts.
+    pub(crate) fn connections_where(&self, which: impl Fn(&super::Conn) -> bool) -> usize {
+        self.live.count(which)
+    }
+
+    /// Asks the live connections `which` accepts to close (`oi close`):
+    /// how many were asked, and how many could not be (UDP flows).
+    pub(crate) fn close(&self, which: impl Fn(&super::Conn) -> bool) -> (usize, usize) {
+        self.live.close(which)
     }
 
     /// The live connections and associations, oldest first.

@@ -152,9 +152,15 @@ fn counters_carried_by_an_upgrade_continue_where_they_were() {
         1,
         "one rule of the two is served"
     );
-    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:10"));
+    // Open for a day and a half already: older than anything this process
+    // has timed, its age goes on from there.
+    let age = std::time::Duration::from_secs(36 * 3600);
+    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:10"), age);
     adopted.reconnected(b);
     adopted.publish(7, 8, ConnState::Open);
+    assert!(adopted.age() >= age, "{:?}", adopted.age());
+    let listed = new.stats.connections();
+    assert!(listed[0].age >= age, "{:?}", listed[0].age);
     let after = new.snapshot();
     let (was, is) = (&before.rules[0], &after.rules[0]);
     assert_eq!(is.counters, was.counters, "every rule counter carries on");
@@ -189,7 +195,11 @@ fn what_the_old_oi_counts_while_draining_joins_the_new_ones_counters_once() {
     let new = Fixture::new();
     let mine = new.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
     new.stats.carry_on(&carried);
-    let adopted = mine.register_resumed(ConnKind::Tcp, addr("127.0.0.1:9"));
+    let adopted = mine.register_resumed(
+        ConnKind::Tcp,
+        addr("127.0.0.1:9"),
+        std::time::Duration::ZERO,
+    );
     adopted.reconnected(b);
     adopted.publish(100, 200, ConnState::Open);
     let before = new.snapshot();

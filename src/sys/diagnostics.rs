@@ -1,6 +1,9 @@
 //! oi's own diagnostics (start, reload, errors; not the connection log):
-//! one logger, installed once at start-up, writing to stderr (journald picks
-//! it up under systemd) and, in daemon and drop-in mode, to syslog.
+//! one logger, installed once at start-up, writing to stderr and, in daemon
+//! and drop-in mode, to syslog. Under systemd, when `JOURNAL_STREAM` says
+//! stderr is the journal, lines go to journald's socket instead, each with
+//! its priority and fields (`super::journal`); a line that socket refuses
+//! goes to stderr as before.
 //!
 //! The sink is decided with the fork: before it, a daemon reports to both
 //! stderr (still the terminal or the service manager) and syslog; after it,
@@ -9,6 +12,7 @@
 //! (`<PRI>Mmm dd hh:mm:ss TAG[PID]: MESSAGE`) on a non-blocking datagram
 //! socket: a stalled syslog daemon drops messages, it never stalls forwarding.
 
+use super::journal::Journal;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
@@ -34,8 +38,12 @@ static LOGGER: OnceLock<Diagnostics> = OnceLock::new();
 struct Diagnostics {
     /// Formats for stderr, and filters every record by `RUST_LOG`.
     stderr: env_logger::Logger,
-    /// Whether records go to stderr (off in a daemon after the fork).
+    /// Whether records go to stderr, or the journal in its place (off in a
+    /// daemon after the fork).
     to_stderr: AtomicBool,
+    /// journald's socket, when stderr is the journal's stream: records go
+    /// there with their priority, and to stderr only when it refuses one.
+    journal: Option<Journal>,
     /// The syslog socket, when syslog is a sink.
     syslog: Mutex<Option<Syslog>>,
 }
@@ -66,6 +74,7 @@ pub(crate) fn init(program: &'static str, syslog: bool) {
     let logger = Diagnostics {
         stderr,
         to_stderr: AtomicBool::new(true),
+        journal: Journal::connect(program),
         syslog: Mutex::new(if syslog {
             Syslog::connect(program)
         } else {
@@ -91,7 +100,10 @@ pub(crate) fn init(program: &'static str, syslog: bool) {
 /// A start-up failure: printed to stderr as it is (no log prefix, as a
 /// command-line tool prints errors), and sent to syslog when syslog is a sink.
 pub(crate) fn report(message: &str) {
-    eprintln!("{message}");
+    let journal = LOGGER.get().and_then(|l| l.journal.as_ref());
+    if journal.is_none_or(|j| j.send_error(message).is_err()) {
+        eprintln!("{message}");
+    }
     if let Some(logger) = LOGGER.get() {
         if let Ok(syslog) = logger.syslog.lock() {
             if let Some(syslog) = syslog.as_ref() {
@@ -127,13 +139,49 @@ fn write_stderr_line(buf: &mut env_logger::fmt::Formatter, record: &Record<'_>) 
     if !record.target().is_empty() {
         write!(buf, " {}", record.target())?;
     }
-    let message = record.args().to_string();
+    let message = message_of(record);
     let mut lines = message.split('\n');
     write!(buf, "] {}", lines.next().unwrap_or_default())?;
     for line in lines {
         write!(buf, "\n    {line}")?;
     }
     writeln!(buf)
+}
+
+/// A record's message as every sink shows it: control characters but the
+/// newline (which the sinks lay out as continuation lines), and the
+/// characters that reorder or hide text, escaped. Messages carry text from
+/// outside (a YAML backend's `name:`, a server name, a peer's error) and are
+/// read on terminals, where an escape sequence would act; backslashes stay
+/// as they are, so text a message already escaped is not escaped twice.
+fn message_of(record: &Record<'_>) -> String {
+    use std::fmt::Write as _;
+    let raw = record.args().to_string();
+    let acts = |c: char| c != '\n' && (c.is_control() || is_format_control(c));
+    if !raw.chars().any(acts) {
+        return raw;
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    for c in raw.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_ascii_control() && c != '\n' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if acts(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Bidirectional overrides and isolates, and zero-width characters: they
+/// are not `char::is_control` but change how the text around them reads.
+fn is_format_control(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 /// The filter string to use for `rust_log`, and the first bad directive if
@@ -213,11 +261,17 @@ impl Log for Diagnostics {
             return;
         }
         if self.to_stderr.load(Ordering::Relaxed) {
-            self.stderr.log(record);
+            let sent = self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.send(record, &message_of(record)).is_ok());
+            if !sent {
+                self.stderr.log(record);
+            }
         }
         if let Ok(syslog) = self.syslog.lock() {
             if let Some(syslog) = syslog.as_ref() {
-                syslog.send(record.level(), &record.args().to_string());
+                syslog.send(record.level(), &message_of(record));
             }
         }
     }
@@ -230,6 +284,26 @@ impl Log for Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The message a record of `args` is shown with.
+    fn shown(args: std::fmt::Arguments<'_>) -> String {
+        message_of(&Record::builder().args(args).build())
+    }
+
+    #[test]
+    fn messages_show_control_and_reordering_characters_escaped() {
+        assert_eq!(shown(format_args!("plain \\x1b text")), "plain \\x1b text");
+        assert_eq!(
+            shown(format_args!("a\u{1b}[31mb\u{7}\tc\rd")),
+            "a\\x1b[31mb\\x07\\tc\\rd"
+        );
+        assert_eq!(shown(format_args!("two\nlines")), "two\nlines");
+        assert_eq!(
+            shown(format_args!("x\u{202e}y\u{85}z")),
+            "x\\u{202e}y\\u{85}z"
+        );
+        assert_eq!(shown(format_args!("caf\u{e9}")), "caf\u{e9}");
+    }
 
     #[test]
     fn levels_and_target_levels_are_kept() {

@@ -37,7 +37,8 @@ const FDS_PER_MESSAGE: usize = 253;
 
 /// Whether the service manager keeps descriptors for oi: systemd (254 and
 /// later) sets `FDSTORE` to the unit's `FileDescriptorStoreMax=` when it is
-/// above 0, and `NOTIFY_SOCKET` says where to send them. Read once.
+/// above 0 (252, Debian 12's, does not: dist/oi.service sets it with
+/// `Environment=`), and `NOTIFY_SOCKET` says where to send them. Read once.
 pub(crate) fn fd_store_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| {

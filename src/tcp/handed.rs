@@ -3,7 +3,9 @@
 //! ([`run`]), and the conversions between a pump's direction and the wire's.
 //!
 //! Hand-over state declared here: how a direction ([`Half`]) travels, as
-//! the wire's `HalfState`; the rest a connection carries is its [`Open`]'s.
+//! the wire's `HalfState` (its own bandwidth bucket's state with it); the
+//! rest a connection carries is its [`Open`]'s, and its age its live
+//! entry's.
 
 use super::pump::{Half, PumpOutcome};
 use super::{Open, Published};
@@ -20,6 +22,7 @@ impl From<HalfState> for Half {
             unsent: h.unsent,
             done: h.done,
             bytes: h.bytes,
+            owed: h.owed_ns,
         }
     }
 }
@@ -30,6 +33,7 @@ impl From<Half> for HalfState {
             unsent: h.unsent,
             done: h.done,
             bytes: h.bytes,
+            owed_ns: h.owed,
         }
     }
 }
@@ -147,7 +151,7 @@ async fn offer<G>(published: &mut Published<'_>, open: &Open<G>, ticket: &Ticket
         rule: open.route.bind.to_string(),
         up: up.into(),
         down: down.into(),
-        started: open.started,
+        age: open.live.age(),
         server_name: open.live.server_name().map(|n| n.to_string()),
         verdict,
     };
@@ -175,11 +179,4 @@ async fn offer<G>(published: &mut Published<'_>, open: &Open<G>, ticket: &Ticket
         Some(true) => Offer::Adopted,
         _ => Offer::Resume,
     }
-}
-
-/// Seconds since the epoch now, for a connection's start.
-pub(super) fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

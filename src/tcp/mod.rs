@@ -12,8 +12,9 @@
 //!
 //! Hand-over state declared here: across `oi upgrade` a connection carries
 //! its two sockets, each direction's unsent bytes, half-close and byte
-//! count (`pump::Half`, converted to the wire's in `handed.rs`), when it
-//! started and the server name that routed it. One accepted here ([`open`])
+//! count and own bandwidth buckets (`pump::Half`, converted to the wire's
+//! in `handed.rs`), its age (its live entry's) and the server name that
+//! routed it. One accepted here ([`open`])
 //! and one handed over ([`adopted`]) both run as one [`Open`] in [`pumped`].
 
 mod copy;
@@ -72,8 +73,6 @@ pub(crate) struct Open<G> {
     route: Arc<Route>,
     /// Settings, pools, the log and the hand-over's parking.
     shared: Arc<Shared>,
-    /// When it was accepted, seconds since the epoch: a hand-over sends it.
-    started: u64,
     /// A connection handed over by the previous oi: what its directions
     /// had not sent yet, and how far they were (boxed: one word in every
     /// other connection).
@@ -103,7 +102,6 @@ pub(crate) async fn open<G: Guards>(
 ) -> Option<Open<G>> {
     let peer = origin.map_or(Peer::Unix, |o| Peer::Ip(o.client));
     let ip = peer.client();
-    let started = handed::now();
     let kind = conn_kind(peer, &route);
     // Listed and counted until the connection ends (after its sockets have
     // closed: locals drop in reverse order, and `Open` drops it after them).
@@ -158,6 +156,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.flow = Some(live.flow());
         line
     };
     shared.log.log_with(|| event(Event::Opened, Bytes::NONE));
@@ -220,7 +219,6 @@ pub(crate) async fn open<G: Guards>(
         lease: Some(lease),
         route,
         shared,
-        started,
         resumed: None,
         guards,
     })
@@ -346,6 +344,8 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
                 (None, None) => "?".to_string(),
             };
             log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str();
                 "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
                 live.client(),
                 route.names.bind_host,
@@ -363,6 +363,7 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
         open.shared.log.log_with(|| {
             let mut line = route.event(live.client().client(), ev, bytes);
             line.server_name = live.server_name();
+            line.flow = Some(live.flow());
             line
         });
     }
@@ -395,7 +396,7 @@ pub(crate) async fn adopted(
     };
     // A unix socket has no IP peer: such a client is a unix one.
     let peer = client.get_ref().peer_addr().map_or(Peer::Unix, Peer::Ip);
-    let live = stats.register_resumed(conn_kind(peer, &route), peer);
+    let live = stats.register_resumed(conn_kind(peer, &route), peer, a.age);
     if let Some(name) = a.server_name.as_deref() {
         live.routed_by(Arc::from(name));
     }
@@ -408,9 +409,9 @@ pub(crate) async fn adopted(
         }
     };
     log::debug!(
-        "{peer}: taken over on {} (open since {} s after the epoch; {} + {} unsent bytes)",
+        "{peer}: taken over on {} (open for {:?}; {} + {} unsent bytes)",
         route.bind,
-        a.started,
+        a.age,
         a.up.unsent.len(),
         a.down.unsent.len()
     );
@@ -421,7 +422,6 @@ pub(crate) async fn adopted(
         lease,
         route,
         shared,
-        started: a.started,
         resumed: Some(Box::new((a.up.into(), a.down.into()))),
         guards: (),
     };
@@ -457,6 +457,15 @@ impl Future for Published<'_> {
             };
             if this.live.published() != (from, to, state) {
                 this.live.publish(from, to, state);
+            }
+            // `oi close` (or a disabled backend's grace ending): one atomic
+            // load per poll; the first keeps the waker it wakes.
+            if this.live.close_asked(cx) {
+                let why = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "closed by an operator (oi close, or its backend disabled)",
+                );
+                return Poll::Ready(this.pump.abort(why));
             }
         }
         polled

@@ -160,6 +160,12 @@ impl Direction {
     /// direction's state for a hand-over. Called between polls only, when
     /// no byte is half-way through a system call.
     fn pause(&mut self, pools: &Pools<'_>) -> io::Result<Half> {
+        // A paused direction holds no turn: what the buckets owe is carried
+        // to the new oi without it (and it is reserved again if the
+        // connection runs on here).
+        if let Some(t) = &mut self.throttle {
+            t.release();
+        }
         let held = match &mut self.mover {
             Mover::Copy(m) => m.take_unsent(pools.buffers)?,
             Mover::Splice(m) => m.take_unsent(pools.pipes)?,
@@ -173,6 +179,7 @@ impl Direction {
             unsent: self.pending.as_deref().cloned().unwrap_or_default(),
             done: self.state != State::Running,
             bytes: self.bytes,
+            owed: self.throttle.as_ref().map_or(0, |t| t.owed()),
         })
     }
 
@@ -194,9 +201,9 @@ impl Direction {
                     if self.pending.is_some() {
                         ready!(Self::poll_pending(&mut self.pending, cx, to, &mut meter))?;
                     }
-                    // Under a limit, this step may read what the buckets
-                    // hold (bytes already read still go out); with none
-                    // left the direction sleeps on the throttle's timer.
+                    // Under a limit, this step may read what its turn
+                    // allows (bytes already read still go out); before its
+                    // turn the direction sleeps on the throttle's timer.
                     let budget = meter.budget;
                     if let Some(t) = &mut self.throttle {
                         let in_flight = match &self.mover {
@@ -217,6 +224,13 @@ impl Direction {
                         let read = allowed - meter.budget;
                         t.charge(read);
                         meter.budget = budget - read;
+                        // Stopped (nothing to read, nowhere to write, EOF,
+                        // an error): what the turn allowed and was not read
+                        // goes back to the buckets, for the directions
+                        // waiting behind this one.
+                        if matches!(step, Poll::Pending | Poll::Ready(Ok(Step::Eof) | Err(_))) {
+                            t.release();
+                        }
                         allowed < budget
                     } else {
                         false
@@ -269,6 +283,10 @@ pub(crate) struct Half {
     pub(crate) done: bool,
     /// Bytes written to the destination so far.
     pub(crate) bytes: u64,
+    /// How far, in ns, its own bandwidth bucket is from full (0: full or
+    /// none): the bytes it read were charged, and a hand-over must not
+    /// refill it.
+    pub(crate) owed: u64,
 }
 
 /// Where movers get their buffers and pipes: the server's shared pools.
@@ -389,11 +407,15 @@ impl Pump<'_> {
     }
 
     /// Takes up a connection another oi paused: `up` and `down` are its
-    /// directions' states; their unsent bytes go out first.
+    /// directions' states; their unsent bytes go out first, and their own
+    /// bandwidth buckets owe what the other oi's did.
     pub(crate) fn adopt(&mut self, up: Half, down: Half) {
         for (d, h) in [(&mut self.upstream, up), (&mut self.downstream, down)] {
             d.pending = (!h.unsent.is_empty()).then(|| Box::new(h.unsent));
             d.bytes = h.bytes;
+            if let Some(t) = &d.throttle {
+                t.owe(h.owed);
+            }
             if h.done {
                 d.state = State::Done;
             }

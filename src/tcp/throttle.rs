@@ -1,7 +1,8 @@
 //! A direction under a bandwidth limit: how much its next step may read, and
-//! the timer it sleeps on when its buckets are empty (`rate.rs` holds the
-//! buckets). Only limited directions have one; an unlimited direction's
-//! `Option<Box<Throttle>>` is `None` and costs one test per step.
+//! the timer it sleeps on until its turn (`rate.rs` holds the buckets and
+//! says how a shared one serves its directions in turn). Only limited
+//! directions have one; an unlimited direction's `Option<Box<Throttle>>` is
+//! `None` and costs one test per step.
 
 use crate::stats::rate::Limit;
 use oi_runtime::reactor::Timer;
@@ -10,16 +11,16 @@ use std::pin::Pin;
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-/// The shortest sleep: a bucket that rounds to empty right at its wake-up
-/// time sleeps again this long rather than spinning.
+/// The shortest sleep: a turn due within it is taken this late, one timer
+/// wake-up for what would otherwise be a spin of the reactor.
 const MIN_SLEEP: Duration = Duration::from_millis(1);
 
 /// A limited direction's buckets, timer and what it owes the counters.
 pub(crate) struct Throttle {
-    /// The buckets every byte read is charged to.
+    /// The buckets every byte read is charged to, and this direction's turn.
     limit: Limit,
-    /// Wakes the connection when the buckets have refilled; made at the
-    /// first wait and reused.
+    /// Wakes the connection when its turn is due; made at the first wait
+    /// and reused.
     timer: Option<Timer>,
     /// When the current wait began, while waiting.
     waiting_since: Option<Instant>,
@@ -44,10 +45,11 @@ impl Throttle {
         }
     }
 
-    /// How many bytes the next step may read (at most `budget`); `None`:
-    /// the buckets are empty, the timer is armed with `cx`'s waker, and the
-    /// direction waits. `in_flight` (bytes read, not yet written) lets the
-    /// step run with nothing to read, so they go out now.
+    /// How many bytes the next step may read (at most `budget`): what its
+    /// turn allows; `None`: the turn is not due, the timer is armed with
+    /// `cx`'s waker, and the direction waits. `in_flight` (bytes read, not
+    /// yet written) lets the step run with nothing to read (`Some(0)`), so
+    /// they go out now; the turn stays reserved.
     pub(crate) fn admit(
         &mut self,
         cx: &mut Context<'_>,
@@ -55,28 +57,27 @@ impl Throttle {
         in_flight: bool,
     ) -> Option<usize> {
         let now = Instant::now();
-        // Read only once a worthwhile chunk is there (`rate::WAKE_CHUNK`),
-        // not the trickle that refilled since the last step: fewer, larger
-        // reads and splices.
-        let wait = self.limit.wait(now);
-        if wait.is_zero() || in_flight {
-            let available = self.limit.available(now);
-            if let Some(since) = self.waiting_since.take() {
-                self.waited = self
-                    .waited
-                    .saturating_add(now.saturating_duration_since(since));
-                self.after_wait = true;
+        let due = match self.limit.turn(now) {
+            Ok(allowed) => {
+                if let Some(since) = self.waiting_since.take() {
+                    self.waited = self
+                        .waited
+                        .saturating_add(now.saturating_duration_since(since));
+                    self.after_wait = true;
+                }
+                return Some(usize::try_from(allowed).map_or(budget, |a| a.min(budget)));
             }
-            return Some(usize::try_from(available).map_or(budget, |a| a.min(budget)));
-        }
+            Err(_) if in_flight => return Some(0),
+            Err(due) => due,
+        };
         self.waiting_since.get_or_insert(now);
-        let sleep = wait.max(MIN_SLEEP);
+        let at = due.max(now + MIN_SLEEP);
         let timer = match &mut self.timer {
             Some(t) => {
-                t.set_after(sleep);
+                t.set_at(at);
                 t
             }
-            None => self.timer.insert(Timer::after(sleep)),
+            None => self.timer.insert(Timer::at(at)),
         };
         // At least MIN_SLEEP away, so this registers the waker; should it
         // fire at once all the same, poll again rather than lose the wake-up.
@@ -86,7 +87,18 @@ impl Throttle {
         None
     }
 
-    /// Charges the `read` bytes a step moved.
+    /// How far, in ns, the direction's own bucket is from full now: what
+    /// `oi upgrade` carries ([`Limit::owed_own`]).
+    pub(crate) fn owed(&self) -> u64 {
+        self.limit.owed_own(Instant::now())
+    }
+
+    /// Takes on what a previous oi's bucket for this direction owed.
+    pub(crate) fn owe(&self, ns: u64) {
+        self.limit.owe_own(ns, Instant::now());
+    }
+
+    /// Records the `read` bytes a step moved, out of what its turn allowed.
     pub(crate) fn charge(&mut self, read: usize) {
         let read = u64::try_from(read).unwrap_or(u64::MAX);
         if read == 0 {
@@ -96,6 +108,13 @@ impl Throttle {
             self.after_wait = false;
             self.delayed = self.delayed.saturating_add(read);
         }
-        self.limit.charge(read, Instant::now());
+        self.limit.moved(read);
+    }
+
+    /// The direction stopped (its source has nothing now, its destination
+    /// is full, EOF, a pause): gives back what its turn allowed and it did
+    /// not read, so a direction holds a reservation only while it reads.
+    pub(crate) fn release(&mut self) {
+        self.limit.release();
     }
 }

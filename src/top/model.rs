@@ -43,6 +43,8 @@ pub struct BackendSample {
     pub bytes: u64,
     /// The last active probe's round trip in milliseconds, where oi reports one.
     pub probe_ms: Option<f64>,
+    /// The operator's state (`oi backend`): `ready`, `drain`, `disabled`.
+    pub admin: String,
 }
 
 /// One live connection in a sample.
@@ -167,6 +169,11 @@ fn rule(r: &Value) -> RuleSample {
                             bytes: u(boi, "bytes_from_clients")
                                 .saturating_add(u(boi, "bytes_to_clients")),
                             probe_ms: b.get("probe_ms").and_then(Value::as_f64),
+                            admin: boi
+                                .get("admin_state")
+                                .and_then(Value::as_str)
+                                .unwrap_or("ready")
+                                .to_string(),
                         }
                     })
                     .collect()
@@ -286,6 +293,20 @@ pub struct BackendRow {
     pub bytes_per_s: f64,
     /// The last probe's round trip, where there is one.
     pub probe_ms: Option<f64>,
+    /// The operator's state, `ready` unless drained or disabled.
+    pub admin: String,
+}
+
+impl BackendRow {
+    /// What its STATE column says: `up`, `DOWN`, or the operator's state
+    /// (`drain`, `disabled`) when it is not ready.
+    pub fn state(&self) -> &str {
+        match (self.admin.as_str(), self.up) {
+            ("ready" | "", true) => "up",
+            ("ready" | "", false) => "DOWN",
+            (admin, _) => admin,
+        }
+    }
 }
 
 /// One line of the busiest connections.
@@ -376,6 +397,7 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, opts: &ViewOptions) -> View {
                 },
                 bytes_per_s: rate(be.bytes, prev_bytes, elapsed),
                 probe_ms: be.probe_ms,
+                admin: be.admin.clone(),
             });
         }
     }
@@ -516,7 +538,7 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
             "{:<w$} {:<24} {:<5} {:>7} {:>5.0}% {:>10} {:>8}",
             b.rule,
             b.name,
-            if b.up { "up" } else { "DOWN" },
+            b.state(),
             b.active,
             b.load * 100.0,
             human_rate(b.bytes_per_s),

@@ -119,13 +119,13 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
             let row = Row::new(vec![
                 b.rule.clone(),
                 b.name.clone(),
-                if b.up { "up".into() } else { "DOWN".into() },
+                b.state().to_string(),
                 b.active.to_string(),
                 format!("{:.0}%", b.load * 100.0),
                 human_rate(b.bytes_per_s),
                 b.probe_ms.map_or("-".into(), |p| format!("{p:.1}ms")),
             ]);
-            if b.up {
+            if b.state() == "up" {
                 row
             } else {
                 row.red()
@@ -134,7 +134,7 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header) {
         [
             b_rule_w,
             b_name_w,
-            Constraint::Length(5),
+            Constraint::Length(8),
             Constraint::Length(7),
             Constraint::Length(6),
             Constraint::Length(10),

@@ -7,8 +7,8 @@
 //! the association that owns them.
 //!
 //! Hand-over state declared here: [`Carried`], what a UDP flow's counters
-//! carry across `oi upgrade` (its byte counts and how long it had been
-//! idle); a flow starts from it or afresh ([`Since`]) through one
+//! carry across `oi upgrade` (its byte counts, its age and how long it had
+//! been idle); a flow starts from it or afresh ([`Since`]) through one
 //! constructor, [`Activity::register`].
 
 use crate::route::Bytes;
@@ -37,6 +37,8 @@ pub(crate) struct Carried {
     /// How long it has had no traffic either way: its idle deadline
     /// carries on from there.
     pub(crate) idle: Duration,
+    /// How long it has been open: its live entry's age carries on.
+    pub(crate) age: Duration,
 }
 
 /// Traffic counters shared by an association's owner and its task.
@@ -70,7 +72,7 @@ impl Activity {
         let (conn, epoch, active) = match since {
             Since::Opened(epoch) => (stats.clone().register(kind, client), epoch, true),
             Since::Handed(carried) => {
-                let conn = stats.register_resumed(kind, client);
+                let conn = stats.register_resumed(kind, client, carried.age);
                 conn.add_from_client(carried.from_client);
                 conn.add_to_client(carried.to_client);
                 let now = Instant::now();

@@ -383,8 +383,11 @@ impl Association {
 
     /// A log line about this association, with its byte counts.
     pub(crate) fn log_event(&self, event: Event) -> LogEvent {
-        self.route
-            .event(self.client_ip, event, self.activity.bytes())
+        let mut line = self
+            .route
+            .event(self.client_ip, event, self.activity.bytes());
+        line.flow = Some(self.activity.conn.flow());
+        line
     }
 }
 
@@ -426,7 +429,13 @@ async fn udp_replies(
     let mut more = false;
     loop {
         if !more {
-            if let Err(e) = socket.readable().await {
+            // `oi close` ends the association as a backend error would: the
+            // client's next datagram opens a new one.
+            let closed = async {
+                reply.activity.conn.closed().await;
+                Err(io::Error::other("closed by an operator (oi close)"))
+            };
+            if let Err(e) = socket.readable().or(closed).await {
                 log::debug!("backend socket for {}: {e}", reply.client);
                 return reply.activity.end();
             }

@@ -13,8 +13,8 @@
 //!
 //! Hand-over state declared here: across `oi upgrade` a connection carries
 //! its client's socket, its connected UDP socket, who its client is, its
-//! counters ([`Carried`]) and when it started (`park::Flow::TcpToUdp`, made
-//! by [`offer`]); [`tcp_to_udp`] runs one started from that or afresh
+//! counters and age ([`Carried`]) and its own bandwidth buckets' state
+//! (`park::Flow::TcpToUdp`, made by [`offer`]); [`tcp_to_udp`] runs one started from that or afresh
 //! ([`Start`]), one way for both.
 
 use super::activity::{Activity, Carried, Since};
@@ -88,14 +88,14 @@ pub(crate) async fn tcp_to_udp(
     shared: Arc<Shared>,
     stats: Arc<RuleStats>,
 ) {
-    let (client, origin, backend, since, started) = match start {
+    let (client, origin, backend, since, owed) = match start {
         Start::Fresh { client, origin } => {
             // Transparent: from the client's address, a port the kernel
             // picks (the client's TCP port may be in use by another UDP
             // flow of the same client).
             let from = Some(SocketAddr::new(origin.client.ip(), 0)).filter(|_| route.transparent());
             let (chosen, since) = (BackendSocket::Chosen(from), Since::Opened(Instant::now()));
-            (client, origin, chosen, since, park::now_secs())
+            (client, origin, chosen, since, (0, 0))
         }
         Start::Handed(a) => match handed(a, &route) {
             Some(parts) => parts,
@@ -105,7 +105,11 @@ pub(crate) async fn tcp_to_udp(
     let fresh = matches!(since, Since::Opened(_));
     let ip = client_ip(origin.client);
     let activity = Activity::register(&stats, ConnKind::TcpToUdp, origin.client, since);
-    let event = |event| route.event(ip, event, activity.bytes());
+    let event = |event| {
+        let mut line = route.event(ip, event, activity.bytes());
+        line.flow = Some(activity.conn.flow());
+        line
+    };
     if fresh {
         shared.log.log_with(|| event(Event::Opened));
     }
@@ -134,28 +138,35 @@ pub(crate) async fn tcp_to_udp(
     // Bandwidth limits: the stream waits for its bucket (as a TCP→TCP
     // direction does), datagrams from the backend over theirs are dropped
     // (as a UDP association's are).
-    let (up, down) = route.rates.limits(&stats.rates, Some(ip));
+    let (mut up, down) = route.rates.limits(&stats.rates, Some(ip));
+    // A handed-over connection's own buckets owe what they did there.
+    let now = Instant::now();
+    for (limit, ns) in [(&up, owed.0), (&down, owed.1)] {
+        if let Some(l) = limit {
+            l.owe_own(ns, now);
+        }
+    }
     let flow = Flow {
         client: &client,
         socket: &socket,
         header: header.as_ref(),
         activity: &activity,
         origin,
-        started,
     };
-    let limits = (up.as_ref(), down.as_ref());
+    let limits = (up.as_mut(), down.as_ref());
     if let Some(end) = carry(&flow, &route, &shared, &stats, limits).await {
         shared.log.log_with(|| event(end.event()));
     }
 }
 
-/// A handed-over connection's parts, as [`tcp_to_udp`] starts from them:
-/// its client, who it is, its backend socket, its counters and when the
-/// previous oi accepted it. `None` (and a warning) when it cannot be taken up.
-fn handed(
-    a: Offered,
-    route: &Route,
-) -> Option<(Async<TcpStream>, Origin, BackendSocket, Since, u64)> {
+/// What [`tcp_to_udp`] starts a connection from: its client, who it is,
+/// its backend socket, where its counters start, and how far its own
+/// bandwidth buckets (up, down) are from full, in ns.
+type Parts = (Async<TcpStream>, Origin, BackendSocket, Since, (u64, u64));
+
+/// A handed-over connection's [`Parts`]. `None` (and a warning) when it
+/// cannot be taken up.
+fn handed(a: Offered, route: &Route) -> Option<Parts> {
     let park::Flow::TcpToUdp {
         client,
         backend,
@@ -183,9 +194,11 @@ fn handed(
         from_client: a.up.bytes,
         to_client: a.down.bytes,
         idle,
+        age: a.age,
     };
     let backend = BackendSocket::Handed(backend);
-    Some((client, origin, backend, Since::Handed(carried), a.started))
+    let owed = (a.up.owed_ns, a.down.owed_ns);
+    Some((client, origin, backend, Since::Handed(carried), owed))
 }
 
 /// One TCP→UDP connection's parts, as [`carry`] runs them.
@@ -200,8 +213,6 @@ struct Flow<'a> {
     activity: &'a Activity,
     /// Who the client is, for a hand-over.
     origin: Origin,
-    /// When it started (seconds since the epoch), for a hand-over.
-    started: u64,
 }
 
 /// Whether a direction holds bytes it has read and not yet passed on: an
@@ -222,16 +233,20 @@ async fn carry(
     route: &Route,
     shared: &Shared,
     stats: &RuleStats,
-    limits: (Option<&Limit>, Option<&Limit>),
+    limits: (Option<&mut Limit>, Option<&Limit>),
 ) -> Option<End> {
     let pool = &shared.datagrams;
     let ticket = shared.parking.enter();
     let busy = Busy::default();
+    let (mut up_limit, down_limit) = limits;
     loop {
-        let up = limits.0.map(|l| (l, stats));
+        // Dropped mid-wait when another branch ends first, `to_backend`
+        // leaves its turn in the `Limit`, which outlives it: the next one
+        // takes it up, or the connection's end gives it back.
+        let up = up_limit.as_deref_mut().map(|l| (l, stats));
         let end = to_backend(f.client, f.socket, f.header, f.activity, pool, up, &busy.up)
             .or(to_client(
-                f.client, f.socket, f.activity, pool, limits.1, &busy.down,
+                f.client, f.socket, f.activity, pool, down_limit, &busy.down,
             ))
             .or(idle(f.activity, route.udp_timeout()))
             .or(stop(&ticket, &busy))
@@ -239,7 +254,12 @@ async fn carry(
         if !matches!(end, End::Stop) {
             return Some(end);
         }
-        if offer(f, route, shared, &ticket).await {
+        // Paused, the stream holds no turn: what the buckets owe goes to
+        // the new oi without it (as a paused TCP direction's, `tcp/pump.rs`).
+        if let Some(l) = up_limit.as_deref_mut() {
+            l.release();
+        }
+        if offer(f, route, shared, &ticket, (up_limit.as_deref(), down_limit)).await {
             f.activity.conn.handed_on();
             return None;
         }
@@ -261,8 +281,15 @@ async fn stop(ticket: &Ticket<'_>, busy: &Busy) -> End {
     .await
 }
 
-/// Offers the paused connection to the new oi; `true` once it has it.
-async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>) -> bool {
+/// Offers the paused connection to the new oi, with what its own
+/// bandwidth buckets (`limits`: up, down) owe; `true` once it has it.
+async fn offer(
+    f: &Flow<'_>,
+    route: &Route,
+    shared: &Shared,
+    ticket: &Ticket<'_>,
+    limits: (Option<&Limit>, Option<&Limit>),
+) -> bool {
     let (Ok(client), Ok(backend)) = (
         f.client.get_ref().as_fd().try_clone_to_owned(),
         f.socket.get_ref().as_fd().try_clone_to_owned(),
@@ -271,6 +298,8 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
         return false;
     };
     let (from_client, to_client) = f.activity.conn.bytes();
+    let now = Instant::now();
+    let owed = |l: Option<&Limit>| l.map_or(0, |l| l.owed_own(now));
     let (verdict, answer) = park::verdict();
     let parked = Parked {
         flow: park::Handing::Copied(park::Flow::TcpToUdp {
@@ -283,13 +312,15 @@ async fn offer(f: &Flow<'_>, route: &Route, shared: &Shared, ticket: &Ticket<'_>
         server_name: None,
         up: HalfState {
             bytes: from_client,
+            owed_ns: owed(limits.0),
             ..HalfState::default()
         },
         down: HalfState {
             bytes: to_client,
+            owed_ns: owed(limits.1),
             ..HalfState::default()
         },
-        started: f.started,
+        age: f.activity.conn.age(),
         verdict,
     };
     if !shared.parking.park(ticket, parked) {
@@ -307,7 +338,7 @@ async fn to_backend(
     header: Option<&Encoded>,
     a: &Activity,
     pool: &BufferPool,
-    limit: Option<(&Limit, &RuleStats)>,
+    mut limit: Option<(&mut Limit, &RuleStats)>,
     busy: &AtomicBool,
 ) -> End {
     // At most 52 bytes (an IPv6 header), so this never underflows.
@@ -319,7 +350,7 @@ async fn to_backend(
         if drained && client.readable().await.is_err() {
             return End::Client;
         }
-        let (want, waited) = match limit {
+        let (want, waited) = match &mut limit {
             Some((limit, stats)) => allowance(limit, stats, most).await,
             None => (most, false),
         };
@@ -330,9 +361,9 @@ async fn to_backend(
             Ok(n) => {
                 // Maybe more behind it: read again before waiting for an edge.
                 drained = false;
-                if let Some((limit, stats)) = limit {
+                if let Some((limit, stats)) = &mut limit {
                     let n = n as u64;
-                    limit.charge(n, Instant::now());
+                    limit.moved(n);
                     if waited {
                         stats.count_by(|c| &c.rate_delayed_bytes, n);
                     }
@@ -349,6 +380,11 @@ async fn to_backend(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 drained = true;
+                // Nothing to read: the rest of the turn goes back to the
+                // streams waiting behind this one.
+                if let Some((limit, _)) = &mut limit {
+                    limit.release();
+                }
                 None
             }
             Err(_) => Some(End::Client),
@@ -360,25 +396,28 @@ async fn to_backend(
     }
 }
 
-/// Waits until `limit`'s buckets hold a chunk worth reading (on a timer),
-/// counting the wait; returns how much to read (at most `most`) and whether
-/// it waited.
-async fn allowance(limit: &Limit, stats: &RuleStats, most: usize) -> (usize, bool) {
+/// Waits for this stream's turn at `limit`'s buckets (on a timer; see
+/// "Fair shares" in `stats/rate.rs`), counting the wait; returns how much to
+/// read (at most `most`, at least 1) and whether it waited.
+async fn allowance(limit: &mut Limit, stats: &RuleStats, most: usize) -> (usize, bool) {
     let began = Instant::now();
     let mut waited = false;
     loop {
         let now = Instant::now();
-        let wait = limit.wait(now);
-        if wait.is_zero() {
-            if waited {
-                let ms = now.saturating_duration_since(began).as_millis();
-                stats.count_by(|c| &c.rate_wait_ms, u64::try_from(ms).unwrap_or(u64::MAX));
+        match limit.turn(now) {
+            Ok(allowed) => {
+                if waited {
+                    let ms = now.saturating_duration_since(began).as_millis();
+                    stats.count_by(|c| &c.rate_wait_ms, u64::try_from(ms).unwrap_or(u64::MAX));
+                }
+                let allowed = usize::try_from(allowed).unwrap_or(usize::MAX);
+                return (most.min(allowed).max(1), waited);
             }
-            let available = usize::try_from(limit.available(now)).unwrap_or(usize::MAX);
-            return (most.min(available).max(1), waited);
+            Err(due) => {
+                waited = true;
+                Timer::at(due.max(now + std::time::Duration::from_millis(1))).await;
+            }
         }
-        waited = true;
-        Timer::after(wait.max(std::time::Duration::from_millis(1))).await;
     }
 }
 

@@ -368,5 +368,23 @@ fn a_server_name_rule_a_tcp_to_udp_listener_never_reads_for_is_a_warning() {
              '127.0.0.1 18126/tcp 127.0.0.1 18128/tcp [sni=a.example.com]'"
         )]
     );
-    assert!(text(&out.stdout).ends_with("configuration OK (2 rules)\n"));
+    let stdout = text(&out.stdout);
+    assert!(stdout.ends_with("configuration OK (2 rules)\n"), "{stdout}");
+    // The report says what the listener does, not what the file hoped for:
+    // the named rule is never chosen, the TCP→UDP rule takes everything.
+    let line = |n: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:{n}: ")))
+            .unwrap_or_else(|| panic!("no line {n} in: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        line("1").ends_with(" (every connection: TCP to UDP reads no server name)"),
+        "{stdout}"
+    );
+    assert!(
+        line("2").ends_with(" (never chosen: its listener forwards TCP to UDP)"),
+        "{stdout}"
+    );
 }

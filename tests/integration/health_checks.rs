@@ -372,3 +372,38 @@ fn a_health_checked_server_has_no_fallback_reactor_thread() {
     );
     drop(oi);
 }
+
+/// A backend's `name:` is the operator's free text and oi's diagnostics go
+/// to terminals and the journal: the "is down" warning shows its control
+/// bytes escaped (`\x1b`, `\x07`), never raw, as every other view does.
+#[test]
+fn diagnostics_escape_control_bytes_in_a_backend_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Reserve a port, then close it: probes are refused.
+    let (gone_l, gone) = listener();
+    drop(gone_l);
+    let port = free_port();
+    let conf = dir.path().join("oi.yaml");
+    // YAML's double-quoted "\e" is ESC: the name carries a colour sequence.
+    write_atomic(
+        &conf,
+        &format!(
+            "rules:\n  - name: pool\n    bind: 127.0.0.1:{port}/tcp\n    connect:\n      \
+             - {{dest: '{gone}', name: \"red\\e[31mX\\a\"}}\n    health_check:\n      \
+             interval: 1\n      timeout: 1\n      rise: 1\n      fall: 1\n"
+        ),
+    );
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    wait_until("the closed backend is reported down", || {
+        oi.stderr_tail().contains(" is down: ")
+    });
+    let (_, stderr) = oi.stop();
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\u{7}'),
+        "raw control bytes from a backend name reached stderr: {stderr:?}"
+    );
+    assert!(
+        stderr.contains("backend red\\x1b[31mX\\x07 is down: "),
+        "the backend's name, escaped: {stderr:?}"
+    );
+}

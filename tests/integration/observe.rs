@@ -575,7 +575,7 @@ fn oi_connections_lists_a_half_closed_connection_and_a_udp_association() {
             && listing.lines().count() == 3
             && listing
                 .lines()
-                .any(|l| l.split_whitespace().collect::<Vec<_>>()[5..] == ["3", "3", "open", "-"])
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()[5..9] == ["3", "3", "open", "-"])
     });
     let client = c.local_addr().expect("addr").to_string();
     let tcp_line = listing
@@ -611,6 +611,24 @@ fn oi_connections_lists_a_half_closed_connection_and_a_udp_association() {
     let json: serde_json::Value =
         serde_json::from_str(&ask(&["connections", "--json"])).expect("json");
     assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    // The last column is the id, the JSON's `id`: distinct, never 0.
+    let ids: Vec<u64> = json
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    assert!(
+        ids.len() == 2 && ids[0] != ids[1] && !ids.contains(&0),
+        "{json}"
+    );
+    for id in &ids {
+        let last = |l: &str| l.split_whitespace().last().map(str::to_string);
+        assert!(
+            listing.lines().any(|l| last(l) == Some(id.to_string())),
+            "{listing}"
+        );
+    }
     let status = ask(&["status"]);
     assert!(
         status.contains("Active: 2 (TCP: 1, UDP: 1, Unix: 0)"),

@@ -10,7 +10,8 @@
 //!
 //! Run commands go through `sh -c` in a temporary directory, with the built
 //! `oi` first on PATH, and with the system paths of [`PATHS`] replaced by
-//! files the test prepares (the commands are otherwise unchanged).
+//! files the test prepares, and the metrics address, rule and backend the
+//! README names by the test's own (the commands are otherwise unchanged).
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -82,7 +83,19 @@ const COMMANDS: &[(&str, How)] = &[
     ),
     (
         "sudo systemctl reload oi",
-        NotRun("needs systemd and the installed unit"),
+        NotRun("needs systemd and the installed unit: tests/systemd/run.py runs it under a booted systemd (CI)"),
+    ),
+    (
+        "sudo systemctl restart oi",
+        NotRun("needs systemd and the installed unit: tests/systemd/run.py runs it under a booted systemd (CI)"),
+    ),
+    (
+        "sudo oi upgrade --socket /run/oi/control.sock",
+        NotRun("replaces the installed oi.service's process: tests/systemd/run.py runs it through the package's postinst under a booted systemd (CI)"),
+    ),
+    (
+        "sudo python3 tests/systemd/run.py",
+        NotRun("boots systemd as PID 1 in namespaces, as root, after a package build (minutes); CI runs it after building the package"),
     ),
     ("journalctl -u oi", NotRun("needs systemd's journal")),
     (
@@ -94,6 +107,43 @@ const COMMANDS: &[(&str, How)] = &[
     ("oi status --socket /run/oi/oi.sock", WhileServing),
     ("oi connections --socket /run/oi/oi.sock", WhileServing),
     ("oi top --socket /run/oi/oi.sock", WhileServing),
+    (
+        "oi backend drain 0.0.0.0:80/tcp 10.0.0.5:8080 --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi status --socket /run/oi/oi.sock | grep 'state='",
+        WhileServing,
+    ),
+    (
+        "oi backend enable 0.0.0.0:80/tcp 10.0.0.5:8080 --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi backend weight 0.0.0.0:80/tcp 10.0.0.5:8080 3 --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi backend disable 0.0.0.0:80/tcp 10.0.0.5:8080 --grace 30s --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi connections --socket /run/oi/oi.sock | awk '$3 ~ /^203[.]0[.]113[.]7:/'",
+        WhileServing,
+    ),
+    (
+        "oi close --client 203.0.113.7 --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi close --client 203.0.113.0/24 --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    (
+        "oi --check -c /etc/rinetd.conf && oi reload --socket /run/oi/oi.sock",
+        WhileServing,
+    ),
+    ("oi config --socket /run/oi/oi.sock", WhileServing),
 ];
 
 /// System paths the README's commands name, and the file in the test's
@@ -106,6 +156,12 @@ const PATHS: &[(&str, &str)] = &[
 
 /// The metrics address the README shows; the test serves on a free port instead.
 const METRICS: &str = "127.0.0.1:9465";
+
+/// The rule the README's runbook names; the test's rule stands for it.
+const RULE: &str = "0.0.0.0:80/tcp";
+
+/// The backend the README's runbook names; the test's backend stands for it.
+const BACKEND: &str = "10.0.0.5:8080";
 
 /// `text` without a trailing `# comment` (a `#` after whitespace, outside quotes).
 fn strip_comment(text: &str) -> &str {
@@ -204,6 +260,10 @@ struct Bench {
     dir: tempfile::TempDir,
     /// The free loopback address that stands for [`METRICS`].
     metrics: String,
+    /// The prepared rule's name, which stands for [`RULE`].
+    rule: String,
+    /// The prepared rule's backend, which stands for [`BACKEND`].
+    backend: String,
 }
 
 impl Bench {
@@ -212,10 +272,10 @@ impl Bench {
     fn new() -> Bench {
         let dir = tempfile::tempdir().expect("tempdir");
         let backend = echo_backend("127.0.0.1:0");
+        let port = free_port();
         let conf = format!(
-            "controlsocket {}\n127.0.0.1 {} {} {}\n",
+            "controlsocket {}\n127.0.0.1 {port} {} {}\n",
             dir.path().join("oi.sock").display(),
-            free_port(),
             backend.ip(),
             backend.port()
         );
@@ -223,6 +283,8 @@ impl Bench {
         Bench {
             dir,
             metrics: format!("127.0.0.1:{}", free_port()),
+            rule: format!("127.0.0.1:{port}/tcp"),
+            backend: backend.to_string(),
         }
     }
 
@@ -234,6 +296,8 @@ impl Bench {
                 c.replace(from, &self.dir.path().join(to).display().to_string())
             })
             .replace(METRICS, &self.metrics)
+            .replace(RULE, &self.rule)
+            .replace(BACKEND, &self.backend)
     }
 
     /// `sh -c command` (paths mapped) in the directory, with the built oi first on PATH.

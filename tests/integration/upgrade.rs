@@ -104,7 +104,12 @@ pub(super) struct Adopted(pub(super) i32);
 impl Adopted {
     /// Whether it has exited (gone, or a zombie nobody reaped yet).
     pub(super) fn exited(&self) -> bool {
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.0)) {
+        Self::has_exited(self.0)
+    }
+
+    /// Whether process `pid` has exited (gone, or a zombie nobody reaped yet).
+    pub(super) fn has_exited(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => true,
             Ok(stat) => stat
                 .rsplit(')')

@@ -328,7 +328,10 @@ fn after_an_upgrade_only_the_new_oi_answers_monitoring_and_gets_the_old_ones_las
         control.display()
     );
     std::fs::write(&conf, format!("{head}127.0.0.1 {dropped} 127.0.0.1 {b}\n")).expect("conf");
-    let mut old = OiProcess::start_program(&binary, dir.path(), &conf, &[]);
+    let ro = dir.path().join("ro.sock");
+    let ro_arg = ro.to_str().expect("utf-8");
+    let mut old =
+        OiProcess::start_program(&binary, dir.path(), &conf, &["--status-socket", ro_arg]);
     // A connection of the rule the new configuration drops: the old oi
     // keeps it, and drains it after the upgrade.
     let mut held = connect(local(dropped));
@@ -352,6 +355,7 @@ fn after_an_upgrade_only_the_new_oi_answers_monitoring_and_gets_the_old_ones_las
     for i in 0..40 {
         let answers = [
             ("oi status --json", status_json(&control).to_string()),
+            ("the status socket", status_json(&ro).to_string()),
             ("/metrics", get(metrics, "/metrics")),
             ("/status.json", get(metrics, "/status.json")),
         ];
@@ -363,16 +367,23 @@ fn after_an_upgrade_only_the_new_oi_answers_monitoring_and_gets_the_old_ones_las
     }
     assert!(
         from_old.is_empty(),
-        "{} of 120 answers came from the old oi: {from_old:?}",
+        "{} of 160 answers came from the old oi: {from_old:?}",
         from_old.len()
     );
-    // Nor can anything reach it: it holds neither socket any more.
+    // Nor can anything reach it: it holds none of those sockets any more.
     let (control_inode, metrics_inode) = listening_inodes(&control, metrics);
+    let (ro_inode, _) = listening_inodes(&ro, metrics);
     let held_by_old = socket_inodes(old.child.id());
-    assert!(
-        !held_by_old.contains(&control_inode) && !held_by_old.contains(&metrics_inode),
-        "the old oi still holds the control socket or the metrics listener"
-    );
+    for (what, inode) in [
+        ("the control socket", control_inode),
+        ("the status socket", ro_inode),
+        ("the metrics listener", metrics_inode),
+    ] {
+        assert!(
+            !held_by_old.contains(&inode),
+            "the old oi still holds {what}"
+        );
+    }
     assert!(
         old.exited_within(Duration::ZERO).is_none(),
         "the old oi drains the connection it kept"
@@ -409,6 +420,8 @@ fn after_an_upgrade_only_the_new_oi_answers_monitoring_and_gets_the_old_ones_las
         "bytes from clients: {before} before the old oi drained, {after} after"
     );
     echo(&mut taken, b"still").unwrap_or_else(|e| old.fail(&format!("taken over: {e}")));
+    // The old oi left the sockets' files to the new one, which answers there.
+    assert!(status_json(&ro)["rules"].to_string().contains(&rule));
     assert!(!new.exited(), "the new oi serves on");
 }
 

@@ -18,7 +18,7 @@ mod bounded;
 mod bytes;
 mod checks;
 pub mod convert;
-mod hint;
+pub mod hint;
 mod include;
 pub mod lint;
 mod lookup;
@@ -40,7 +40,7 @@ pub use include::{
 };
 pub use lookup::{LOOKUP_DEADLINE, LOOKUP_THREADS};
 pub use model::{
-    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, StatusFormat,
+    Algorithm, Backend, Balance, Format, Globals, Include, IpFilter, LogFormat, StatusFormat,
     DEFAULT_AFFINITY_MAX_ENTRIES, DEFAULT_HEALTH_THRESHOLD, DEFAULT_RECOVERY_TIMEOUT, MAX_WEIGHT,
 };
 pub use parse::{parse, parse_with_includes};
@@ -417,6 +417,17 @@ pub struct ConfigErrors {
     pub errors: Vec<ConfigError>,
     /// Errors found beyond [`MAX_ERRORS`]: counted, not listed.
     pub omitted: usize,
+}
+
+impl Config {
+    /// The log file's format: `logformat`, else common with `logcommon`, else tab.
+    pub fn log_format(&self) -> LogFormat {
+        match (self.globals.log_format, self.logcommon) {
+            (Some(f), _) => f,
+            (None, true) => LogFormat::Common,
+            (None, false) => LogFormat::Tab,
+        }
+    }
 }
 
 impl ConfigErrors {

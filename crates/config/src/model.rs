@@ -209,6 +209,33 @@ impl fmt::Display for StatusFormat {
     }
 }
 
+/// The connection log's format (`logformat`, YAML `log_format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// rinetd's nine tab-separated fields (its default).
+    #[default]
+    Tab,
+    /// The web server's common log format (what rinetd's `logcommon` asks for).
+    Common,
+    /// One JSON object per line (oi).
+    Json,
+}
+
+impl LogFormat {
+    /// The words `logformat` accepts.
+    pub const NAMES: [&'static str; 3] = ["tab", "common", "json"];
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Tab => "tab",
+            LogFormat::Common => "common",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
 /// The global settings rinetd-uv (and oi) added. Each is `None` when not
 /// written, so `--check` shows only what the file says; how each is read,
 /// its default and its documentation are its entry in the option table
@@ -241,6 +268,8 @@ pub struct Globals {
     pub status_interval: Option<Duration>,
     /// `statusformat json|text`: the status file's format.
     pub status_format: Option<StatusFormat>,
+    /// `logformat tab|common|json` (oi): the connection log's format; wins over `logcommon`.
+    pub log_format: Option<LogFormat>,
     /// YAML `status.enabled`: whether the status file is written at all.
     pub status_enabled: Option<bool>,
     /// `statsloginterval N` (0 to 86400 s; 0 = off): how often a summary line is logged.

@@ -77,9 +77,16 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
             let _ = write!(out, " {}", acl_summary(global, &rule.acl));
         }
         if !carrier.sni.is_empty() || carrier.server_name().is_some() {
-            out.push_str(match r.server_name() {
-                Some(_) => " (by TLS server name)",
-                None => " (TLS server names no rule matches, none, or not TLS)",
+            // A listener whose binding rule forwards TCP to UDP reads no
+            // ClientHello: every connection goes to that rule (a warning
+            // says so too), so the named rules are shown as never chosen.
+            let tcp_to_udp = carrier.rule.bind.proto == crate::Proto::Tcp
+                && carrier.rule.connect().proto == crate::Proto::Udp;
+            out.push_str(match (r.server_name(), tcp_to_udp) {
+                (Some(_), false) => " (by TLS server name)",
+                (Some(_), true) => " (never chosen: its listener forwards TCP to UDP)",
+                (None, false) => " (TLS server names no rule matches, none, or not TLS)",
+                (None, true) => " (every connection: TCP to UDP reads no server name)",
             });
         }
         if let Some(chain) = include_chain(c, rule.file.as_deref(), file) {
@@ -88,10 +95,10 @@ pub fn report(file: &str, resolved: &ResolvedConfig) -> String {
         out.push('\n');
     }
     if let Some(log) = &c.logfile {
-        let format = if c.logcommon {
-            "common log format"
-        } else {
-            "tab-separated"
+        let format = match c.log_format() {
+            crate::LogFormat::Tab => "tab-separated",
+            crate::LogFormat::Common => "common log format",
+            crate::LogFormat::Json => "one JSON object per line",
         };
         let path = log.to_string_lossy();
         let _ = writeln!(out, "logfile {} ({format})", Shown(&path));
@@ -233,6 +240,18 @@ fn acl_text(acl: &AclRules) -> String {
 mod tests {
     use super::*;
     use crate::services::Services;
+
+    #[test]
+    fn the_json_log_format_is_named() {
+        let text = "logfile /tmp/x.log\nlogcommon\nlogformat json\n127.0.0.1 80 127.0.0.2 80\n";
+        let parsed = crate::parse(text).expect("valid");
+        let resolved = crate::resolve(parsed, &Services::parse("")).expect("resolves");
+        let out = report("f.conf", &resolved);
+        assert!(
+            out.contains("logfile /tmp/x.log (one JSON object per line)\n"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn report_lines() {

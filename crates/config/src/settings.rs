@@ -35,7 +35,9 @@ pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
 }
 pub use table::{RuleOptions, SETTINGS};
 
-use super::{Config, Globals, Host, IpFilter, Mptcp, ProxyHeader, SpliceMode, StatusFormat};
+use super::{
+    Config, Globals, Host, IpFilter, LogFormat, Mptcp, ProxyHeader, SpliceMode, StatusFormat,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -197,6 +199,8 @@ pub enum Slot<'a> {
     IpFilter(&'a mut Option<IpFilter>),
     /// `statusformat`.
     StatusFormat(&'a mut Option<StatusFormat>),
+    /// `logformat`.
+    LogFormat(&'a mut Option<LogFormat>),
     /// An octal mode.
     Mode(&'a mut Option<u32>),
     /// An address and port.

@@ -9,6 +9,7 @@
 //! (`fuzz/`) drive these functions directly.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client_hello;
 pub mod proxy;
 pub mod request;

@@ -29,6 +29,15 @@ pub enum ClientAction {
         /// The binary to start, if not the running one's path.
         binary: Option<PathBuf>,
     },
+    /// Send an operator's request line (`oi backend`, `oi close`, `oi
+    /// reload`, `oi config`) and print the answer; `Err`: the arguments
+    /// cannot be asked for, and why.
+    Admin {
+        /// The request line, without its newline.
+        line: Result<String, String>,
+        /// `oi reload`: waits longer, and prints its errors as `--check`.
+        reload: bool,
+    },
 }
 
 /// A question for a running oi, from `oi status` or `oi connections`.
@@ -118,6 +127,7 @@ impl RunOptions {
             stats_log_interval: g.stats_log_interval.unwrap_or(d.stats_log_interval),
             metrics: g.metrics,
             control_socket: g.control_socket,
+            status_socket: self.observe.status_socket.clone(),
         }
     }
 }
@@ -174,6 +184,7 @@ impl RunOptions {
                     stats_log_interval: cli.stats_log_interval.unwrap_or(d.stats_log_interval),
                     metrics: cli.metrics,
                     control_socket: cli.socket.clone(),
+                    status_socket: cli.status_socket.clone(),
                 }
             },
             flags: oi_config::Globals {
@@ -201,6 +212,22 @@ impl RunOptions {
                     },
                     Ask::Top { interval } => ClientAction::Top { interval },
                     Ask::Upgrade { binary } => ClientAction::Upgrade { binary },
+                    Ask::Backend { action } => ClientAction::Admin {
+                        line: action.line(),
+                        reload: false,
+                    },
+                    Ask::Close(which) => ClientAction::Admin {
+                        line: which.line(),
+                        reload: false,
+                    },
+                    Ask::Reload => ClientAction::Admin {
+                        line: Ok("reload".into()),
+                        reload: true,
+                    },
+                    Ask::Config => ClientAction::Admin {
+                        line: Ok("config".into()),
+                        reload: false,
+                    },
                     Ask::Convert { .. } => return None,
                 };
                 Some(ClientQuery {

@@ -105,7 +105,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // not lost.
     let (config, loaded) = crate::watch::load(&conf, None);
     let shown = conf.display().to_string();
+    let mut running = String::new();
     let resolved = config.and_then(|c| {
+        running = commands::running_text(&c, &file);
         oi_config::resolve(c, &oi_config::services::Services::system())
             .map_err(|e| e.with_file(&shown))
     });
@@ -158,8 +160,19 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     // Every listener is bound and the pid file written: no more root.
     // Before the first thread starts (the calls are per thread).
-    if let Err(e) = drop_privileges(&opts, &cfg, &sockets, taker.is_some()) {
-        diagnostics::report(&format!("cannot start: {e}"));
+    let dropped = match drop_privileges(&opts, &cfg, &sockets, taker.is_some()) {
+        Ok(dropped) => dropped,
+        Err(e) => {
+            diagnostics::report(&format!("cannot start: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    // A new oi of `oi upgrade` runs with what the old one kept: a
+    // transparent rule only its configuration has is refused, as a
+    // reload's is, and the old oi serves on.
+    if let Err(e) = refuse_transparent(&cfg, &file, dropped.as_deref()) {
+        give_up(&mut taker, &e);
+        diagnostics::report(&e);
         return ExitCode::FAILURE;
     }
     warn_if_transparent_cannot_work(&cfg);
@@ -209,11 +222,13 @@ pub fn run(opts: RunOptions) -> ExitCode {
     // socket, when `run` returns.
     shared.set_max_connections(cfg.config.globals.max_connections);
     let (upgrade_asked, upgrades) = async_channel::bounded(1);
+    let (service_asked, asks) = async_channel::bounded(1);
     let observer = match Observer::start_given(
         shared.clone(),
         opts.observe_with(&cfg.config.globals),
         given,
         Some(upgrade_asked),
+        Some(service_asked),
     ) {
         Ok(o) => o,
         Err(e) => {
@@ -259,6 +274,9 @@ pub fn run(opts: RunOptions) -> ExitCode {
         binary,
         args,
         upgrades,
+        asks,
+        running: std::sync::Mutex::new(running),
+        dropped,
     };
     let status = format!("serving {} rule(s)", cfg.rules.len());
     runtime.block_on(async move {
@@ -283,14 +301,48 @@ pub fn run(opts: RunOptions) -> ExitCode {
     })
 }
 
-/// Says at start, once, what `--check` says: transparent rules whose every
-/// client would fail, as the process has neither CAP_NET_ADMIN nor CAP_NET_RAW.
-fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
-    let transparent = cfg
-        .rules
+/// The first `transparent` rule of `cfg`, a rule routed by server name
+/// included (each connects from its client's address on its own).
+fn first_transparent(cfg: &ResolvedConfig) -> Option<&oi_config::ResolvedRule> {
+    cfg.rules
         .iter()
-        .find(|r| r.rule.options.transparent == Some(true));
-    if let Some(r) = transparent {
+        .flat_map(|r| r.with_routed())
+        .find(|r| r.rule.options.transparent == Some(true))
+}
+
+/// Refuses `cfg` (a reload's, or the one the new oi of `oi upgrade` reads)
+/// when it has a `transparent` rule and this process runs as the user it
+/// dropped to (`dropped`: how it was asked to, `--user NAME`) without
+/// CAP_NET_ADMIN or CAP_NET_RAW. `--user` keeps CAP_NET_ADMIN only when a
+/// rule is transparent at start (the README says so), and a process that
+/// dropped it cannot get it back: accepted, the rule would close every
+/// client (`local-socket-failed`). `file`: the main file's name, for the
+/// message when the rule is in it.
+fn refuse_transparent(
+    cfg: &ResolvedConfig,
+    file: &str,
+    dropped: Option<&str>,
+) -> Result<(), String> {
+    let (Some(how), Some(r)) = (dropped, first_transparent(cfg)) else {
+        return Ok(());
+    };
+    if crate::sys::privileges::may_be_transparent() != Some(false) {
+        return Ok(());
+    }
+    Err(format!(
+        "{}:{}: transparent needs CAP_NET_ADMIN, which oi dropped at start-up with {how} \
+         (no rule was transparent then); restart oi to add it",
+        r.rule.file.as_deref().unwrap_or(file),
+        r.rule.line
+    ))
+}
+
+/// Says at start (and at each reload), what `--check` says: transparent
+/// rules whose every client would fail, as the process has neither
+/// CAP_NET_ADMIN nor CAP_NET_RAW (not by its own `--user`, which
+/// [`refuse_transparent`] refuses).
+fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
+    if let Some(r) = first_transparent(cfg) {
         if crate::sys::privileges::may_be_transparent() == Some(false) {
             log::warn!(
                 "{}/{}: transparent needs CAP_NET_ADMIN (or CAP_NET_RAW), which oi does not \
@@ -305,18 +357,20 @@ fn warn_if_transparent_cannot_work(cfg: &ResolvedConfig) {
 /// Becomes `--user` (or the configuration's `user`), if one is given,
 /// handing it the TCP listeners first so each thread still gets a socket
 /// of its own in their `SO_REUSEPORT` groups ([`crate::sys::privileges::give_listeners`]).
+/// Returns how it was asked to (`--user NAME`, or the `user NAME` line),
+/// when it runs as that user now, for [`refuse_transparent`].
 fn drop_privileges(
     opts: &RunOptions,
     cfg: &ResolvedConfig,
     sockets: &[BoundSocket],
     handed_over: bool,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let g = &cfg.config.globals;
-    let (user, group) = match &opts.user {
-        Some(u) => (u, opts.group.as_deref()),
+    let (user, group, how) = match &opts.user {
+        Some(u) => (u, opts.group.as_deref(), format!("--user {u}")),
         None => match &g.user {
-            Some(u) => (u, g.group.as_deref()),
-            None => return Ok(()),
+            Some(u) => (u, g.group.as_deref(), format!("the line 'user {u}'")),
+            None => return Ok(None),
         },
     };
     let target = crate::sys::privileges::resolve(user, group)?;
@@ -324,7 +378,7 @@ fn drop_privileges(
     // runs as that user already (and could not change again), and the
     // sockets it was handed are that user's.
     if handed_over && target.is_current() {
-        return Ok(());
+        return Ok(Some(how));
     }
     let listeners: Vec<_> = sockets
         .iter()
@@ -338,14 +392,12 @@ fn drop_privileges(
     if let Err(e) = crate::sys::privileges::give_listeners(&target, &listeners) {
         log::warn!("cannot hand the listeners to {user} ({e}): each keeps one accept loop");
     }
-    // Kept for a transparent rule at start; one a reload adds gets none
-    // (--check and its local-socket-failed warning say so).
-    let transparent = cfg
-        .rules
-        .iter()
-        .any(|r| r.rule.options.transparent == Some(true));
+    // Kept for a transparent rule at start; a reload that adds one when
+    // none was is refused ([`refuse_transparent`]).
+    let transparent = first_transparent(cfg).is_some();
     crate::sys::privileges::drop_to(&target, transparent)
-        .map_err(|e| format!("cannot run as {user}: {e}"))
+        .map_err(|e| format!("cannot run as {user}: {e}"))?;
+    Ok(Some(how))
 }
 
 /// At most [`MAX_BIND_ERRORS_SHOWN`] of `errors`, then a count of the rest:
@@ -381,11 +433,7 @@ fn write_pidfile(path: Option<&std::path::Path>) {
 
 /// The log file format a configuration asks for.
 fn log_format(cfg: &ResolvedConfig) -> Format {
-    if cfg.config.logcommon {
-        Format::Common
-    } else {
-        Format::Tab
-    }
+    cfg.config.log_format().into()
 }
 
 /// Whether to reload when the files change: `--watch`, else the file's

@@ -44,6 +44,14 @@ pub(super) struct Service {
     pub(super) args: Vec<std::ffi::OsString>,
     /// `oi upgrade` requests, from the control socket.
     pub(super) upgrades: Receiver<UpgradeAsk>,
+    /// `oi reload` and `oi config` requests, from the control socket.
+    pub(super) asks: Receiver<crate::observe::ServiceAsk>,
+    /// The running configuration as `oi config` prints it, replaced by
+    /// each successful reload.
+    pub(super) running: std::sync::Mutex<String>,
+    /// How oi was asked to drop root (`--user NAME`), when it runs as that
+    /// user: a reload cannot get back a capability it dropped then.
+    pub(super) dropped: Option<String>,
 }
 
 /// What the old oi keeps once it has handed over: the new oi, which gets
@@ -80,6 +88,8 @@ pub(super) enum Wakeup {
     Upgrade(UpgradeAsk),
     /// The previous oi asked the health question (or why it did not).
     Health((handover::Taker, Result<(), String>)),
+    /// `oi reload` (or another request the service answers).
+    Ask(crate::observe::ServiceAsk),
 }
 
 /// Starts a watcher on the configuration at `path` (`reads`: what the
@@ -139,6 +149,12 @@ impl Service {
                     }
                 })
                 .or(async {
+                    match self.asks.recv().await {
+                        Ok(ask) => Wakeup::Ask(ask),
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                })
+                .or(async {
                     match question.as_mut() {
                         Some(asked) => Wakeup::Health(asked.await),
                         None => futures_lite::future::pending().await,
@@ -148,16 +164,46 @@ impl Service {
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
                     notify::reloading();
-                    let (status, watch) = self.reload().await;
+                    let (status, watch, _) = self.reload().await;
                     notify::ready(&status);
                     if let Some(watch) = watch {
                         self.set_watching(watch);
                     }
                 }
-                Wakeup::Signal(Some(Ok(Signal::Usr1))) => self.status(),
                 Wakeup::Health((taker, asked)) => {
                     question = None;
                     self.answer_health(taker, asked).await;
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Reload(reply)) => {
+                    notify::reloading();
+                    let (status, watch, errors) = self.reload().await;
+                    notify::ready(&status);
+                    let answer = match watch {
+                        Some(watch) => {
+                            self.set_watching(watch);
+                            let mut text = format!("reloaded: {status}\n");
+                            for e in &errors {
+                                text.push_str(&format!("warning: {e}\n"));
+                            }
+                            Ok(text)
+                        }
+                        None => {
+                            let mut text = errors.join("\n");
+                            text.push_str(&format!("\n{status}\n"));
+                            Err(text)
+                        }
+                    };
+                    let _ = reply.send(answer).await;
+                }
+                Wakeup::Ask(crate::observe::ServiceAsk::Config(reply)) => {
+                    let text = self.running.lock().map(|t| t.clone());
+                    let _ = reply
+                        .send(text.map_err(|_| "no configuration".into()))
+                        .await;
+                }
+                Wakeup::Signal(Some(Ok(Signal::Usr1))) => {
+                    self.status();
+                    self.rotate_log().await;
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
                     if let Ok((_, h)) = self.upgrade_alone(None).await {
@@ -205,16 +251,17 @@ impl Service {
             }
         }
         let handed_over = handed.is_some();
-        if let Some(h) = &handed {
+        if handed.is_some() {
             // The files are the new oi's now; and it, not this one, is the
             // service systemd watches: no STOPPING=1. The observer stopped
             // accepting already; upgrade requests it had read are refused.
             let _ = self.commands.send(Command::KeepFiles).await;
-            self.refuse_upgrades(h.pid());
         } else {
             log::info!("stopping");
             notify::stopping();
         }
+        // No request waits on a loop that has ended.
+        self.refuse_requests(handed.as_ref().map(HandedOver::pid));
         self.commands.close();
         server.await;
         // A second SIGTERM or SIGINT cuts the drain short.
@@ -279,19 +326,32 @@ impl Service {
         self.upgrade(binary).or(refuse).await
     }
 
-    /// After a hand-over to `pid`: closes the channel of upgrade requests
-    /// and refuses those already in it, so none waits on this process.
-    fn refuse_upgrades(&self, pid: u32) {
-        self.upgrades.close();
-        // Bounded: the channel holds one request at most.
-        while let Ok(ask) = self.upgrades.try_recv() {
-            let (written, _) = async_channel::bounded::<()>(1);
-            let why = format!(
+    /// Once the loop has ended (a hand-over to `pid`, or a stop): closes
+    /// the channels of the requests it answered (`oi upgrade`, `oi reload`,
+    /// `oi config`) and refuses those already in them, so none waits on
+    /// this process: a request still on its way is refused by the closed
+    /// channel.
+    fn refuse_requests(&self, pid: Option<u32>) {
+        let why = match pid {
+            Some(pid) => format!(
                 "this oi (pid {}) has handed over to oi pid {pid} and only finishes the \
                  connections it kept: ask the new one",
                 std::process::id()
-            );
-            let _ = ask.reply.try_send((Err(why), written));
+            ),
+            None => "this oi is stopping".to_string(),
+        };
+        self.upgrades.close();
+        self.asks.close();
+        // Bounded: each channel holds one request at most.
+        while let Ok(ask) = self.upgrades.try_recv() {
+            let (written, _) = async_channel::bounded::<()>(1);
+            let _ = ask.reply.try_send((Err(why.clone()), written));
+        }
+        while let Ok(ask) = self.asks.try_recv() {
+            let reply = match ask {
+                crate::observe::ServiceAsk::Reload(r) | crate::observe::ServiceAsk::Config(r) => r,
+            };
+            let _ = reply.try_send(Err(why.clone()));
         }
     }
 
@@ -314,6 +374,21 @@ impl Service {
         );
     }
 
+    /// Answers SIGUSR1's other half, as nginx does: opens the log file's
+    /// path again, so logrotate can move the file and `create` a new one
+    /// (dist/oi.logrotate). Without a log file, nothing happens.
+    async fn rotate_log(&self) {
+        let log = self.shared.log.clone();
+        match smol::unblock(move || log.rotate()).await {
+            Ok(true) => log::info!("SIGUSR1: log file reopened"),
+            Ok(false) => {}
+            Err(e) => log::error!(
+                reason = "log-reopen-failed";
+                "SIGUSR1: cannot reopen the log file: {e}; writing on to the file open before"
+            ),
+        }
+    }
+
     /// Starts or stops the watcher after a reload, as the new file's `watch`
     /// (under `--watch`) says; a running watcher has already followed the
     /// files' new include list.
@@ -333,7 +408,9 @@ impl Service {
     /// running. Returns a status line for the service manager and, when the
     /// reload succeeded, whether the files are now to be watched. Records
     /// the digest of what it read, and whether it took effect, in `reads`.
-    pub(super) async fn reload(&self) -> (String, Option<bool>) {
+    /// The third value is every error, as `--check` prints them (for `oi
+    /// reload`; SIGHUP has them in the log).
+    pub(super) async fn reload(&self) -> (String, Option<bool>, Vec<String>) {
         let path = self.path.clone();
         let file = self.file.clone();
         // The descriptor budget is checked on the parsed rules, before their
@@ -345,6 +422,7 @@ impl Service {
         let (loaded, read) = smol::unblock(move || {
             let (parsed, read) = crate::watch::load(&path, Some(listen::rules_budget()));
             let loaded = parsed.and_then(|parsed| {
+                let running = super::commands::running_text(&parsed, &file);
                 let counted = parsed.rules_over_budget.unwrap_or(parsed.rules.len());
                 if let Err(refused) = listen::check_budget(&file, counted) {
                     return Ok(Err(refused));
@@ -352,15 +430,25 @@ impl Service {
                 let services = oi_config::services::Services::system();
                 let shown = path.display().to_string();
                 oi_config::resolve(parsed, &services)
-                    .map(Ok)
+                    .map(|c| Ok((c, running)))
                     .map_err(|e| e.with_file(&shown))
             });
             (loaded, read)
         })
         .await;
-        let (status, watch) = self.apply(loaded).await;
+        let (loaded, running) = match loaded {
+            Ok(Ok((c, running))) => (Ok(Ok(c)), Some(running)),
+            Ok(Err(e)) => (Ok(Err(e)), None),
+            Err(e) => (Err(e), None),
+        };
+        let (status, watch, errors) = self.apply(loaded).await;
+        if let (Some(text), Some(_)) = (running, watch) {
+            if let Ok(mut r) = self.running.lock() {
+                *r = text;
+            }
+        }
         self.reads.record(read, watch.is_some());
-        (status, watch)
+        (status, watch, errors)
     }
 
     /// [`Service::reload`]'s work once the files are read: applies the
@@ -368,24 +456,47 @@ impl Service {
     async fn apply(
         &self,
         loaded: Result<Result<ResolvedConfig, String>, oi_config::ConfigErrors>,
-    ) -> (String, Option<bool>) {
+    ) -> (String, Option<bool>, Vec<String>) {
+        // A transparent rule this process cannot serve is refused like a
+        // configuration over the descriptor budget.
+        let loaded = loaded.map(|checked| {
+            checked.and_then(|cfg| {
+                let cfg = cfg.with_command_line(&self.command_line);
+                refuse_transparent(&cfg, &self.file, self.dropped.as_deref())?;
+                Ok(cfg)
+            })
+        });
         let cfg = match loaded {
-            Ok(Ok(cfg)) => cfg.with_command_line(&self.command_line),
+            Ok(Ok(cfg)) => cfg,
             Ok(Err(refused)) => {
-                log::error!("{refused}");
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(reason = "reload-refused"; "{refused}");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, vec![refused]);
             }
             Err(e) => {
-                for line in e.with_file(&self.file).to_string().lines() {
-                    log::error!("{line}");
+                // As `--check` prints them: the errors, then their count.
+                let n = e.count();
+                let text = e.with_file(&self.file).to_string();
+                for line in text.lines() {
+                    log::error!(reason = "reload-failed"; "{line}");
                 }
-                log::error!("reload failed: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-failed";
+                    "reload failed: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload failed: previous configuration still serving";
-                return (status.into(), None);
+                let mut errors: Vec<String> = text.lines().map(String::from).collect();
+                errors.push(format!(
+                    "configuration invalid ({n} error{})",
+                    if n == 1 { "" } else { "s" }
+                ));
+                return (status.into(), None, errors);
             }
         };
         let log = self.shared.log.clone();
@@ -395,6 +506,7 @@ impl Service {
         let status = format!("serving {} rule(s)", cfg.rules.len());
         let max_connections = cfg.config.globals.max_connections;
         let watch = watch_wanted(&self.flags, &cfg.config.globals);
+        warn_if_transparent_cannot_work(&cfg);
         // The listeners first: a configuration they refuse changes nothing,
         // the log file and the global maxconn included.
         let (done, errors) = async_channel::bounded(1);
@@ -404,25 +516,41 @@ impl Service {
             done,
         };
         if self.commands.send(command).await.is_err() {
-            return ("reload failed: the server has stopped".into(), None);
+            return (
+                "reload failed: the server has stopped".into(),
+                None,
+                Vec::new(),
+            );
         }
-        match errors.recv().await {
+        let warnings = match errors.recv().await {
             Ok(Ok(errors)) => {
-                for e in capped(&errors) {
+                let errors: Vec<String> = capped(&errors).collect();
+                for e in &errors {
                     log::error!("{e}");
                 }
+                errors
             }
             Ok(Err(refused)) => {
-                for e in capped(&refused) {
-                    log::error!("{e}");
+                let refused: Vec<String> = capped(&refused).collect();
+                for e in &refused {
+                    log::error!(reason = "reload-refused"; "{e}");
                 }
-                log::error!("reload refused: keeping the previous configuration");
+                log::error!(
+                    reason = "reload-refused";
+                    "reload refused: keeping the previous configuration"
+                );
                 self.shared.stats.reloaded(false);
                 let status = "reload refused: previous configuration still serving";
-                return (status.into(), None);
+                return (status.into(), None, refused);
             }
-            Err(_) => return ("reload failed: the server has stopped".into(), None),
-        }
+            Err(_) => {
+                return (
+                    "reload failed: the server has stopped".into(),
+                    None,
+                    Vec::new(),
+                )
+            }
+        };
         // The global `maxconn` follows the file; open connections stay.
         self.shared.set_max_connections(max_connections);
         let reopened = smol::unblock(move || {
@@ -432,10 +560,10 @@ impl Service {
         })
         .await;
         if let Err(e) = reopened {
-            log::error!("cannot reopen the log file: {e}");
+            log::error!(reason = "log-reopen-failed"; "cannot reopen the log file: {e}");
         }
         self.shared.stats.reloaded(true);
         log::info!("reloaded {}: {status}", self.file);
-        (status, Some(watch))
+        (status, Some(watch), warnings)
     }
 }

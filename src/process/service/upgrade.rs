@@ -24,6 +24,10 @@ pub(super) fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inher
                 given.control = Some(h.fd.into());
                 given.control_file = h.file;
             }
+            handover::Role::Status => {
+                given.status = Some(h.fd.into());
+                given.status_file = h.file;
+            }
         }
     }
     given
@@ -171,6 +175,11 @@ impl Service {
         if let Some(l) = observed.control {
             let role = handover::Role::Control;
             let (fd, file) = (l.into(), observed.control_file);
+            handed.push(handover::Handed { role, fd, file });
+        }
+        if let Some(l) = observed.status {
+            let role = handover::Role::Status;
+            let (fd, file) = (l.into(), observed.status_file);
             handed.push(handover::Handed { role, fd, file });
         }
         let binary = binary.unwrap_or_else(|| self.binary.clone());

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 /// Shards of the live list: more than the executor threads of a typical host,
@@ -48,8 +49,9 @@ impl ConnState {
         }
     }
 
+    /// Read back from `Conn::state` (its `oi close` flags masked off).
     fn from_u8(v: u8) -> Self {
-        match v {
+        match v & STATE_MASK {
             0 => ConnState::Connecting,
             1 => ConnState::Open,
             2 => ConnState::ClientClosed,
@@ -84,8 +86,10 @@ pub(crate) struct Conn {
     /// The backend address that answered, once known, with that backend's
     /// counters if the rule lists the address (set together, once).
     backend: OnceLock<(SocketAddr, Option<Arc<BackendStats>>)>,
-    /// When it started, in milliseconds after [`epoch`], for its age.
-    started_ms: u64,
+    /// When it started, in milliseconds after [`epoch`], for its age:
+    /// negative for one a previous oi handed over, older than this process's
+    /// epoch (`oi upgrade` carries the age on).
+    started_ms: i64,
     /// Bytes from the client so far: stored by the connection's own thread
     /// (TCP: once per pump poll), added to by a UDP association's two tasks.
     pub(crate) from_client: AtomicU64,
@@ -96,15 +100,46 @@ pub(crate) struct Conn {
     server_name: OnceLock<Box<Arc<str>>>,
     /// What it is.
     kind: ConnKind,
-    /// A [`ConnState`], stored by the connection.
+    /// A [`ConnState`] in the low bits, stored by the connection, and `oi
+    /// close`'s flags ([`CLOSE_ASKED`], [`CLOSE_WATCHED`]) in the high
+    /// ones: the padding has no byte left for them (the id took it).
     state: AtomicU8,
+    /// Its id (`oi connections`, the JSON log), 48 bits little-endian: in
+    /// the 6 bytes of padding after `kind` and `state`, so the entry stays
+    /// 136 bytes (a `u64` made it 144). 2^48 ids last 9 years at a million
+    /// connections a second.
+    id: [u8; 6],
 }
+
+/// The next live entry's id: the first is 1, so 0 is never an id.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh id, within 48 bits (wrapping past 2^48 - 1 back to 0).
+fn next_id() -> [u8; 6] {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+    [n[0], n[1], n[2], n[3], n[4], n[5]]
+}
+
+/// The bits of `Conn::state` that hold the [`ConnState`].
+const STATE_MASK: u8 = 0x0f;
+
+/// `Conn::state`: an operator asked for the connection to be closed.
+const CLOSE_ASKED: u8 = 0x40;
+
+/// `Conn::state`: its pump's (or reply task's) waker is in its shard's
+/// `wakers`.
+const CLOSE_WATCHED: u8 = 0x80;
 
 /// The instant live entries count their start from: the first entry's
 /// registration (an [`Instant`] is 16 bytes, a millisecond count 8).
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds from [`epoch`] to now.
+fn now_ms() -> i64 {
+    i64::try_from(epoch().elapsed().as_millis()).unwrap_or(i64::MAX)
 }
 
 impl Conn {
@@ -121,28 +156,70 @@ impl Conn {
         self.backend.get().and_then(|(_, b)| b.as_ref())
     }
 
+    /// How long it has been open (across `oi upgrade`s).
+    fn age(&self) -> Duration {
+        let ms = now_ms().saturating_sub(self.started_ms);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
+    /// Its id, unique in this process (`oi connections`, the JSON log).
+    pub(crate) fn id(&self) -> u64 {
+        let b = self.id;
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], 0, 0])
+    }
+
     /// What `oi connections` shows of it.
     pub(in crate::stats) fn info(&self) -> ConnInfo {
         let (from_client, to_client) = self.bytes();
         ConnInfo {
+            id: self.id(),
             rule: self.rule.name().to_string(),
             kind: self.kind,
             client: self.client,
             backend: self.backend.get().map(|(addr, _)| *addr),
-            age: epoch()
-                .elapsed()
-                .saturating_sub(Duration::from_millis(self.started_ms)),
+            age: self.age(),
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
             server_name: self.server_name.get().map(|n| n.to_string()),
         }
     }
+
+    /// The rule it belongs to.
+    pub(crate) fn rule(&self) -> &Arc<RuleStats> {
+        &self.rule
+    }
+
+    /// Its client.
+    pub(crate) fn client(&self) -> Peer {
+        self.client
+    }
+
+    /// The backend address that answered, once connected.
+    pub(crate) fn backend(&self) -> Option<SocketAddr> {
+        self.backend.get().map(|(addr, _)| *addr)
+    }
+
+    /// Whether `oi close` can close it: a stream (its pump looks at the
+    /// flag from its first poll on), or a flow whose task watches the flag
+    /// (a UDP→UDP association's reply task; not a UDP→TCP association or
+    /// a TCP→UDP flow, which have none).
+    fn closable(&self) -> bool {
+        matches!(self.kind, ConnKind::Tcp | ConnKind::Unix)
+            || self.state.load(Ordering::Acquire) & CLOSE_WATCHED != 0
+    }
+
+    /// Whether it has ended already (a UDP association waiting to be swept).
+    fn ended(&self) -> bool {
+        ConnState::from_u8(self.state.load(Ordering::Relaxed)) == ConnState::Ended
+    }
 }
 
 /// One live entry as `oi connections` lists it.
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
+    /// Its id: unique in this process, the same in the JSON log.
+    pub id: u64,
     /// The rule's name.
     pub rule: String,
     /// TCP, TCP→UDP, a UDP association, or a unix socket client.
@@ -170,6 +247,10 @@ pub struct ConnInfo {
 struct Shard {
     /// Live entries; `None` in a free slot.
     slots: Vec<Option<Arc<Conn>>>,
+    /// Beside `slots`, the waker of each entry's pump once it waits
+    /// (`oi close` wakes it): 16 bytes per slot, kept out of the entry,
+    /// whose budget has no room for it.
+    wakers: Vec<Option<Waker>>,
     /// Indexes of the free slots in `slots`.
     free: Vec<u32>,
 }
@@ -206,10 +287,26 @@ impl Shard {
                 self.free.push(slot);
             }
         }
+        if let Some(waker) = self.wakers.get_mut(slot as usize) {
+            *waker = None;
+        }
         if self.free.len() == self.slots.len() {
             self.slots = Vec::new();
             self.free = Vec::new();
+            self.wakers = Vec::new();
         }
+    }
+
+    /// Keeps `waker` for the entry in `slot`.
+    fn watch(&mut self, slot: u32, waker: &Waker) {
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            return;
+        }
+        if self.wakers.len() <= i {
+            self.wakers.resize(i + 1, None);
+        }
+        self.wakers[i] = Some(waker.clone());
     }
 
     /// The live entries.
@@ -239,20 +336,23 @@ impl Live {
         }
     }
 
-    /// Adds an entry to its rule's live list; it stays until the guard drops.
+    /// Adds an entry to its rule's live list; it stays until the guard
+    /// drops. `age`: how long it has been open already (one a previous oi
+    /// handed over; zero for a new one).
     pub(in crate::stats) fn register(
         rule: Arc<RuleStats>,
         kind: ConnKind,
         client: Peer,
+        age: Duration,
     ) -> Registered {
         let shard = SHARD.with(|s| *s);
-        let started = epoch().elapsed().as_millis();
+        let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         let conn = Arc::new(Conn {
             rule,
             kind,
             client,
             backend: OnceLock::new(),
-            started_ms: u64::try_from(started).unwrap_or(u64::MAX),
+            started_ms: now_ms().saturating_sub(age),
             from_client: AtomicU64::new(0),
             to_client: AtomicU64::new(0),
             state: AtomicU8::new(if matches!(kind, ConnKind::Tcp | ConnKind::Unix) {
@@ -261,11 +361,49 @@ impl Live {
                 ConnState::Open.to_u8()
             }),
             server_name: OnceLock::new(),
+            id: next_id(),
         });
         let slot = conn.rule.live.shards[shard].lock().insert(conn.clone());
         // `SHARD` is under `SHARDS` (64): it fits.
         let shard = u32::try_from(shard).unwrap_or(0);
         Registered { conn, shard, slot }
+    }
+
+    /// Asks every closable entry `which` accepts to close, and wakes its
+    /// pump; returns how many were asked and how many it could not close
+    /// (UDP associations and TCP→UDP flows, which it leaves).
+    pub(in crate::stats) fn close(&self, which: impl Fn(&Conn) -> bool) -> (usize, usize) {
+        let (mut closed, mut left) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for (i, entry) in shard.slots.iter().enumerate() {
+                let Some(conn) = entry.as_ref().filter(|c| !c.ended() && which(c)) else {
+                    continue;
+                };
+                if !conn.closable() {
+                    left += 1;
+                    continue;
+                }
+                closed += 1;
+                // Under the shard's lock, as the pump's registration: one
+                // of the two sees the other.
+                let was = conn.state.fetch_or(CLOSE_ASKED, Ordering::AcqRel);
+                if was & CLOSE_WATCHED != 0 {
+                    if let Some(Some(w)) = shard.wakers.get(i) {
+                        w.wake_by_ref();
+                    }
+                }
+            }
+        }
+        (closed, left)
+    }
+
+    /// How many live entries `which` accepts.
+    pub(in crate::stats) fn count(&self, which: impl Fn(&Conn) -> bool) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().entries().filter(|c| which(c)).count())
+            .sum()
     }
 
     /// Every live entry now.
@@ -342,6 +480,7 @@ impl Registered {
             server_name: old.server_name.clone(),
             kind,
             state: AtomicU8::new(old.state.load(Ordering::Relaxed)),
+            id: old.id,
         });
         // The entry's slot now lists the moved entry (an unlisted one,
         // `UNLISTED`, has no slot to update).
@@ -351,9 +490,28 @@ impl Registered {
                 if Arc::ptr_eq(slot, &self.conn) {
                     *slot = moved.clone();
                 }
+                // Under the lock `Live::close` takes: an ask is not lost.
+                let flags = old.state.load(Ordering::Acquire) & !STATE_MASK;
+                moved.state.fetch_or(flags, Ordering::AcqRel);
             }
         }
         self.conn = moved;
+    }
+
+    /// How long it has been open: what `oi upgrade` carries to the new oi.
+    pub(crate) fn age(&self) -> Duration {
+        self.conn.age()
+    }
+
+    /// What a log line in the JSON format says about the connection
+    /// beyond rinetd's fields: its id, rule name, backend and age.
+    pub(crate) fn flow(&self) -> crate::logfile::Flow {
+        crate::logfile::Flow {
+            id: self.conn.id(),
+            rule: self.conn.rule.name(),
+            backend: self.backend(),
+            duration_ms: u64::try_from(self.conn.age().as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     /// The backend address that answered, once connected.
@@ -402,9 +560,50 @@ impl Registered {
         (from, to, state)
     }
 
+    /// Whether `oi close` asked for this connection to end; the first call
+    /// that finds no ask keeps the task's waker in its shard, to be woken
+    /// by one (a task's waker stays the same for its life: one lock per
+    /// connection, none per poll).
+    pub(crate) fn close_asked(&self, cx: &Context<'_>) -> bool {
+        let flags = self.conn.state.load(Ordering::Acquire);
+        if flags & CLOSE_ASKED != 0 {
+            return true;
+        }
+        if flags & CLOSE_WATCHED != 0 || self.slot == UNLISTED {
+            return false;
+        }
+        let Some(shard) = self.live().shards.get(self.shard as usize) else {
+            return false;
+        };
+        let mut shard = shard.lock();
+        shard.watch(self.slot, cx.waker());
+        let was = self.conn.state.fetch_or(CLOSE_WATCHED, Ordering::AcqRel);
+        was & CLOSE_ASKED != 0
+    }
+
+    /// Waits until `oi close` asks for this flow to end (see
+    /// [`Registered::close_asked`]).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.close_asked(cx) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+
     /// Stores the state.
+    /// The flags beside it are kept: an update only when the state
+    /// changes (a load per publish otherwise, as the store it replaced).
     pub(crate) fn set_state(&self, state: ConnState) {
-        self.conn.state.store(state.to_u8(), Ordering::Relaxed);
+        let new = state.to_u8();
+        let cell = &self.conn.state;
+        if cell.load(Ordering::Relaxed) & STATE_MASK != new {
+            let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                Some(v & !STATE_MASK | new)
+            });
+        }
     }
 
     /// Adds bytes from the client (UDP paths, which have several writers).
@@ -453,64 +652,4 @@ impl Drop for Registered {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::counters::Counters;
-
-    /// A rule of its own, as `Stats::add_rule` makes one: the process's
-    /// `Stats` is in `snapshot`, above the rules this list is part of.
-    fn rule() -> Arc<RuleStats> {
-        Arc::new(RuleStats {
-            name: parking_lot::Mutex::new(Arc::from("a:1/tcp")),
-            proto: oi_config::Proto::Tcp,
-            counters: Counters::default(),
-            process: Arc::default(),
-            live: Arc::new(Live::new()),
-            pool: arc_swap::ArcSwapOption::empty(),
-            rates: crate::stats::rate::RuleRates::default(),
-            backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
-        })
-    }
-
-    /// One entry per open connection: 136 bytes on x86_64, so that with the
-    /// `Arc`'s two counts it is a 160-byte allocation (glibc rounds to 16
-    /// with 8 bytes of its own). Growth past it costs 16 bytes per connection.
-    #[test]
-    fn entry_fits_its_budget() {
-        let size = std::mem::size_of::<Conn>();
-        assert!(
-            size <= 136,
-            "a live entry is {size} bytes, over its 136-byte budget"
-        );
-    }
-
-    /// Every connection's task holds its guard: 16 bytes (24 with `usize`
-    /// shard and slot; -Zprint-type-sizes).
-    #[test]
-    fn guard_fits_its_budget() {
-        let size = std::mem::size_of::<Registered>();
-        assert!(
-            size <= 16,
-            "a live guard is {size} bytes, over its 16-byte budget"
-        );
-    }
-
-    /// Slots are reused, and an emptied shard gives its storage back.
-    #[test]
-    fn slots_are_reused_and_freed() {
-        let rule = rule();
-        let live = &rule.live;
-        let a = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        let b = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(live.list().len(), 2);
-        let slot_a = a.slot;
-        drop(a);
-        let c = rule.clone().register(ConnKind::Tcp, Peer::Unix);
-        assert_eq!(c.slot, slot_a, "a freed slot is taken first");
-        drop(b);
-        drop(c);
-        assert!(live.list().is_empty());
-        let shard = live.shards[SHARD.with(|s| *s)].lock();
-        assert_eq!((shard.slots.capacity(), shard.free.capacity()), (0, 0));
-    }
-}
+mod tests;

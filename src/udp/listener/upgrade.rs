@@ -52,7 +52,6 @@ impl Listener {
     /// the new oi took some, so it serves this rule.
     pub(super) async fn offer(&mut self, ticket: &Ticket<'_>) -> bool {
         let rule = self.route.load().bind.to_string();
-        let started = park::now_secs();
         let mut parked = Vec::new();
         let mut answers = Vec::new();
         let streams = self.pause_streams().await;
@@ -76,14 +75,14 @@ impl Listener {
                 server_name: None,
                 up: HalfState {
                     unsent: paused.unsent.clone(),
-                    done: false,
                     bytes: from_client,
+                    ..HalfState::default()
                 },
                 down: HalfState {
                     bytes: to_client,
                     ..HalfState::default()
                 },
-                started,
+                age: a.activity.conn.age(),
                 verdict,
             });
             answers.push((*peer, answer));
@@ -114,7 +113,7 @@ impl Listener {
                     bytes: to_client,
                     ..HalfState::default()
                 },
-                started,
+                age: a.activity.conn.age(),
                 verdict,
             });
             answers.push((*peer, answer));
@@ -262,6 +261,7 @@ impl Listener {
                 from_client: o.up.bytes,
                 to_client: o.down.bytes,
                 idle,
+                age: o.age,
             };
             let resumed = Association::start(
                 &self.ex,

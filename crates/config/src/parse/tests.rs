@@ -177,6 +177,23 @@ fn logfile_pidlogfile_logcommon() {
 }
 
 #[test]
+fn logformat_picks_the_log_format_and_wins_over_logcommon() {
+    use crate::LogFormat;
+    assert_eq!(ok("logfile /tmp/x.log\n").log_format(), LogFormat::Tab);
+    assert_eq!(ok("logcommon\n").log_format(), LogFormat::Common);
+    let c = ok("logfile /tmp/x.log\nlogformat json\n");
+    assert_eq!(c.globals.log_format, Some(LogFormat::Json));
+    assert_eq!(c.log_format(), LogFormat::Json);
+    assert_eq!(
+        ok("logcommon\nlogformat tab\n").log_format(),
+        LogFormat::Tab
+    );
+    assert_eq!(ok("logformat common\n").log_format(), LogFormat::Common);
+    let e = one_error("logformat xml");
+    assert!(e.contains("logformat") && e.contains("json"), "{e}");
+}
+
+#[test]
 fn repeated_logfile_last_wins_with_warning() {
     let c = ok("logfile /a\nlogfile /b\npidlogfile /p\npidlogfile /q\n");
     assert_eq!(c.logfile, Some(PathBuf::from("/b")));

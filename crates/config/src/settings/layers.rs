@@ -24,6 +24,7 @@ pub(super) fn fill(to: Slot<'_>, from: Slot<'_>) {
         (Slot::Proxy(a), Slot::Proxy(b)) => or(a, b),
         (Slot::IpFilter(a), Slot::IpFilter(b)) => or(a, b),
         (Slot::StatusFormat(a), Slot::StatusFormat(b)) => or(a, b),
+        (Slot::LogFormat(a), Slot::LogFormat(b)) => or(a, b),
         (Slot::Mode(a), Slot::Mode(b)) => or(a, b),
         (Slot::Address(a), Slot::Address(b)) => or(a, b),
         (Slot::Path(a), Slot::Path(b)) => or(a, b),

@@ -5,7 +5,7 @@ use super::{RuleOptions, Setting, Slot, Syntax, Value, SETTINGS};
 use crate::address::parse_host;
 use crate::bounded::Shown;
 use crate::values::{bounded, octal_mode, seconds};
-use crate::{Config, Host, IpFilter, ProxyHeader, StatusFormat};
+use crate::{Config, Host, IpFilter, LogFormat, ProxyHeader, StatusFormat};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -91,6 +91,15 @@ pub fn store(
             let f = match value {
                 "json" => StatusFormat::Json,
                 "text" => StatusFormat::Text,
+                _ => return Err(word_error(setting, name, value)),
+            };
+            s.replace(f).is_some()
+        }
+        Slot::LogFormat(s) => {
+            let f = match value {
+                "tab" => LogFormat::Tab,
+                "common" => LogFormat::Common,
+                "json" => LogFormat::Json,
                 _ => return Err(word_error(setting, name, value)),
             };
             s.replace(f).is_some()
@@ -270,6 +279,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         }),
         Slot::IpFilter(f) => f.map(|f| f.to_string()),
         Slot::StatusFormat(f) => f.map(|f| f.to_string()),
+        Slot::LogFormat(f) => f.map(|f| f.to_string()),
         Slot::Mode(m) => m.map(|m| format!("{m:04o}")),
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),

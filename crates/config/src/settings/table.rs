@@ -475,8 +475,8 @@ pub static SETTINGS: &[Setting] = &[
               (10M is 10,485,760 bytes per second). Each direction has a token \
               bucket whose burst is a tenth of a second's worth (at least 64K), \
               so a quiet connection starts at full speed; past it a TCP \
-              direction waits (on a timer, no polling) until its bucket \
-              refills, whether it copies or splices, and a UDP datagram over \
+              direction waits (on a timer, no polling) for its turn as the \
+              bucket refills, whether it copies or splices, and a UDP datagram over \
               the limit is dropped and counted (queueing it would only add \
               latency); on a TCP to UDP rule the stream waits and the \
               backend's datagrams are dropped. Example: [rate=1M], or in YAML rate: 1M.",
@@ -513,6 +513,10 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Bandwidth limit of all the rule's connections together, per \
               direction (an oi extension): they share one bucket per \
               direction, kept across a reload that keeps the rule's listener. \
+              The bucket serves its waiting connections in turn, 16K each \
+              (a 64th of a second's worth at high rates, a 16th at low \
+              ones) in the order they asked, so each gets an even share and \
+              none is starved by the others, whoever holds how many. \
               Units, burst and UDP as for rate. Example: [rule-rate=100M] \
               (YAML: rule_rate: 100M).",
         rule: Some(|o| Slot::Rate(&mut o.rule_rate)),
@@ -530,8 +534,11 @@ pub static SETTINGS: &[Setting] = &[
               remembers at most 65,536 client addresses; past that, clients \
               with no open connection are forgotten (those that owe nothing \
               first), and a client that still finds no room is limited per \
-              connection at this rate. Units, burst and UDP as for rate. \
-              Example: [client-rate=5M] (YAML: client_rate: 5M).",
+              connection at this rate. A client's connections share its \
+              bucket in turn, as rule-rate's do, and with rule-rate too each \
+              bucket is shared evenly: a client's connections within its \
+              share, the clients within the rule's. Units, burst and UDP as \
+              for rate. Example: [client-rate=5M] (YAML: client_rate: 5M).",
         rule: Some(|o| Slot::Rate(&mut o.client_rate)),
         ..BASE
     },
@@ -625,8 +632,9 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Append one line per connection to this file, in rinetd's \
               tab-separated format (or, with logcommon, the web server's common \
-              log format). A separate thread writes it; it is reopened on reload, \
-              so logrotate can move it. The last of repeated lines wins.",
+              log format; or, with logformat json, JSON). A separate thread \
+              writes it; it is reopened on reload and on SIGUSR1, so logrotate \
+              can move it. The last of repeated lines wins.",
         global: Some(|c| Slot::Path(&mut c.logfile)),
         ..BASE
     },
@@ -639,6 +647,22 @@ pub static SETTINGS: &[Setting] = &[
         place: Place::Global,
         doc: "Write the log file in the common log format instead of tabs.",
         global: Some(|c| Slot::Flag(&mut c.logcommon)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("logformat"),
+        yaml: Some("log_format"),
+        yaml_place: Place::Global,
+        value: Value::Word(&crate::LogFormat::NAMES),
+        default: Default::Unset("tab, or common with logcommon"),
+        place: Place::Global,
+        doc: "The log file's format (an oi extension): tab and common are \
+              rinetd's two, byte for byte; json writes one JSON object per \
+              connection event: time, id (as oi connections shows it), rule, \
+              bind, connect, client, backend, server_name, bytes each way, \
+              duration_ms and event (rinetd's words). Wins over logcommon.",
+        global: Some(|c| Slot::LogFormat(&mut c.globals.log_format)),
+        check: Some("the log file's format"),
         ..BASE
     },
     Setting {

@@ -74,6 +74,14 @@ rules:
 "#;
 
 #[test]
+fn log_format_json_is_read_from_yaml() {
+    let c = ok("global:\n  log_file: /tmp/oi.log\n  log_format: json\nrules: []\n");
+    assert_eq!(c.log_format(), crate::LogFormat::Json);
+    let e = errors("global:\n  log_format: xml\n");
+    assert!(e.iter().any(|l| l.contains("log_format")), "{e:?}");
+}
+
+#[test]
 fn a_full_file_maps_onto_the_model() {
     let c = ok(FULL);
     assert_eq!(c.format, Format::Yaml);
