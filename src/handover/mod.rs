@@ -118,6 +118,9 @@ pub(crate) fn hand_over(
     let mut child = Command::new(binary)
         .args(args)
         .env(ENV, &name)
+        // The new process becomes the main process and pings the watchdog
+        // (systemd's WATCHDOG_PID names the old one).
+        .env_remove(crate::sys::notify::WATCHDOG_PID)
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;

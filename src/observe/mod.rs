@@ -24,6 +24,7 @@ pub use control::{ask, ask_upgrade};
 pub use oi_wire::request::Query;
 
 use crate::route::shared::Shared;
+use crate::sys::watchdog::Watchdog;
 use async_io::{Async, Timer};
 use futures_lite::FutureExt;
 use smol::LocalExecutor;
@@ -110,8 +111,9 @@ enum ThreadAsk {
     /// Answer (drop the sender) from the thread's executor: it runs.
     Ping(async_channel::Sender<()>),
     /// A new oi answers the control socket and the metrics port now: stop
-    /// accepting on them, writing the status file and logging the STATS
-    /// line; requests already read are answered. The sender drops when done.
+    /// accepting on them, writing the status file, logging the STATS line
+    /// and pinging the watchdog; requests already read are answered. The
+    /// sender drops when done.
     Quiet(async_channel::Sender<()>),
 }
 
@@ -189,7 +191,7 @@ impl Observer {
     /// Binds the metrics listener and the control socket (so a bad address
     /// fails start-up), then starts the observer thread.
     pub fn start(shared: Arc<Shared>, settings: ObserveSettings) -> io::Result<Observer> {
-        Self::start_given(shared, settings, Given::default(), None, None)
+        Self::start_given(shared, settings, Given::default(), None, None, None)
     }
 
     /// [`Observer::start`], serving on the sockets in `given` where they
@@ -197,13 +199,15 @@ impl Observer {
     /// earlier oi); the others are closed and the rest bound as usual. A
     /// given control socket's file is this oi's (removed at exit, handed on
     /// at the next upgrade) when the path still names the inode the
-    /// previous oi made; otherwise it is left alone.
+    /// previous oi made; otherwise it is left alone. `watchdog` runs on the
+    /// thread's executor: its pings to systemd stop when that thread does.
     pub(crate) fn start_given(
         shared: Arc<Shared>,
         settings: ObserveSettings,
         given: Given,
         upgrades: Option<async_channel::Sender<UpgradeAsk>>,
         service: Option<async_channel::Sender<ServiceAsk>>,
+        watchdog: Option<Watchdog>,
     ) -> io::Result<Observer> {
         let upgraded = given.control.is_some() || given.metrics.is_some() || given.status.is_some();
         let given_metrics = given.metrics.filter(|l| {
@@ -292,6 +296,7 @@ impl Observer {
                         upgrades,
                         service,
                     },
+                    watchdog,
                     (stopped, asked),
                     thread_handed,
                 )
@@ -328,8 +333,9 @@ impl Observer {
     /// A new oi serves the control socket, the status socket and the
     /// metrics port now: this process stops accepting on them (its
     /// descriptors close: what connects from now on reaches the new oi),
-    /// and stops writing the status file (no last write either) and
-    /// logging the STATS line; the sockets' files stay at exit. Requests already read are
+    /// and stops writing the status file (no last write either), logging
+    /// the STATS line and pinging systemd's watchdog (the new oi is the
+    /// main process); the sockets' files stay at exit. Requests already read are
     /// answered, among them the `oi upgrade` that asked for the hand-over.
     /// Before, the old oi answered 18 to 26 of 40 `oi status`, `/metrics`
     /// and `/status.json` requests while it drained, with its own counters.
@@ -411,6 +417,7 @@ fn run(
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
     sockets: Sockets,
+    watchdog: Option<Watchdog>,
     (stopped, asks): (
         async_channel::Receiver<()>,
         async_channel::Receiver<ThreadAsk>,
@@ -419,6 +426,9 @@ fn run(
 ) {
     let ex = Rc::new(LocalExecutor::new());
     let mut tasks = Vec::new();
+    if let Some(w) = watchdog {
+        tasks.push(ex.spawn(w.run()));
+    }
     if let Some(l) = metrics {
         match Async::new(l) {
             Ok(l) => {

@@ -27,6 +27,28 @@ pub(crate) fn main_pid() {
     send(&[NotifyState::MainPid(std::process::id())]);
 }
 
+/// The watchdog's "still alive" ping (`WATCHDOG=1`): see
+/// [`crate::sys::watchdog`] for when it is sent.
+pub(crate) fn watchdog() {
+    send(&[NotifyState::Watchdog]);
+}
+
+/// The service manager's watchdog period, if it wants pings from this
+/// process: `WATCHDOG_USEC` (set from the unit's `WatchdogSec=`), when
+/// `WATCHDOG_PID` is unset or names this process (sd_watchdog_enabled(3):
+/// a child that inherited the variables is not the one watched) and
+/// `NOTIFY_SOCKET` says where to send them. Zero is no watchdog.
+pub(crate) fn watchdog_period() -> Option<std::time::Duration> {
+    std::env::var_os("NOTIFY_SOCKET")?;
+    sd_notify::watchdog_enabled().filter(|d| !d.is_zero())
+}
+
+/// The variable that names the process systemd watches. `oi upgrade`'s
+/// new process is not started with it: it becomes the main process
+/// (`MAINPID=`) and must ping from then on, which it would not do with
+/// the old process's pid there.
+pub(crate) const WATCHDOG_PID: &str = "WATCHDOG_PID";
+
 /// The process is shutting down.
 pub(crate) fn stopping() {
     send(&[NotifyState::Stopping]);

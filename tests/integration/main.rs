@@ -71,3 +71,4 @@ mod upgrade_live;
 mod upgrade_udp;
 mod upgrade_udp_kinds;
 mod watch;
+mod watchdog;

@@ -7,6 +7,7 @@ import os
 import re
 import time
 
+import freeze
 from net import PATIENCE, Backend, Client, ConnectLoop, Stream, exchange
 
 CONF = "/etc/rinetd.conf"
@@ -178,33 +179,85 @@ class Cases:
         assert self.exposure <= MAX_EXPOSURE, sec
 
     def reload(self):
-        """2: reload: a broken file fails and A keeps serving; a good one serves B, an open connection lives."""
+        """2: reload: `systemctl reload` runs `oi reload` and returns once oi has
+        answered: a broken file fails with its FILE:LINE errors in the journal and
+        `systemctl status`, and A keeps serving; after a good one the very next
+        connection reaches B; an open connection lives; MainPID stays. Then oi
+        started without --socket (an admin's drop-in): the file is checked and
+        SIGHUP sent instead."""
         self.fresh([self.rule(self.a)])
         pid = self.show("MainPID")
         held = Client(79)
         held.echo()
         assert held.tag == "A"
-        self.write(CONF, "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n")
+        broken_conf = "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n"
+        where = f"{CONF}:2: "
+
+        def entries(cursor):
+            return [json.loads(l) for l in self.journal(cursor, "-u", "oi.service", "-o", "json").splitlines()
+                    if l.startswith("{")]
+
+        def said_by_reload(cursor, main, text):
+            """Messages holding `text` from the unit's processes other than `main`: ExecReload's."""
+            return [e["MESSAGE"] for e in entries(cursor)
+                    if e.get("_PID") not in (None, main) and text in str(e.get("MESSAGE", ""))]
+
+        self.write(CONF, broken_conf)
+        cursor = self.cursor()
         broken = self.sh("systemctl", "reload", "oi.service", check=False)
         assert broken.returncode != 0, "systemctl reload accepted a broken file"
         assert exchange(79) == "A", "the old rule stopped serving after a refused reload"
         assert self.show("ActiveState") == "active" and self.show("MainPID") == pid
+        # journald reads ExecReload's stderr stream on its own time: wait for it, not for oi.
+        self.wait_for(lambda: said_by_reload(cursor, pid, where), f"ExecReload's '{where}...' line in the journal")
+        error = said_by_reload(cursor, pid, where)[0]
+        assert "not-a-port" in error, error
+        status = self.sh("systemctl", "status", "--no-pager", "-n", "20", "oi.service", check=False).stdout
+        assert where in status, f"systemctl status does not show the error:\n{status}"
         self.conf([self.rule(self.b)])
         cursor = self.cursor()
+        started = time.monotonic()
         self.sh("systemctl", "reload", "oi.service")
-        # systemd 252 ends the reload job when ExecReload's `kill -HUP` exits,
-        # not at oi's READY=1 after RELOADING=1: the new rules serve once oi
-        # logs the reload, maybe a little after `systemctl reload` returned.
-        right_after = exchange(79)
-        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
-                      f"'reloaded {CONF}' in the journal")
-        assert exchange(79) == "B", "the reloaded rule does not serve"
+        took = time.monotonic() - started
+        # No retry and no wait for the journal: the connection right after
+        # `systemctl reload` returned must get the new rule.
+        first = exchange(79)
+        assert first == "B", f"the first connection after `systemctl reload` returned reached {first}, not B"
+        self.wait_for(lambda: said_by_reload(cursor, pid, "reloaded: serving 1 rule(s)"),
+                      "ExecReload's 'reloaded: serving 1 rule(s)' in the journal")
         held.echo(b"still here")
         held.close()
         assert self.show("MainPID") == pid
-        self.note(f"broken file: reload exit {broken.returncode}, A still served; good file: B serves once oi "
-                  f"logs the reload (the first connection right after `systemctl reload` reached {right_after}), "
-                  f"the connection opened before both reloads still echoes; MainPID {pid} throughout")
+        self.note(f"broken file: systemctl reload exit {broken.returncode}, A still served, journal and "
+                  f"systemctl status: {error!r}; good file: systemctl reload took {took:.2f} s and the first "
+                  f"connection after it reached B; the connection opened before both reloads still echoes; "
+                  f"MainPID {pid} throughout")
+
+        # An admin's drop-in that starts oi without --socket: `oi reload` finds
+        # no control socket, checks the file and sends $MAINPID SIGHUP.
+        nosocket = "[Service]\nExecStart=\nExecStart=/usr/sbin/oi -c ${OI_CONF}\n"
+        self.fresh([self.rule(self.a)], dropins={"nosocket.conf": nosocket})
+        pid = self.show("MainPID")
+        assert not os.path.exists(self.sys.root("/run/oi/control.sock")), "the drop-in left a control socket"
+        cursor = self.cursor()
+        self.write(CONF, broken_conf)
+        broken = self.sh("systemctl", "reload", "oi.service", check=False)
+        assert broken.returncode != 0, "without the control socket, systemctl reload accepted a broken file"
+        assert exchange(79) == "A", "the old rule stopped serving after a refused reload"
+        self.conf([self.rule(self.b)])
+        self.sh("systemctl", "reload", "oi.service")
+        # The old way: the reload completes after `systemctl reload` returned.
+        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
+                      f"'reloaded {CONF}' in the journal")
+        assert exchange(79) == "B", "the reloaded rule does not serve"
+        assert self.show("MainPID") == pid and self.show("ActiveState") == "active"
+        by_oi = [str(e.get("MESSAGE")) for e in entries(cursor) if e.get("_PID") == pid]
+        reloads = [m for m in by_oi if f"reloaded {CONF}" in m or "reload failed" in m]
+        assert len(reloads) == 1, f"oi should have reloaded once, the broken file never signalled: {reloads}"
+        assert said_by_reload(cursor, pid, where), "the broken file's errors are not in the journal"
+        assert said_by_reload(cursor, pid, f"sent pid {pid} SIGHUP"), "no 'sent pid ... SIGHUP' in the journal"
+        self.note(f"without --socket (drop-in): broken file refused (exit {broken.returncode}) before any "
+                  f"signal, A served; good file: SIGHUP to MainPID {pid}, then B served")
 
     def restart(self):
         """3: restart under a connect loop: no connection refused (fd store)."""
@@ -330,7 +383,9 @@ class Cases:
         self.fresh([self.rule(self.a)])
         cursor = self.cursor()
         self.write(CONF, "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n")
-        self.sh("systemctl", "reload", "oi.service", check=False)
+        # SIGHUP itself, whatever ExecReload checks first: oi's own refusal
+        # is the line under test.
+        self.sh("systemctl", "kill", "-s", "HUP", "--kill-who=main", "oi.service")
         self.wait_for(lambda: "reload-failed" in self.journal(cursor, "-u", "oi.service", "-o", "verbose"),
                       "an entry with OI_REASON=reload-failed")
         self.conf([self.rule(self.b)])
@@ -354,24 +409,103 @@ class Cases:
                   f"the reload that served at PRIORITY={routine[0].get('PRIORITY')}")
 
     def watchdog(self, force=False):
-        """7: the watchdog, once the unit sets WatchdogSec= (another change):
-        at WatchdogSec=1s (a drop-in, so the case takes 3 s whatever the
-        unit's period) oi is pinged, not killed, for three periods."""
+        """7: the watchdog at WatchdogSec=1s (a drop-in, so the case takes
+        seconds whatever the unit's period): oi is pinged, not killed, for
+        three periods. Then oi stuck twice, each time killed by systemd
+        (Result=watchdog) and restarted with the stored listeners while a
+        client connecting in a loop is refused by none: the whole process
+        stopped (SIGSTOP), then one executor thread alone (ptrace), which
+        only the per-thread heartbeats can see."""
         unit = self.sh("systemctl", "cat", "oi.service").stdout
         if not force and not re.search(r"^WatchdogSec=(?!0*\s*$|infinity)", unit, re.M):
             return "the unit sets no WatchdogSec= (the hook for it is cases.py watchdog)"
-        self.fresh([self.rule(self.a)], dropins={"watchdog.conf": "[Service]\nWatchdogSec=1s\n"})
-        pid, restarts = self.show("MainPID"), self.show("NRestarts")
+        # RestartSec=2s (the unit's is systemd's 100 ms): the failed run's
+        # Result stays readable until the restart resets it, and clients
+        # wait in the stored listener's queue that much longer.
+        self.fresh([self.rule(self.a)], dropins={"watchdog.conf": "[Service]\nWatchdogSec=1s\nRestartSec=2s\n"})
+        pid, restarts = self.show("MainPID"), int(self.show("NRestarts") or 0)
         first = int(self.show("WatchdogTimestampMonotonic") or 0)
         time.sleep(3)  # the behaviour under test is three watchdog periods passing
-        assert self.show("MainPID") == pid and self.show("NRestarts") == restarts \
+        assert self.show("MainPID") == pid and int(self.show("NRestarts") or 0) == restarts \
             and self.show("ActiveState") == "active", \
             f"the watchdog killed oi: {self.journal(None, '-u', 'oi.service', '-n', '10')}"
         last = int(self.show("WatchdogTimestampMonotonic") or 0)
         assert last > first, "no WATCHDOG=1 arrived"
         assert exchange(79) == "A"
         self.note(f"WatchdogSec=1s: MainPID {pid} for 3 s, last WATCHDOG=1 {(last - first) / 1e6:.2f} s after the first")
+        stored = int(self.show("NFileDescriptorStore") or 0)
+        assert stored >= 1, "oi stored no listener with systemd (FDSTORE)"
+
+        def stop_all(pid):
+            self.sh("kill", "-STOP", pid)
+            return f"SIGSTOP to {pid}", None
+
+        pid = self.stuck_then_restarted(pid, restarts + 1, stop_all)
+
+        def stop_one_thread(pid):
+            host = freeze.host_pid(self.sys.pid, pid)
+            threads = len(os.listdir(f"/proc/{host}/task"))
+            # Executor thread 1; with one executor thread, the main thread (0).
+            try:
+                name, tid = "oi-worker-1", freeze.thread_named(host, "oi-worker-1")
+                said = "executor thread 1 (oi-worker-1) made no progress"
+            except AssertionError:
+                name, tid = "oi", freeze.thread_named(host, "oi")
+                said = "executor thread 0 (the main thread) made no progress"
+            frozen = freeze.Frozen(tid)
+            return f"thread {name} of {pid} stopped (ptrace), its {threads - 1} others running", (frozen, said)
+
+        self.stuck_then_restarted(pid, restarts + 2, stop_one_thread)
         return None
+
+    def stuck_then_restarted(self, pid, restarts, stick):
+        """Under a connect loop, `stick(pid)` makes oi stuck; checks that
+        systemd kills it for the watchdog and that the oi it starts (restart
+        number `restarts`) serves the stored listener; returns its MainPID."""
+        cursor = self.cursor()
+        loop = ConnectLoop(79)
+        try:
+            loop.wait_ok(20)
+            before = loop.ok
+            stopped = time.monotonic()
+            what, frozen = stick(pid)
+            # Polled, not slept: systemd's verdict, then a new main process.
+            self.wait_for(lambda: self.show("Result") == "watchdog", f"Result=watchdog after {what}")
+            killed = time.monotonic() - stopped
+            self.wait_for(lambda: self.show("MainPID") not in ("0", pid) and self.show("ActiveState") == "active",
+                          f"a new MainPID after {what}")
+            took = time.monotonic() - stopped
+            loop.wait_ok(loop.ok + 20)
+        finally:
+            loop.finish()
+        new = self.show("MainPID")
+        systemd = self.journal(cursor, "_PID=1")
+        result = re.search(r"oi\.service: Failed with result '([^']*)'", systemd)
+        assert result and result.group(1) == "watchdog", \
+            f"systemd did not fail oi with result 'watchdog':\n{systemd}"
+        timeout = next((l.strip() for l in systemd.splitlines() if "oi.service: Watchdog timeout" in l), None)
+        assert timeout, systemd
+        assert int(self.show("NRestarts") or 0) == restarts, \
+            f"NRestarts {self.show('NRestarts')}, expected {restarts}"
+        if frozen is not None:
+            assert frozen[0].died.wait(PATIENCE), f"the stopped thread of {pid} did not die"
+        gone = self.sh("kill", "-0", pid, check=False).returncode != 0
+        assert gone, f"the stuck oi {pid} still exists"
+        said = self.journal(cursor, "-u", "oi.service")
+        assert "127.0.0.1:79/tcp: serving the passed descriptor" in said, \
+            f"the restarted oi did not take the stored listener:\n{said}"
+        if frozen is not None:
+            assert frozen[1] in said, f"oi did not say '{frozen[1]}':\n{said}"
+        # One connection at a time: at most the one a stuck thread had
+        # accepted is cut; none may be refused.
+        assert loop.refused == 0 and len(loop.failed) <= 1, \
+            f"{loop.refused} refused, failures: {loop.failed[:5]}"
+        self.note(f"{what}: '{timeout}', Result=watchdog {killed:.2f} s after (and {self.show('Result')!r} once "
+                  f"restarted), NRestarts {restarts}, MainPID {pid} -> {new} {took:.2f} s after, serving the stored "
+                  f"listener; {loop.ok} exchanges ({loop.ok - before} from then on), 0 refused, "
+                  f"{len(loop.failed)} cut {loop.failed}, slowest {loop.slowest * 1000:.0f} ms"
+                  + (f"; oi said '{frozen[1]}'" if frozen else ""))
+        return new
 
     def all(self):
         return [

@@ -8,7 +8,8 @@ host's /, which stays untouched), installs the package there with dpkg, and
 runs the cases of cases.py through systemctl: start (READY=1, user oi, port 79,
 the sandbox, `systemd-analyze security`), reload, restart with no connection
 refused, the package's upgrade through `oi upgrade`, socket activation, a
-transparent rule, `systemd-analyze verify`; the watchdog once the unit has one.
+transparent rule, `systemd-analyze verify`; the watchdog (a stopped process, then
+one stopped thread, killed and restarted with the stored listeners).
 
 Needs root, util-linux, overlayfs, a cgroup2 hierarchy and systemd installed.
 Where the machine lacks one, it says why and exits 0, unless OI_REQUIRE_TOOLS

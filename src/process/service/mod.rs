@@ -20,6 +20,7 @@ use crate::route::Route;
 use crate::sys::daemon;
 use crate::sys::diagnostics;
 use crate::sys::notify;
+use crate::sys::watchdog::Watchdog;
 use crate::watch::{Reads, Watcher};
 use async_channel::{Receiver, Sender};
 use async_signal::{Signal, Signals};
@@ -223,12 +224,16 @@ pub fn run(opts: RunOptions) -> ExitCode {
     shared.set_max_connections(cfg.config.globals.max_connections);
     let (upgrade_asked, upgrades) = async_channel::bounded(1);
     let (service_asked, asks) = async_channel::bounded(1);
+    // systemd's watchdog, if the unit sets `WatchdogSec=`: heartbeats on
+    // the executor threads, the pings sent from the observer's thread.
+    let watchdog = Watchdog::from_env(&runtime);
     let observer = match Observer::start_given(
         shared.clone(),
         opts.observe_with(&cfg.config.globals),
         given,
         Some(upgrade_asked),
         Some(service_asked),
+        watchdog,
     ) {
         Ok(o) => o,
         Err(e) => {

@@ -175,6 +175,25 @@ impl OiProcess {
         }
     }
 
+    /// The next sd_notify message if one comes within `limit`, else `None`
+    /// (oi may have exited meanwhile: the caller looks).
+    pub fn notify_within(&self, limit: Duration) -> Option<String> {
+        let mut guard = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let (events, pending) = &mut *guard;
+        if let Some(m) = pending.pop_front() {
+            return Some(m);
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match events.recv_timeout(left) {
+                Ok(Event::Notify(m)) => return Some(m),
+                Ok(Event::StderrClosed) if left > Duration::ZERO => {}
+                _ => return None,
+            }
+        }
+    }
+
     /// Panics with `what`, oi's exit status (if it has exited) and the end of its stderr.
     pub fn fail(&self, what: &str) -> ! {
         let status = match self.exit_status() {
