@@ -6,7 +6,7 @@
 # waits (connect plus one echo, in a loop), with CONNS idle connections open
 # through oi. The same window is measured first without an upgrade, so each
 # figure comes with the baseline of the same run. Open connections are
-# handed over to the new oi (hand-over version 4), the in-flight stream
+# handed over to the new oi (hand-over version 4 and later), the in-flight stream
 # among them, so its longest round trip includes its pause, and the
 # hand-over time includes moving every connection; afterwards every idle
 # connection must still echo. Needs python3.

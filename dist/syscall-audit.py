@@ -5,7 +5,9 @@ Runs oi under `strace -f -c` through every feature the unit must allow (TCP with
 splice and with copying, UDP to UDP, UDP to TCP, TCP to UDP, a port below 1024,
 service names, host names and a DNS lookup, the connection log, a pid file,
 sd_notify, SIGHUP reloads, good and bad, and SIGTERM with --drain), also
-`oi --check` (what ExecStartPre= and ExecReload= run), then expands the
+`oi --check` (what ExecStartPre= runs, and ExecReload='s `oi reload` when
+no control socket answers; its control socket path runs under the real
+filter in tests/systemd, case 2), then expands the
 filter of the unit file with `systemd-analyze syscall-filter` and lists every
 system call oi made that the filter would refuse.
 
@@ -225,7 +227,7 @@ localhost {p[5]} localhost {echo_tcp} [src=127.0.0.1]
             proc.wait()
     counts, paths = {}, {}
     read_trace(trace, counts, paths)
-    # What ExecStartPre= and ExecReload= run, on the file with the bad name.
+    # What ExecStartPre= runs (and ExecReload='s fallback), on the file with the bad name.
     check_trace = os.path.join(tmp, "strace-check.txt")
     subprocess.run(
         ["strace", "-f", "-qq", "-o", check_trace, oi, "--check", "-c", conf],

@@ -225,7 +225,7 @@ fn half(h: &HalfState) -> Value {
 }
 
 /// A sealed-off copy of `bytes` the new oi reads back.
-fn memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+pub(super) fn memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
     use rustix::fs::{memfd_create, MemfdFlags};
     let fd = memfd_create("oi-handover", MemfdFlags::CLOEXEC)?;
     let mut at = 0;
@@ -274,7 +274,7 @@ pub(crate) fn receive(conn: &OwnedFd) -> Result<Handed, String> {
 }
 
 /// The counters a `counters` message's memfd holds.
-fn read_counters(body: &Value, fds: Vec<OwnedFd>) -> Result<Value, String> {
+pub(super) fn read_counters(body: &Value, fds: Vec<OwnedFd>) -> Result<Value, String> {
     let [data] = <[OwnedFd; 1]>::try_from(fds).map_err(|_| "counters without one memfd")?;
     let n = body["bytes"].as_u64().unwrap_or(0);
     if n > MOST_COUNTERS {

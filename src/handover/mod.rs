@@ -9,14 +9,19 @@
 //! hand-over version; the old one checks it before sending any descriptor,
 //! then sends every listening socket (rules', metrics', the control
 //! socket's) with `SCM_RIGHTS`. The child reads its configuration, serves
-//! with what matches its rules, and says ready (or why it cannot); only
-//! then does the old one stop accepting. Every way the child can fail
-//! (does not start, exits, refuses the configuration, speaks another
-//! version, says nothing in time) leaves the old process serving, with one
-//! message saying why.
+//! with what matches its rules, and says ready (or why it cannot); the old
+//! one hands it the live connections, then asks its service loop the
+//! health question (`health.rs`), and only on the answer does it stop
+//! accepting. Every way the child can fail (does not start, exits before
+//! or after ready, refuses the configuration, speaks another version, says
+//! nothing in time, does not answer the health question) leaves the old
+//! process serving everything, with one message saying why.
 
 pub(crate) mod conns;
+mod health;
 mod wire;
+
+pub(crate) use health::HEALTH_TIMEOUT;
 
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use std::ffi::OsString;
@@ -43,6 +48,8 @@ pub(crate) enum Role {
     Metrics,
     /// The control socket.
     Control,
+    /// The read-only control socket (`--status-socket`).
+    Status,
 }
 
 impl Role {
@@ -52,12 +59,13 @@ impl Role {
             Role::Listener => "listener",
             Role::Metrics => "metrics",
             Role::Control => "control",
+            Role::Status => "status",
         }
     }
 
     /// The role a word names.
     fn from_word(w: &str) -> Option<Role> {
-        [Role::Listener, Role::Metrics, Role::Control]
+        [Role::Listener, Role::Metrics, Role::Control, Role::Status]
             .into_iter()
             .find(|r| r.word() == w)
     }
@@ -75,16 +83,36 @@ pub(crate) struct Handed {
     pub(crate) file: Option<(u64, u64)>,
 }
 
+/// The new oi that serves now, as the old one keeps it while it drains.
+pub(crate) struct Successor {
+    /// The new process's pid.
+    pub(crate) pid: u32,
+    /// How many listeners it said it serves.
+    pub(crate) listeners: u64,
+    /// The conversation, kept open for what this oi counts while draining.
+    conn: OwnedFd,
+}
+
+impl Successor {
+    /// Sends what this oi counted since the hand-over (blocking, a few
+    /// seconds at most), once its last kept connection has ended.
+    pub(crate) fn report(self, drained: &serde_json::Value) {
+        health::report(&self.conn, drained);
+    }
+}
+
 /// The old side: starts `binary` with `args`, hands it `sockets`, and
-/// returns the new process's pid once it serves. On error the child is
-/// gone (killed if need be and reaped) and the message says why.
+/// returns the new process once it has answered the health question. On
+/// error the child is gone (killed if need be and reaped), every paused
+/// flow resumes here, systemd follows this process again, and the message
+/// says why.
 pub(crate) fn hand_over(
     binary: &Path,
     args: &[OsString],
     sockets: &[Handed],
     parking: &crate::route::park::Parking,
     counters: &dyn Fn() -> serde_json::Value,
-) -> Result<u32, String> {
+) -> Result<Successor, String> {
     let shown = binary.display();
     let (listener, name) = rendezvous().map_err(|e| format!("cannot set up the hand-over: {e}"))?;
     let mut child = Command::new(binary)
@@ -96,9 +124,20 @@ pub(crate) fn hand_over(
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the new binary {shown}: {e}"))?;
-    let result = converse(&listener, &mut child, sockets, parking, counters);
+    let mut ready = false;
+    let result = converse(
+        &listener, &mut child, sockets, parking, counters, &mut ready,
+    );
     if result.is_err() {
+        if ready {
+            // It told systemd it is the main process (`MAINPID=`): this one
+            // is again, before the other one is killed, so systemd never
+            // sees its main process gone.
+            crate::sys::notify::main_pid();
+        }
         let _ = child.kill();
+        // UDP listeners whose associations it took read their sockets again.
+        parking.abandoned();
     }
     // Reaped off this thread: a child that failed may take a moment to exit.
     std::thread::spawn(move || child.wait());
@@ -129,7 +168,8 @@ fn converse(
     sockets: &[Handed],
     parking: &crate::route::park::Parking,
     counters: &dyn Fn() -> serde_json::Value,
-) -> Result<u32, String> {
+    ready: &mut bool,
+) -> Result<Successor, String> {
     let deadline = Instant::now() + TIMEOUT;
     let conn = accept_child(listener, child, deadline)?;
     rustix::net::sockopt::set_socket_timeout(
@@ -161,6 +201,7 @@ fn converse(
         .map_err(|e| format!("did not take the sockets: {e}"))?;
     match recv(&conn, child)? {
         (Kind::Ready, body) => {
+            *ready = true;
             let pid = body["pid"]
                 .as_u64()
                 .and_then(|p| u32::try_from(p).ok())
@@ -168,7 +209,28 @@ fn converse(
             // The new oi serves every listener: now the live connections.
             let n = conns::send(&conn, parking, counters);
             log::info!("upgrade: handed {n} live connection(s) to oi pid {pid}");
-            Ok(pid)
+            // Then whether its service loop runs; this one accepts until
+            // the answer.
+            let listeners = health::ask(&conn, pid).map_err(|u| match u {
+                health::Unanswered::Closed => match exit_status(child) {
+                    Some(status) => format!(
+                        "exited ({status}) after saying ready, before answering the health question"
+                    ),
+                    None => "closed the hand-over after saying ready, before answering the \
+                             health question"
+                        .to_string(),
+                },
+                health::Unanswered::Silent => format!(
+                    "did not answer the health question within {} s",
+                    HEALTH_TIMEOUT.as_secs()
+                ),
+                health::Unanswered::Wrong(why) => why,
+            })?;
+            Ok(Successor {
+                pid,
+                listeners,
+                conn,
+            })
         }
         // The reason is the new binary's text, which `oi upgrade` prints and
         // the log keeps: escaped and cut like any other outside text, so a
@@ -229,22 +291,28 @@ fn recv(conn: &OwnedFd, child: &mut Child) -> Result<(Kind, serde_json::Value), 
     match wire::recv(conn) {
         Ok(Received::Message(Ok(m), _)) => Ok(m),
         Ok(Received::Message(Err(e), _)) => Err(format!("cannot hand over: {e}")),
-        Ok(Received::Closed) => {
-            // It closed the conversation: most likely it is exiting; say how.
-            let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("exited ({status}) before taking over"));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err("closed the hand-over without taking over".into())
-        }
+        Ok(Received::Closed) => match exit_status(child) {
+            Some(status) => Err(format!("exited ({status}) before taking over")),
+            None => Err("closed the hand-over without taking over".into()),
+        },
         Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
             Err(format!("said nothing for {} s", TIMEOUT.as_secs()))
         }
         Err(e) => Err(format!("broke the hand-over: {e}")),
     }
+}
+
+/// How a child that closed the conversation exited, if it does within 2 s
+/// (it is most likely exiting).
+fn exit_status(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
 }
 
 /// The new side's end of the conversation, kept until it serves.
@@ -347,7 +415,7 @@ impl Taker {
     /// Tells the old process which connections this one serves now; it
     /// closes its copies of those and runs the others on.
     /// `false`: the old process was not told, and serves them on.
-    pub(crate) fn adopted(self, ids: &[u64]) -> bool {
+    pub(crate) fn adopted(&self, ids: &[u64]) -> bool {
         match conns::confirm(&self.conn, ids) {
             Ok(()) => true,
             Err(e) => {
@@ -355,6 +423,21 @@ impl Taker {
                 false
             }
         }
+    }
+
+    /// Waits (blocking) for the old process's health question, which
+    /// comes after the live connections.
+    pub(crate) fn question(&self) -> Result<(), String> {
+        health::question(&self.conn)
+    }
+
+    /// Answers the health question from the service loop (this process
+    /// serves `listeners` listeners), and waits (blocking) until the old
+    /// process says it has stopped answering the control socket and the
+    /// metrics port: the hand-over is complete then.
+    pub(crate) fn answer(self, listeners: usize) -> Result<Previous, String> {
+        health::answer(&self.conn, listeners)?;
+        Ok(Previous { conn: self.conn })
     }
 
     /// Tells the old process why this one gives up (it keeps serving).
@@ -365,5 +448,20 @@ impl Taker {
             &serde_json::json!({ "error": why }),
             &[],
         );
+    }
+}
+
+/// The old oi that handed over and drains the connections it kept, as the
+/// new one keeps it.
+pub(crate) struct Previous {
+    /// The conversation, on which its last counts come.
+    conn: OwnedFd,
+}
+
+impl Previous {
+    /// Waits (blocking, as long as the old oi drains) for what it counted
+    /// since it sent its counters; `None` when it exits without them.
+    pub(crate) fn drained(self) -> Option<serde_json::Value> {
+        health::drained(&self.conn)
     }
 }

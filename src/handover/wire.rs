@@ -18,7 +18,8 @@ pub(crate) const MAGIC: &[u8; 4] = b"OIHO";
 
 /// The hand-over version this oi speaks. Raised whenever a message's
 /// meaning changes; two oi with different versions do not hand over.
-pub(crate) const VERSION: u16 = 4;
+/// Version 5 adds the health question and the drained counters.
+pub(crate) const VERSION: u16 = 5;
 
 /// Magic, version and kind.
 const HEADER: usize = 7;
@@ -55,6 +56,19 @@ pub(crate) enum Kind {
     /// Old → new, between `connections` and `connections-end`: a memfd
     /// holding its counters as JSON (`bytes` long; version 3).
     Counters = 9,
+    /// Old → new, after `adopted`: is the new process's service loop
+    /// serving? (version 5). Until the answer the old one accepts on.
+    Health = 10,
+    /// New → old: the answer, from the new process's service loop: its
+    /// `pid` and how many `listeners` serve.
+    Healthy = 11,
+    /// Old → new: the answer was right; the old one has stopped answering
+    /// the control socket and the metrics port, and only drains now.
+    Serving = 12,
+    /// Old → new, when the old one's last kept connection has ended: a
+    /// memfd holding what it counted since `counters` (`bytes` long), to
+    /// be added to the new one's.
+    Drained = 13,
 }
 
 impl Kind {
@@ -70,6 +84,10 @@ impl Kind {
             7 => Kind::ConnectionsEnd,
             8 => Kind::Adopted,
             9 => Kind::Counters,
+            10 => Kind::Health,
+            11 => Kind::Healthy,
+            12 => Kind::Serving,
+            13 => Kind::Drained,
             _ => return None,
         })
     }

@@ -88,6 +88,12 @@ pub enum Command {
     /// A new oi serves the sockets now: when the listeners close, their
     /// unix socket files stay.
     KeepFiles,
+    /// How many listeners serve: the answer to a previous oi's health
+    /// question comes through this loop, so it proves the loop runs.
+    Serving {
+        /// Receives the count.
+        reply: Sender<usize>,
+    },
     /// Connections the previous oi handed over: each whose rule a TCP
     /// listener here serves is placed on a thread, waiting at `gate`.
     Adopt {
@@ -149,6 +155,9 @@ pub fn serve(
                     go,
                 } => {
                     let _ = reply.send(listeners.adopt(conns, &gate, &go)).await;
+                }
+                Command::Serving { reply } => {
+                    let _ = reply.send(listeners.serving.len()).await;
                 }
                 Command::KeepFiles => {
                     listeners.shared.parking.set_handed();

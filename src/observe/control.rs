@@ -180,15 +180,30 @@ async fn answer(
         let binary = binary.map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)));
         let (reply, outcome) = async_channel::bounded(1);
         let ask = UpgradeAsk { binary, reply };
-        let sent = match upgrades {
-            Some(u) => u.send(ask).await.is_ok(),
-            None => false,
+        // Bounded like the client's wait: a service that never takes or
+        // answers the request (it is stopping) cannot hold this task.
+        let asked = async {
+            let sent = match upgrades {
+                Some(u) => u.send(ask).await.is_ok(),
+                None => false,
+            };
+            (sent, outcome.recv().await.ok())
         };
-        let (text, written) = match outcome.recv().await {
-            Ok((Ok(line), written)) => (format!("{line}\n"), Some(written)),
-            Ok((Err(why), written)) => (format!("error: {why}\n"), Some(written)),
-            Err(_) if sent => ("error: the upgrade was not answered\n".into(), None),
-            Err(_) => ("error: this oi takes no upgrade request\n".into(), None),
+        let waited = async {
+            async_io::Timer::after(UPGRADE_WAIT).await;
+            (true, None)
+        };
+        let (text, written) = match asked.or(waited).await {
+            (_, Some((Ok(line), written))) => (format!("{line}\n"), Some(written)),
+            (_, Some((Err(why), written))) => (format!("error: {why}\n"), Some(written)),
+            (true, None) => ("error: the upgrade was not answered\n".into(), None),
+            (false, None) if upgrades.is_some() => (
+                "error: this oi takes no more upgrade requests: it has handed over to a \
+                 new oi, or is stopping\n"
+                    .into(),
+                None,
+            ),
+            (false, None) => ("error: this oi takes no upgrade request\n".into(), None),
         };
         limits::bounded(stream.write_all(text.as_bytes())).await??;
         let _ = limits::bounded(stream.close()).await;
@@ -253,7 +268,18 @@ pub fn ask_upgrade(socket: &Path, binary: Option<&Path>) -> io::Result<String> {
     line.push(b'\n');
     stream.write_all(&line)?;
     let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                e.kind(),
+                format!(
+                    "oi did not answer the upgrade request within {} s",
+                    UPGRADE_WAIT.as_secs()
+                ),
+            ),
+            _ => e,
+        })?;
     match answer.strip_prefix("error: ") {
         Some(why) => Err(io::Error::other(why.trim_end().to_string())),
         None if answer.is_empty() => Err(io::Error::other(

@@ -26,6 +26,7 @@ pub use oi_wire::request::Query;
 use crate::route::shared::Shared;
 use crate::sys::watchdog::Watchdog;
 use async_io::{Async, Timer};
+use futures_lite::FutureExt;
 use smol::LocalExecutor;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -101,7 +102,24 @@ pub struct Observer {
     copies: Given,
     /// Set once a new oi serves: the thread skips its last status file write.
     handed: Arc<AtomicBool>,
+    /// Requests to the thread itself: [`Observer::ping`] and [`Observer::quiet`].
+    asks: async_channel::Sender<ThreadAsk>,
 }
+
+/// What the service asks of the observer thread.
+enum ThreadAsk {
+    /// Answer (drop the sender) from the thread's executor: it runs.
+    Ping(async_channel::Sender<()>),
+    /// A new oi answers the control socket and the metrics port now: stop
+    /// accepting on them, writing the status file, logging the STATS line
+    /// and pinging the watchdog; requests already read are answered. The
+    /// sender drops when done.
+    Quiet(async_channel::Sender<()>),
+}
+
+/// How long the service waits for the observer thread to answer a ping or
+/// to stop accepting: it does either at its executor's next turn.
+const THREAD_ANSWER: Duration = Duration::from_secs(5);
 
 /// The observer's listening sockets as handed from one oi to the next
 /// (`oi upgrade`): each is used when it listens where the settings say.
@@ -114,6 +132,10 @@ pub(crate) struct Given {
     /// The control socket's file (device and inode) as the previous oi
     /// made or took it: the new oi takes it on if the path still names it.
     pub(crate) control_file: Option<(u64, u64)>,
+    /// The read-only control socket (`--status-socket`).
+    pub(crate) status: Option<std::os::unix::net::UnixListener>,
+    /// Its file, as `control_file`.
+    pub(crate) status_file: Option<(u64, u64)>,
 }
 
 impl Given {
@@ -123,8 +145,46 @@ impl Given {
             metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
             control: self.control.as_ref().and_then(|l| l.try_clone().ok()),
             control_file: self.control_file,
+            status: self.status.as_ref().and_then(|l| l.try_clone().ok()),
+            status_file: self.status_file,
         }
     }
+}
+
+/// A unix listener handed over by the previous oi, kept when it listens at
+/// `path` (where this oi's settings want it).
+fn at_path(
+    l: Option<std::os::unix::net::UnixListener>,
+    path: Option<&PathBuf>,
+) -> Option<std::os::unix::net::UnixListener> {
+    l.filter(|l| {
+        let bound = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+        bound.is_some() && bound.as_ref() == path
+    })
+}
+
+/// The socket file at `path` the previous oi made (`id`), this oi's once
+/// the hand-over completes ([`Observer::took_over`]): until then kept, so
+/// a new oi that gives up before leaves it to the one that keeps serving.
+fn adopt_file(
+    what: &str,
+    path: &std::path::Path,
+    id: Option<(u64, u64)>,
+) -> Option<crate::sys::unix::SocketFile> {
+    let file = id.and_then(|id| {
+        crate::sys::unix::SocketFile::adopt(path, id)
+            .map_err(|e| {
+                log::warn!("{what} {}: {e}; it is not removed at exit", path.display());
+            })
+            .ok()
+    });
+    if let Some(f) = &file {
+        f.keep();
+    }
+    file
 }
 
 impl Observer {
@@ -149,19 +209,14 @@ impl Observer {
         service: Option<async_channel::Sender<ServiceAsk>>,
         watchdog: Option<Watchdog>,
     ) -> io::Result<Observer> {
-        let upgraded = given.control.is_some() || given.metrics.is_some();
+        let upgraded = given.control.is_some() || given.metrics.is_some() || given.status.is_some();
         let given_metrics = given.metrics.filter(|l| {
             l.local_addr()
                 .ok()
                 .is_some_and(|a| Some(a) == settings.metrics)
         });
-        let given_control = given.control.filter(|l| {
-            let path = l
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
-            path.is_some() && path == settings.control_socket
-        });
+        let given_control = at_path(given.control, settings.control_socket.as_ref());
+        let given_status = at_path(given.status, settings.status_socket.as_ref());
         let metrics = match settings.metrics {
             _ if given_metrics.is_some() => given_metrics,
             Some(addr) => {
@@ -178,22 +233,7 @@ impl Observer {
         let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
         let (control, control_socket) = match &settings.control_socket {
             Some(path) if given_control.is_some() => {
-                let file = given.control_file.and_then(|id| {
-                    crate::sys::unix::SocketFile::adopt(path, id)
-                        .map_err(|e| {
-                            log::warn!(
-                                "control socket {}: {e}; it is not removed at exit",
-                                path.display()
-                            );
-                        })
-                        .ok()
-                });
-                // The previous oi's until the hand-over completes
-                // ([`Observer::took_over`]): a new oi that gives up before
-                // leaves the file to the one that keeps serving.
-                if let Some(f) = &file {
-                    f.keep();
-                }
+                let file = adopt_file("control socket", path, given.control_file);
                 (given_control, file)
             }
             Some(path) => {
@@ -208,11 +248,15 @@ impl Observer {
             None => (None, None),
         };
         let (status, status_socket) = match &settings.status_socket {
+            Some(path) if given_status.is_some() => {
+                let file = adopt_file("status socket", path, given.status_file);
+                (given_status, file)
+            }
             Some(path) => match control::bind_read_only(path) {
                 Ok((l, file)) => (Some(l), Some(file)),
-                // Started by `oi upgrade`: the previous oi still answers
-                // there (the hand-over does not carry this socket), and the
-                // upgrade must not fail for a read-only view.
+                // Started by `oi upgrade` from an oi that served no status
+                // socket at this path (the hand-over carries the one it
+                // served): the upgrade must not fail for a read-only view.
                 Err(e) if upgraded => {
                     log::warn!("status socket {}: {e}; not served", path.display());
                     (None, None)
@@ -232,8 +276,11 @@ impl Observer {
             control_file: control_socket
                 .as_ref()
                 .map(crate::sys::unix::SocketFile::id),
+            status: status.as_ref().and_then(|l| l.try_clone().ok()),
+            status_file: status_socket.as_ref().map(crate::sys::unix::SocketFile::id),
         };
         let (stop, stopped) = async_channel::bounded::<()>(1);
+        let (asks, asked) = async_channel::bounded(1);
         let handed = Arc::new(AtomicBool::new(false));
         let thread_handed = handed.clone();
         let thread = std::thread::Builder::new()
@@ -250,7 +297,7 @@ impl Observer {
                         service,
                     },
                     watchdog,
-                    stopped,
+                    (stopped, asked),
                     thread_handed,
                 )
             })?;
@@ -262,6 +309,7 @@ impl Observer {
             status_socket,
             copies,
             handed,
+            asks,
         })
     }
 
@@ -270,21 +318,58 @@ impl Observer {
         self.copies.copy()
     }
 
-    /// The hand-over that started this oi has completed: the control
-    /// socket's file it took on is its own now, removed when it exits.
+    /// The hand-over that started this oi has completed: the control and
+    /// status sockets' files it took on are its own now, removed when it
+    /// exits.
     pub(crate) fn took_over(&self) {
-        if let Some(file) = &self.control_socket {
+        for file in [&self.control_socket, &self.status_socket]
+            .into_iter()
+            .flatten()
+        {
             file.own();
         }
     }
 
-    /// A new oi serves the control socket now: its file stays at exit,
-    /// and the status file is the new oi's to write (no last write here).
-    pub(crate) fn handed_over(&self) {
+    /// A new oi serves the control socket, the status socket and the
+    /// metrics port now: this process stops accepting on them (its
+    /// descriptors close: what connects from now on reaches the new oi),
+    /// and stops writing the status file (no last write either), logging
+    /// the STATS line and pinging systemd's watchdog (the new oi is the
+    /// main process); the sockets' files stay at exit. Requests already read are
+    /// answered, among them the `oi upgrade` that asked for the hand-over.
+    /// Before, the old oi answered 18 to 26 of 40 `oi status`, `/metrics`
+    /// and `/status.json` requests while it drained, with its own counters.
+    pub(crate) async fn quiet(&mut self) {
         self.handed.store(true, Ordering::Relaxed);
-        if let Some(file) = &self.control_socket {
+        for file in [&self.control_socket, &self.status_socket]
+            .into_iter()
+            .flatten()
+        {
             file.keep();
         }
+        self.copies = Given::default();
+        let (done, wait) = async_channel::bounded::<()>(1);
+        if self.asks.send(ThreadAsk::Quiet(done)).await.is_ok() {
+            let _ = wait.recv().or(timeout(THREAD_ANSWER)).await;
+        }
+    }
+
+    /// Whether the observer thread's executor runs (answers within
+    /// [`THREAD_ANSWER`]): part of the answer to a previous oi's health
+    /// question, since the control socket and the metrics port are this
+    /// process's alone once it has answered.
+    pub(crate) async fn ping(&self) -> bool {
+        let (reply, wait) = async_channel::bounded::<()>(1);
+        let asked = async {
+            self.asks.send(ThreadAsk::Ping(reply)).await.is_ok()
+                && matches!(wait.recv().await, Err(async_channel::RecvError))
+        };
+        asked
+            .or(async {
+                Timer::after(THREAD_ANSWER).await;
+                false
+            })
+            .await
     }
 
     /// Where `GET /metrics` is served (the bound address, for port 0).
@@ -306,6 +391,12 @@ impl Drop for Observer {
     }
 }
 
+/// Waits `d`, then reads as a closed channel.
+async fn timeout(d: Duration) -> Result<(), async_channel::RecvError> {
+    Timer::after(d).await;
+    Err(async_channel::RecvError)
+}
+
 /// The control sockets the observer thread serves, and where their
 /// requests for the service loop go.
 struct Sockets {
@@ -319,14 +410,18 @@ struct Sockets {
     service: Option<async_channel::Sender<ServiceAsk>>,
 }
 
-/// The observer thread: its tasks until `stopped` closes.
+/// The observer thread: its tasks until `stopped` closes (`asks` from the
+/// service meanwhile).
 fn run(
     shared: Arc<Shared>,
     settings: ObserveSettings,
     metrics: Option<TcpListener>,
     sockets: Sockets,
     watchdog: Option<Watchdog>,
-    stopped: async_channel::Receiver<()>,
+    (stopped, asks): (
+        async_channel::Receiver<()>,
+        async_channel::Receiver<ThreadAsk>,
+    ),
     handed: Arc<AtomicBool>,
 ) {
     let ex = Rc::new(LocalExecutor::new());
@@ -392,7 +487,24 @@ fn run(
         }));
     }
     smol::block_on(ex.run(async {
-        let _ = stopped.recv().await;
+        // One ask a turn, until `stopped` (or `asks`) closes.
+        while let Some(ask) = async { asks.recv().await.ok() }
+            .or(async {
+                let _ = stopped.recv().await;
+                None
+            })
+            .await
+        {
+            match ask {
+                ThreadAsk::Ping(reply) => drop(reply),
+                // The accept loops (and their listeners) and the timers go;
+                // the requests being answered are tasks of their own.
+                ThreadAsk::Quiet(done) => {
+                    tasks.clear();
+                    drop(done);
+                }
+            }
+        }
     }));
     drop(tasks);
     // A last status file, so it does not say "running" with old numbers

@@ -213,7 +213,15 @@ pub enum Ask {
     /// Reload the running oi's configuration and wait for the outcome: the
     /// rule count, or every error as --check prints it (exit 1; the running
     /// oi keeps serving its previous rules).
-    Reload,
+    Reload {
+        /// When no control socket is there to ask (no file, or nobody
+        /// listening: oi runs without --socket), check the file (-c) as
+        /// --check does and send PID SIGHUP instead, without waiting for
+        /// the outcome (oi's log has it). For a service manager's reload
+        /// command: `--or-sighup $MAINPID`.
+        #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+        or_sighup: Option<i32>,
+    },
     /// Print the running configuration as oi resolved it, in the file's
     /// format, with runtime changes (admin state, weights) as comments.
     Config,

@@ -270,6 +270,11 @@ struct Inner {
     handed: bool,
     /// Old side: tasks serving UDP associations the new oi did not take.
     leftovers: usize,
+    /// Old side: made by each hand-over's [`Parking::collect`], dropped by
+    /// [`Parking::abandoned`]: a UDP listener whose associations the new oi
+    /// took stops reading until the hand-over ends, and reads again if the
+    /// new oi then fails (its health question unanswered).
+    abandon: Option<(Sender<()>, Receiver<()>)>,
 }
 
 /// Every pumping connection of this process (one per `Shared`).
@@ -419,6 +424,7 @@ impl Parking {
     pub(crate) fn collect(&self, within: Duration) -> Vec<Parked> {
         let deadline = Instant::now() + within;
         let mut inner = self.inner.lock();
+        inner.abandon = Some(async_channel::bounded(1));
         inner.collecting = true;
         inner.answered = 0;
         inner.declined = 0;
@@ -470,6 +476,24 @@ impl Parking {
             inner.leftovers += 1;
         }
         inner.handed
+    }
+
+    /// Old side: closes when the hand-over now collecting (or the last
+    /// one) is abandoned after the new oi took flows ([`Parking::abandoned`]);
+    /// never, once it has succeeded. Asked by a listener while it offers.
+    pub(crate) fn until_abandoned(&self) -> Receiver<()> {
+        let mut inner = self.inner.lock();
+        let (_, wait) = inner
+            .abandon
+            .get_or_insert_with(|| async_channel::bounded(1));
+        wait.clone()
+    }
+
+    /// Old side: the new oi failed after it took flows: every listener
+    /// waiting on [`Parking::until_abandoned`] serves its socket again.
+    pub(crate) fn abandoned(&self) {
+        let dropped = self.inner.lock().abandon.take();
+        drop(dropped);
     }
 
     /// Old side: a task counted by [`Parking::keep_serving`] has ended.

@@ -27,11 +27,104 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// What an old oi sent the new one (`Stats::carried`'s JSON), with the
+/// rules it was counting then: they leave [`Stats`]'s list when the
+/// listeners close, but the connections it keeps still count in them.
+pub(crate) struct Sent {
+    /// The counters as sent.
+    first: Value,
+    /// The rules serving when they were read.
+    rules: Vec<Arc<RuleStats>>,
+}
+
 impl Stats {
     /// Every rule's counters, its backends' and the process's, as the new
-    /// oi reads them (see the module docs).
+    /// oi reads them (see the module docs); the service sends
+    /// [`Stats::carried_from_here`]'s.
+    #[cfg(test)]
     pub(crate) fn carried(&self) -> Value {
         let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
+        self.carried_of(&rules)
+    }
+
+    /// [`Stats::carried`], and what [`Stats::drained_since`] compares with.
+    pub(crate) fn carried_from_here(&self) -> (Value, Sent) {
+        let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
+        let first = self.carried_of(&rules);
+        (first.clone(), Sent { first, rules })
+    }
+
+    /// What this oi counted since it sent `sent` (old side, its last kept
+    /// connection ended): each count's increase, and the bytes of the
+    /// connections that ended here since (those the new oi took count
+    /// none here: `Registered::handed_on`). The open counts and the byte
+    /// highs are left out: nothing is open here any more.
+    pub(crate) fn drained_since(&self, sent: &Sent) -> Value {
+        let now = self.carried_of(&sent.rules);
+        let first_rules = sent.first["rules"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        let rules: Vec<Value> = now["rules"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|r| {
+                let before = first_rules.iter().find(|f| f["name"] == r["name"]);
+                let before = before.unwrap_or(&Value::Null);
+                let backends: Vec<Value> = r["backends"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice)
+                    .iter()
+                    .map(|b| {
+                        let was = before["backends"]
+                            .as_array()
+                            .and_then(|l| l.iter().find(|x| x["addr"] == b["addr"]))
+                            .unwrap_or(&Value::Null);
+                        json!({
+                            "addr": b["addr"],
+                            "opened": minus(&b["opened"], &was["opened"]),
+                            "ended": pair_minus(&b["ended"], &was["ended"]),
+                        })
+                    })
+                    .collect();
+                let mut counted = counts_since(r, before);
+                counted["name"] = r["name"].clone();
+                counted["backends"] = json!(backends);
+                counted
+            })
+            .collect();
+        json!({
+            "process": counts_since(&now["process"], &sent.first["process"]),
+            "accept_errors": minus(&now["accept_errors"], &sent.first["accept_errors"]),
+            "rules": rules,
+        })
+    }
+
+    /// Adds what the previous oi counted while it drained
+    /// ([`Stats::drained_since`]'s JSON) to this one's counters, as
+    /// [`Stats::carry_on`] adds what it carried; returns how many of its
+    /// rules this oi serves.
+    pub(crate) fn fold_drained(&self, drained: &Value) -> usize {
+        add(&self.process, &drained["process"]);
+        add_to(
+            &self.accept_errors,
+            drained["accept_errors"].as_u64().unwrap_or(0),
+        );
+        let rules: Vec<Arc<RuleStats>> = self.rules.lock().clone();
+        let mut matched = 0;
+        for c in drained["rules"].as_array().map_or(&[][..], Vec::as_slice) {
+            let Some(r) = rules.iter().find(|r| c["name"] == *r.name()) else {
+                continue;
+            };
+            matched += 1;
+            add(&r.counters, c);
+            add_backends(r, c);
+        }
+        matched
+    }
+
+    /// [`Stats::carried`] of `rules`.
+    fn carried_of(&self, rules: &[Arc<RuleStats>]) -> Value {
         // Ended totals before the live list, as a snapshot reads them.
         let process_ended = self.process.ended_bytes();
         let ended: Vec<(u64, u64)> = rules.iter().map(|r| r.counters.ended_bytes()).collect();
@@ -121,23 +214,62 @@ impl Stats {
             if let Some(pool) = r.pool.load().as_ref() {
                 pool.carry_on(&c["pool"]);
             }
-            for b in c["backends"].as_array().map_or(&[][..], Vec::as_slice) {
-                let Some(addr) = b["addr"].as_str().and_then(|a| a.parse().ok()) else {
-                    continue;
-                };
-                let Some(mine) = r.backend(addr) else {
-                    continue;
-                };
-                add_to(&mine.opened, b["opened"].as_u64().unwrap_or(0));
-                add_to(&mine.ended_from_client, b["ended"][0].as_u64().unwrap_or(0));
-                add_to(&mine.ended_to_client, b["ended"][1].as_u64().unwrap_or(0));
-                let seen = |i: usize| b["seen"][i].as_u64().unwrap_or(0);
-                mine.seen_from_client.fetch_max(seen(0), Ordering::Relaxed);
-                mine.seen_to_client.fetch_max(seen(1), Ordering::Relaxed);
-            }
+            add_backends(r, c);
         }
         matched
     }
+}
+
+/// Adds a carried rule's backends' counts to `r`'s backends of the same address.
+fn add_backends(r: &RuleStats, c: &Value) {
+    for b in c["backends"].as_array().map_or(&[][..], Vec::as_slice) {
+        let Some(addr) = b["addr"].as_str().and_then(|a| a.parse().ok()) else {
+            continue;
+        };
+        let Some(mine) = r.backend(addr) else {
+            continue;
+        };
+        add_to(&mine.opened, b["opened"].as_u64().unwrap_or(0));
+        add_to(&mine.ended_from_client, b["ended"][0].as_u64().unwrap_or(0));
+        add_to(&mine.ended_to_client, b["ended"][1].as_u64().unwrap_or(0));
+        let seen = |i: usize| b["seen"][i].as_u64().unwrap_or(0);
+        mine.seen_from_client.fetch_max(seen(0), Ordering::Relaxed);
+        mine.seen_to_client.fetch_max(seen(1), Ordering::Relaxed);
+    }
+}
+
+/// `now - before` of one carried number (saturating; a missing one is 0).
+fn minus(now: &Value, before: &Value) -> Value {
+    json!(now
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(before.as_u64().unwrap_or(0)))
+}
+
+/// [`minus`] of a carried pair (`ended`: from and to the clients).
+fn pair_minus(now: &Value, before: &Value) -> Value {
+    json!([minus(&now[0], &before[0]), minus(&now[1], &before[1])])
+}
+
+/// The increase of one carried set (`counters`, `ended`) since `before`,
+/// without the open counts and the byte highs ([`add`] skips what is absent).
+fn counts_since(now: &Value, before: &Value) -> Value {
+    let counters: Map<String, Value> = COUNTERS
+        .iter()
+        .filter(|d| !d.field.starts_with("active_"))
+        .filter(|d| !matches!(d.field, "from_client" | "to_client"))
+        .map(|d| {
+            let key = d.json;
+            (
+                key.to_string(),
+                minus(&now["counters"][key], &before["counters"][key]),
+            )
+        })
+        .collect();
+    json!({
+        "counters": counters,
+        "ended": pair_minus(&now["ended"], &before["ended"]),
+    })
 }
 
 impl Stats {

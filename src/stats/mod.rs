@@ -43,6 +43,7 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use carry::Sent;
 pub(crate) use counters::ConnectFailure;
 pub use counters::{
     ConnKind, CounterDef, CounterValues, Family, Metric, MetricKind, TextSection, COUNTERS,

@@ -179,6 +179,62 @@ fn counters_carried_by_an_upgrade_continue_where_they_were() {
 }
 
 #[test]
+fn what_the_old_oi_counts_while_draining_joins_the_new_ones_counters_once() {
+    let old = Fixture::new();
+    let b = addr("127.0.0.1:2");
+    let rule = old.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
+    // Open at the hand-over: one the new oi takes, one it leaves here.
+    let taken = rule.clone().register(ConnKind::Tcp, addr("127.0.0.1:9"));
+    taken.connected(b);
+    taken.publish(100, 200, ConnState::Open);
+    let kept = rule.clone().register(ConnKind::Tcp, addr("127.0.0.1:10"));
+    kept.connected(b);
+    kept.publish(1, 2, ConnState::Open);
+    let (carried, sent) = old.stats.carried_from_here();
+
+    let new = Fixture::new();
+    let mine = new.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[b]);
+    new.stats.carry_on(&carried);
+    let adopted = mine.register_resumed(
+        ConnKind::Tcp,
+        addr("127.0.0.1:9"),
+        std::time::Duration::ZERO,
+    );
+    adopted.reconnected(b);
+    adopted.publish(100, 200, ConnState::Open);
+    let before = new.snapshot();
+
+    // The old oi: its copy of the one taken closes without its bytes; its
+    // listeners close (the rule leaves its list); the kept one forwards
+    // more and ends; one more is refused meanwhile.
+    taken.handed_on();
+    drop(taken);
+    old.stats.remove_rule(&rule);
+    kept.publish(1_001, 2_002, ConnState::Open);
+    drop(kept);
+    rule.refused(Event::Denied);
+    let drained = old.stats.drained_since(&sent);
+    assert_eq!(new.stats.fold_drained(&drained), 1, "the rule serves here");
+    let after = new.snapshot();
+    let (was, is) = (&before.rules[0].counters, &after.rules[0].counters);
+    assert_eq!(
+        (is.from_client, is.to_client),
+        (was.from_client + 1_000, was.to_client + 2_000),
+        "the kept connection's bytes since the hand-over, and not the taken one's again"
+    );
+    assert_eq!(is.opened_tcp, was.opened_tcp, "opened before the hand-over");
+    assert_eq!(is.active_tcp, 1, "the taken one only");
+    assert_eq!(is.denied, was.denied + 1, "the refusal while draining");
+    assert_eq!(after.totals.from_client, before.totals.from_client + 1_000);
+    // The backend's count had no floor for the kept connection's first
+    // byte (the old oi never took a snapshot here): it gets all its bytes.
+    assert_eq!(
+        after.rules[0].backends[0].from_client,
+        before.rules[0].backends[0].from_client + 1_001
+    );
+}
+
+#[test]
 fn an_upgrade_carries_the_uptime_the_last_reload_and_what_the_shared_buckets_owe() {
     let old = Fixture::new();
     let rule = old.stats.add_rule("a:1/tcp".into(), Proto::Tcp, &[]);

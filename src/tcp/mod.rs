@@ -315,6 +315,7 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
         let ran = handed::run(&mut published, &open).await;
         let live = &open.live;
         let Some(outcome) = ran else {
+            live.handed_on();
             log::debug!(
                 "{} -> {}: handed over to the new oi",
                 live.client(),

@@ -129,12 +129,20 @@ impl Listener {
             match wake {
                 Wake::Sweep => {}
                 Wake::Stop => {
+                    let abandoned = self.shared.parking.until_abandoned();
                     if self.offer(&ticket).await {
                         // The new oi serves this rule and reads its socket
                         // now: reading here too would give a client's
                         // datagrams to a second association. The task ends
-                        // when the listener closes, with what stays here.
-                        return futures_lite::future::pending().await;
+                        // when the listener closes, with what stays here,
+                        // unless the new oi fails its health question: then
+                        // this one reads again (the associations it took
+                        // are gone with it; their clients' next datagrams
+                        // open new ones here).
+                        let _ = abandoned.recv().await;
+                        // As before any offer; the next hand-over decides again.
+                        self.kept = false;
+                        more = true;
                     }
                 }
                 Wake::Readable(Err(e)) => {

@@ -261,6 +261,7 @@ async fn carry(
             l.release();
         }
         if offer(f, route, shared, &ticket, (up_limit.as_deref(), down_limit)).await {
+            f.activity.conn.handed_on();
             return None;
         }
     }

@@ -67,6 +67,7 @@ mod upgrade_carry;
 mod upgrade_fds;
 mod upgrade_files;
 mod upgrade_full;
+mod upgrade_health;
 mod upgrade_live;
 mod upgrade_udp;
 mod upgrade_udp_kinds;

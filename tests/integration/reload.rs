@@ -208,3 +208,89 @@ fn sd_notify_messages_arrive_in_order() {
     let (status, _) = oi.stop_after_signal();
     assert!(status.success());
 }
+
+/// The backend's marker a new connection to `port` reads.
+fn marker_through(port: u16) -> Vec<u8> {
+    let mut got = Vec::new();
+    connect(local(port))
+        .read_to_end(&mut got)
+        .expect("read the marker");
+    got
+}
+
+/// `oi reload --or-sighup PID` when no control socket answers (oi started
+/// without --socket, as a drop-in to the Debian unit's ExecStart= may): a
+/// broken file is refused with --check's errors and no signal is sent; a
+/// good one is checked, PID gets SIGHUP, and the new rule serves.
+#[test]
+fn reload_without_a_control_socket_checks_the_file_then_sends_sighup() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("oi.conf");
+    let (a, b) = (marker_backend(b"A"), marker_backend(b"B"));
+    let port = free_port();
+    write_atomic(&conf, &format!("127.0.0.1 {port} 127.0.0.1 {}\n", a.port()));
+    let oi = OiProcess::start(dir.path(), &conf, &[]);
+    let absent = dir.path().join("control.sock");
+    let reload = |extra: &[String]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+            .arg("reload")
+            .arg("-c")
+            .arg(&conf)
+            .arg("--socket")
+            .arg(&absent)
+            .args(extra)
+            .output()
+            .expect("run oi reload")
+    };
+
+    // Without --or-sighup, no socket is a failure that says so.
+    let out = reload(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "no socket, no fallback: {err}");
+    assert!(err.contains("cannot reach oi's control socket"), "{err}");
+
+    // Broken: --check's errors, exit 1, and no signal. The process named
+    // (a sentinel, not oi) then dies of the SIGTERM sent after, not of an
+    // earlier SIGHUP (pending signals are delivered lowest number first).
+    write_atomic(&conf, &format!("127.0.0.1 {port} 127.0.0.1 not-a-port\n"));
+    let mut sentinel = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep");
+    let out = reload(&["--or-sighup".into(), sentinel.id().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let sentinel_pid = rustix::process::Pid::from_raw(sentinel.id() as i32).expect("pid");
+    rustix::process::kill_process(sentinel_pid, rustix::process::Signal::TERM).expect("kill");
+    let ended = sentinel.wait().expect("wait for sleep");
+    assert!(!out.status.success(), "a broken file was accepted: {err}");
+    assert!(
+        err.contains("oi.conf:1: unknown service 'not-a-port/tcp'"),
+        "--check's error with FILE:LINE: {err}"
+    );
+    assert_eq!(
+        ended.signal(),
+        Some(rustix::process::Signal::TERM.as_raw()),
+        "the broken file's reload signalled pid {}: {err}",
+        sentinel.id()
+    );
+    assert_eq!(marker_through(port), b"A", "the old rule still serves");
+
+    // Good: checked, oi gets SIGHUP and reloads (its notifications say when).
+    write_atomic(&conf, &format!("127.0.0.1 {port} 127.0.0.1 {}\n", b.port()));
+    let out = reload(&["--or-sighup".into(), oi.child.id().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the fallback failed: {err}");
+    assert!(
+        err.contains(&format!("sent pid {} SIGHUP", oi.child.id())),
+        "{err}"
+    );
+    let (reloading, ready) = (oi.next_notify(), oi.next_notify());
+    if !reloading.contains("RELOADING=1") || !ready.contains("READY=1") {
+        oi.fail(&format!(
+            "after the fallback's SIGHUP: {reloading:?} then {ready:?}"
+        ));
+    }
+    assert_eq!(marker_through(port), b"B", "the reloaded rule serves");
+    oi.stop();
+}

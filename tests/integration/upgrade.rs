@@ -13,24 +13,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What one test's oi runs with.
-struct Setup {
+pub(super) struct Setup {
     /// The test's directory (removed at the end).
-    dir: tempfile::TempDir,
+    pub(super) dir: tempfile::TempDir,
     /// The path oi is started from, which an upgrade reads again.
-    binary: PathBuf,
+    pub(super) binary: PathBuf,
     /// The configuration.
-    conf: PathBuf,
+    pub(super) conf: PathBuf,
     /// The TCP rule's port.
-    port: u16,
+    pub(super) port: u16,
     /// The unix listener's socket file.
-    sock: PathBuf,
+    pub(super) sock: PathBuf,
     /// The control socket.
-    control: PathBuf,
+    pub(super) control: PathBuf,
 }
 
 /// An echo backend, a configuration with a TCP rule, a unix listener and a
 /// control socket, and oi at a path of the test's own.
-fn setup() -> Setup {
+pub(super) fn setup() -> Setup {
     let backend = echo_backend("127.0.0.1:0");
     let dir = tempfile::Builder::new()
         .prefix("oi-upg")
@@ -128,7 +128,7 @@ impl Drop for Adopted {
 }
 
 /// One echo round trip through the unix listener.
-fn unix_ping(path: &Path) -> std::io::Result<()> {
+pub(super) fn unix_ping(path: &Path) -> std::io::Result<()> {
     let mut s = UnixStream::connect(path)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.write_all(b"unix")?;
@@ -138,7 +138,7 @@ fn unix_ping(path: &Path) -> std::io::Result<()> {
 }
 
 /// `oi status --socket PATH` with the binary under test: its output.
-fn status(control: &Path) -> std::process::Output {
+pub(super) fn status(control: &Path) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
         .arg("status")
         .arg("--socket")
@@ -243,7 +243,7 @@ impl Adopted {
 }
 
 /// `oi upgrade --socket CONTROL [--binary PATH]` with the binary under test.
-fn oi_upgrade(control: &Path, binary: Option<&Path>) -> std::process::Output {
+pub(super) fn oi_upgrade(control: &Path, binary: Option<&Path>) -> std::process::Output {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_oi"));
     c.arg("upgrade").arg("--socket").arg(control);
     if let Some(b) = binary {
@@ -348,7 +348,7 @@ fn a_new_binary_of_another_hand_over_version_leaves_the_old_one_serving() {
              s.recv(65536)\n"
                 .to_string()
         },
-        "speaks hand-over version 99, this oi speaks version 4",
+        "speaks hand-over version 99, this oi speaks version 5",
     );
 }
 
@@ -370,7 +370,7 @@ fn a_new_binarys_refusal_is_shown_escaped_and_cut() {
              import json, os, socket, struct\n\
              s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
              s.connect('\\0' + os.environ['OI_HANDOVER'])\n\
-             head = lambda kind: b'OIHO' + struct.pack('>HB', 4, kind)\n\
+             head = lambda kind: b'OIHO' + struct.pack('>HB', 5, kind)\n\
              s.send(head(1) + json.dumps({'pid': os.getpid()}).encode())\n\
              why = '\\x1b]0;owned\\x07' + 'A' * 20000 + '\\nINJECTED'\n\
              s.send(head(5) + json.dumps({'error': why}).encode())\n\

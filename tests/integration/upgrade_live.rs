@@ -318,13 +318,13 @@ fn an_upgrade_hands_live_transfers_and_idle_connections_to_the_new_oi() {
 }
 
 /// A new "oi" that takes the listeners, says ready, receives the live
-/// connections and dies without answering: hand-over version 4 in python3.
+/// connections and dies without answering: hand-over version 5 in python3.
 pub(super) const DIES_HALF_WAY: &str = "#!/usr/bin/env python3
 import array, json, os, socket, struct
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect('\\0' + os.environ['OI_HANDOVER'])
 def say(kind):
-    s.send(b'OIHO' + struct.pack('>HB', 4, kind) + json.dumps({'pid': os.getpid()}).encode())
+    s.send(b'OIHO' + struct.pack('>HB', 5, kind) + json.dumps({'pid': os.getpid()}).encode())
 def until(kind):
     s.settimeout(60)
     while True:
@@ -353,8 +353,9 @@ fn a_new_oi_that_dies_taking_the_connections_leaves_them_all_with_the_old_one() 
 /// bytes in oi's buffers and pipes, and six idle connections, across an
 /// upgrade to the same oi (`fake: None`: the new oi takes every one and
 /// the old exits at once) or to `fake`, a script that dies half-way (every
-/// connection resumes in the old oi, which exits once they end). Either
-/// way every byte arrives in order and no connection is closed.
+/// connection resumes in the old oi, the upgrade fails and the old oi
+/// serves on). Either way every byte arrives in order and no connection is
+/// closed.
 fn transfers_across_an_upgrade(fake: Option<&str>) {
     let paused = Arc::new(AtomicUsize::new(0));
     let stalled = Arc::new(AtomicUsize::new(0));
@@ -408,14 +409,17 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
         Some(script) => {
             put_script(&binary, script);
             old.signal(rustix::process::Signal::USR2);
-            wait_until("the old oi says the connections stay", || {
+            wait_until("the old oi says the upgrade failed", || {
                 let tail = old.stderr_tail();
                 tail.contains("connections not handed over")
                     && tail.contains("8 connection(s) the new oi did not take stay here")
+                    && tail.contains("upgrade failed")
             });
             assert!(
-                old.exited_within(std::time::Duration::ZERO).is_none(),
-                "the old oi serves the connections it kept"
+                old.stderr_tail()
+                    .contains("exited (exit status: 3) after saying ready"),
+                "{}",
+                old.stderr_tail()
             );
             None
         }
@@ -426,11 +430,20 @@ fn transfers_across_an_upgrade(fake: Option<&str>) {
     match new {
         Some(new) => assert!(!new.exited(), "the new oi serves on"),
         None => {
+            // The upgrade failed: the old oi serves everything on, new
+            // connections included, after its last old one ended too.
             drop(idle);
-            let status = old
-                .exited_within(PATIENCE)
-                .unwrap_or_else(|| old.fail("the old oi did not exit after its last connection"));
-            assert!(status.success(), "{status}");
+            for port in [copy, splice] {
+                let mut s = connect(local(port));
+                s.write_all(b"E").expect("role");
+                echo(&mut s, b"still").unwrap_or_else(|e| old.fail(&format!("echo: {e}")));
+            }
+            assert!(
+                old.exited_within(std::time::Duration::ZERO).is_none(),
+                "the old oi serves on"
+            );
+            let (status, stderr) = old.stop();
+            assert!(status.success(), "{status}: {stderr}");
         }
     }
 }

@@ -2,7 +2,8 @@
 //! oi: each keeps its connected socket, so the backend sees the
 //! same source port before and after, and the client its replies from the
 //! same listening address, and every counter carries on; if the new oi
-//! dies half-way both stay with the old one, which serves them to their end.
+//! dies half-way both stay with the old one, which serves on; if it lacks
+//! their rules, the old one serves them to their end.
 
 use super::upgrade::{put_binary, put_script, signal_upgrade};
 use super::upgrade_live::DIES_HALF_WAY;
@@ -237,16 +238,51 @@ fn a_new_oi_that_dies_taking_them_leaves_both_with_the_old_one() {
     if !tool_present("python3", "--version", "python3") {
         return;
     }
-    // The association ends 8 s after its last datagram, so the old oi
-    // exits within the test's patience once the stream is closed.
-    let mut t = setup("[timeout=8]");
+    let mut t = setup("");
     put_script(&t.binary, DIES_HALF_WAY);
     t.old.signal(rustix::process::Signal::USR2);
-    wait_until("the old oi says the connections stay", || {
+    wait_until("the old oi says the upgrade failed", || {
         let tail = t.old.stderr_tail();
         tail.contains("connections not handed over")
             && tail.contains("2 connection(s) the new oi did not take stay here")
+            && tail.contains("upgrade failed")
     });
+    // Both echo through the old oi, from the sources they had: the
+    // association stays in its listener's map, which reads on.
+    t.both_echo_from_the_same_sources("after");
+    t.both_echo_from_the_same_sources("again");
+    let other = udp_client(t.udp);
+    assert_eq!(
+        udp_roundtrip(&other, t.udp, b"new"),
+        b"new",
+        "a new client: {}",
+        t.old.stderr_tail()
+    );
+    assert!(
+        t.old.exited_within(std::time::Duration::ZERO).is_none(),
+        "the old oi serves on"
+    );
+    let (status, stderr) = t.old.stop();
+    assert!(status.success(), "{status}: {stderr}");
+}
+
+#[test]
+fn flows_whose_rules_the_new_oi_lacks_are_served_on_by_the_old_one_until_they_end() {
+    // The association ends 8 s after its last datagram, so the old oi
+    // exits within the test's patience once the stream is closed.
+    let mut t = setup("[timeout=8]");
+    // The new oi reads a configuration with neither rule.
+    let b = echo_backend("127.0.0.1:0").port();
+    std::fs::write(
+        t.dir.path().join("oi.conf"),
+        format!(
+            "controlsocket {}\n127.0.0.1 {} 127.0.0.1 {b}\n",
+            t.control.display(),
+            free_port()
+        ),
+    )
+    .expect("conf");
+    let new = signal_upgrade(&mut t.old, &t.binary);
     // Both echo through the old oi, from the sources they had: the
     // association is served on after the old oi closed its listeners.
     wait_until("the old oi says it serves the association on", || {
@@ -265,4 +301,5 @@ fn a_new_oi_that_dies_taking_them_leaves_both_with_the_old_one() {
             .fail("the old oi did not exit after its last connection")
     });
     assert!(status.success(), "{status}");
+    assert!(!new.exited(), "the new oi serves on");
 }

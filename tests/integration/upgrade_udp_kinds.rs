@@ -2,10 +2,10 @@
 //! a UDP→TCP association keeps its one TCP stream to the backend across
 //! the upgrade, the new oi carrying it on; an association under
 //! `accept-proxy` keeps forwarding its client's datagrams (each with its
-//! PROXY header) whether the new oi takes it or the old one keeps it.
+//! PROXY header) whether the new oi takes it or the old one keeps it (the
+//! new oi's configuration lacks the rule: the old one serves it to its end).
 
-use super::upgrade::{put_binary, put_script, signal_upgrade};
-use super::upgrade_live::DIES_HALF_WAY;
+use super::upgrade::{put_binary, signal_upgrade};
 use crate::common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -102,10 +102,7 @@ fn an_upgrade_hands_a_udp_to_tcp_association_with_its_stream_to_the_new_oi() {
 }
 
 #[test]
-fn a_udp_to_tcp_association_the_new_oi_dies_taking_runs_on_in_the_old_one_on_its_stream() {
-    if !tool_present("python3", "--version", "python3") {
-        return;
-    }
+fn a_udp_to_tcp_association_whose_rule_the_new_oi_lacks_runs_on_in_the_old_one_on_its_stream() {
     let (backend, accepted) = accepting_echo_backend();
     let u = free_udp_port();
     // Ends 8 s after its last datagram, so the old oi exits in time.
@@ -113,15 +110,14 @@ fn a_udp_to_tcp_association_the_new_oi_dies_taking_runs_on_in_the_old_one_on_its
         "127.0.0.1 {u}/udp 127.0.0.1 {} [timeout=8]\n",
         backend.port()
     );
-    let (_dir, binary, mut old) = start_with(&rules);
+    let (dir, binary, mut old) = start_with(&rules);
     let udp = local(u);
     let client = udp_client(udp);
     assert_eq!(udp_roundtrip(&client, udp, b"before"), b"before");
     accepted
         .recv_timeout(PATIENCE)
         .expect("the backend accepted");
-    put_script(&binary, DIES_HALF_WAY);
-    old.signal(rustix::process::Signal::USR2);
+    let new = upgrade_without_the_rule(&dir, &binary, &mut old);
     wait_until("the old oi says the association stays", || {
         old.stderr_tail()
             .contains("1 UDP association(s) of 127.0.0.1:")
@@ -145,6 +141,28 @@ fn a_udp_to_tcp_association_the_new_oi_dies_taking_runs_on_in_the_old_one_on_its
         .exited_within(PATIENCE)
         .unwrap_or_else(|| old.fail("the old oi did not exit after its association idled out"));
     assert!(status.success(), "{status}");
+    assert!(!new.exited(), "the new oi serves on");
+}
+
+/// Upgrades `old` to the same oi reading a configuration without its UDP
+/// rule (one TCP rule instead), so the old oi keeps the association.
+fn upgrade_without_the_rule(
+    dir: &tempfile::TempDir,
+    binary: &Path,
+    old: &mut OiProcess,
+) -> super::upgrade::Adopted {
+    let b = echo_backend("127.0.0.1:0").port();
+    let control = dir.path().join("control.sock");
+    std::fs::write(
+        dir.path().join("oi.conf"),
+        format!(
+            "controlsocket {}\n127.0.0.1 {} 127.0.0.1 {b}\n",
+            control.display(),
+            free_port()
+        ),
+    )
+    .expect("conf");
+    signal_upgrade(old, binary)
 }
 
 /// oi with one `accept-proxy` UDP rule to a UDP echo backend, and an
@@ -226,17 +244,13 @@ fn an_accept_proxy_association_carries_on_in_the_new_oi() {
 }
 
 #[test]
-fn an_accept_proxy_association_the_new_oi_dies_taking_is_served_on_by_the_old_one() {
-    if !tool_present("python3", "--version", "python3") {
-        return;
-    }
-    let (_dir, binary, mut old, proxy, udp, seen) = proxied_association(",timeout=8");
+fn an_accept_proxy_association_whose_rule_the_new_oi_lacks_is_served_on_by_the_old_one() {
+    let (dir, binary, mut old, proxy, udp, seen) = proxied_association(",timeout=8");
     proxy.send_to(&query(b"where"), udp).expect("send");
     let mut buf = [0u8; 64];
     proxy.recv_from(&mut buf).expect("reply");
     let (source, _) = seen.recv_timeout(PATIENCE).expect("the backend saw it");
-    put_script(&binary, DIES_HALF_WAY);
-    old.signal(rustix::process::Signal::USR2);
+    let new = upgrade_without_the_rule(&dir, &binary, &mut old);
     wait_until("the old oi says it serves the association on", || {
         old.stderr_tail()
             .contains("1 UDP association(s) of 127.0.0.1:")
@@ -248,4 +262,5 @@ fn an_accept_proxy_association_the_new_oi_dies_taking_is_served_on_by_the_old_on
         .exited_within(PATIENCE)
         .unwrap_or_else(|| old.fail("the old oi did not exit after its association idled out"));
     assert!(status.success(), "{status}");
+    assert!(!new.exited(), "the new oi serves on");
 }

@@ -179,33 +179,85 @@ class Cases:
         assert self.exposure <= MAX_EXPOSURE, sec
 
     def reload(self):
-        """2: reload: a broken file fails and A keeps serving; a good one serves B, an open connection lives."""
+        """2: reload: `systemctl reload` runs `oi reload` and returns once oi has
+        answered: a broken file fails with its FILE:LINE errors in the journal and
+        `systemctl status`, and A keeps serving; after a good one the very next
+        connection reaches B; an open connection lives; MainPID stays. Then oi
+        started without --socket (an admin's drop-in): the file is checked and
+        SIGHUP sent instead."""
         self.fresh([self.rule(self.a)])
         pid = self.show("MainPID")
         held = Client(79)
         held.echo()
         assert held.tag == "A"
-        self.write(CONF, "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n")
+        broken_conf = "logfile /var/log/rinetd.log\n127.0.0.1 79 127.0.0.1 not-a-port\n"
+        where = f"{CONF}:2: "
+
+        def entries(cursor):
+            return [json.loads(l) for l in self.journal(cursor, "-u", "oi.service", "-o", "json").splitlines()
+                    if l.startswith("{")]
+
+        def said_by_reload(cursor, main, text):
+            """Messages holding `text` from the unit's processes other than `main`: ExecReload's."""
+            return [e["MESSAGE"] for e in entries(cursor)
+                    if e.get("_PID") not in (None, main) and text in str(e.get("MESSAGE", ""))]
+
+        self.write(CONF, broken_conf)
+        cursor = self.cursor()
         broken = self.sh("systemctl", "reload", "oi.service", check=False)
         assert broken.returncode != 0, "systemctl reload accepted a broken file"
         assert exchange(79) == "A", "the old rule stopped serving after a refused reload"
         assert self.show("ActiveState") == "active" and self.show("MainPID") == pid
+        # journald reads ExecReload's stderr stream on its own time: wait for it, not for oi.
+        self.wait_for(lambda: said_by_reload(cursor, pid, where), f"ExecReload's '{where}...' line in the journal")
+        error = said_by_reload(cursor, pid, where)[0]
+        assert "not-a-port" in error, error
+        status = self.sh("systemctl", "status", "--no-pager", "-n", "20", "oi.service", check=False).stdout
+        assert where in status, f"systemctl status does not show the error:\n{status}"
         self.conf([self.rule(self.b)])
         cursor = self.cursor()
+        started = time.monotonic()
         self.sh("systemctl", "reload", "oi.service")
-        # systemd 252 ends the reload job when ExecReload's `kill -HUP` exits,
-        # not at oi's READY=1 after RELOADING=1: the new rules serve once oi
-        # logs the reload, maybe a little after `systemctl reload` returned.
-        right_after = exchange(79)
-        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
-                      f"'reloaded {CONF}' in the journal")
-        assert exchange(79) == "B", "the reloaded rule does not serve"
+        took = time.monotonic() - started
+        # No retry and no wait for the journal: the connection right after
+        # `systemctl reload` returned must get the new rule.
+        first = exchange(79)
+        assert first == "B", f"the first connection after `systemctl reload` returned reached {first}, not B"
+        self.wait_for(lambda: said_by_reload(cursor, pid, "reloaded: serving 1 rule(s)"),
+                      "ExecReload's 'reloaded: serving 1 rule(s)' in the journal")
         held.echo(b"still here")
         held.close()
         assert self.show("MainPID") == pid
-        self.note(f"broken file: reload exit {broken.returncode}, A still served; good file: B serves once oi "
-                  f"logs the reload (the first connection right after `systemctl reload` reached {right_after}), "
-                  f"the connection opened before both reloads still echoes; MainPID {pid} throughout")
+        self.note(f"broken file: systemctl reload exit {broken.returncode}, A still served, journal and "
+                  f"systemctl status: {error!r}; good file: systemctl reload took {took:.2f} s and the first "
+                  f"connection after it reached B; the connection opened before both reloads still echoes; "
+                  f"MainPID {pid} throughout")
+
+        # An admin's drop-in that starts oi without --socket: `oi reload` finds
+        # no control socket, checks the file and sends $MAINPID SIGHUP.
+        nosocket = "[Service]\nExecStart=\nExecStart=/usr/sbin/oi -c ${OI_CONF}\n"
+        self.fresh([self.rule(self.a)], dropins={"nosocket.conf": nosocket})
+        pid = self.show("MainPID")
+        assert not os.path.exists(self.sys.root("/run/oi/control.sock")), "the drop-in left a control socket"
+        cursor = self.cursor()
+        self.write(CONF, broken_conf)
+        broken = self.sh("systemctl", "reload", "oi.service", check=False)
+        assert broken.returncode != 0, "without the control socket, systemctl reload accepted a broken file"
+        assert exchange(79) == "A", "the old rule stopped serving after a refused reload"
+        self.conf([self.rule(self.b)])
+        self.sh("systemctl", "reload", "oi.service")
+        # The old way: the reload completes after `systemctl reload` returned.
+        self.wait_for(lambda: f"reloaded {CONF}: serving" in self.journal(cursor, "-u", "oi.service"),
+                      f"'reloaded {CONF}' in the journal")
+        assert exchange(79) == "B", "the reloaded rule does not serve"
+        assert self.show("MainPID") == pid and self.show("ActiveState") == "active"
+        by_oi = [str(e.get("MESSAGE")) for e in entries(cursor) if e.get("_PID") == pid]
+        reloads = [m for m in by_oi if f"reloaded {CONF}" in m or "reload failed" in m]
+        assert len(reloads) == 1, f"oi should have reloaded once, the broken file never signalled: {reloads}"
+        assert said_by_reload(cursor, pid, where), "the broken file's errors are not in the journal"
+        assert said_by_reload(cursor, pid, f"sent pid {pid} SIGHUP"), "no 'sent pid ... SIGHUP' in the journal"
+        self.note(f"without --socket (drop-in): broken file refused (exit {broken.returncode}) before any "
+                  f"signal, A served; good file: SIGHUP to MainPID {pid}, then B served")
 
     def restart(self):
         """3: restart under a connect loop: no connection refused (fd store)."""

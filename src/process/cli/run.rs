@@ -37,6 +37,9 @@ pub enum ClientAction {
         line: Result<String, String>,
         /// `oi reload`: waits longer, and prints its errors as `--check`.
         reload: bool,
+        /// `oi reload --or-sighup PID`: the process to send SIGHUP when no
+        /// control socket answers.
+        or_sighup: Option<i32>,
     },
 }
 
@@ -215,18 +218,22 @@ impl RunOptions {
                     Ask::Backend { action } => ClientAction::Admin {
                         line: action.line(),
                         reload: false,
+                        or_sighup: None,
                     },
                     Ask::Close(which) => ClientAction::Admin {
                         line: which.line(),
                         reload: false,
+                        or_sighup: None,
                     },
-                    Ask::Reload => ClientAction::Admin {
+                    Ask::Reload { or_sighup } => ClientAction::Admin {
                         line: Ok("reload".into()),
                         reload: true,
+                        or_sighup,
                     },
                     Ask::Config => ClientAction::Admin {
                         line: Ok("config".into()),
                         reload: false,
+                        or_sighup: None,
                     },
                     Ask::Convert { .. } => return None,
                 };

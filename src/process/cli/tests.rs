@@ -261,3 +261,29 @@ fn drop_in_mode_forks_unless_foreground() {
     let cli = Cli::try_parse_from(["rinetd", "-f"]).expect("valid");
     assert!(!RunOptions::from_cli(cli, true).background);
 }
+
+#[test]
+fn reload_or_sighup_takes_one_process_id_never_a_group() {
+    let o = parse(&[
+        "reload",
+        "--socket",
+        "/run/oi/control.sock",
+        "--or-sighup",
+        "42",
+    ])
+    .expect("a pid");
+    let action = o.client.expect("a client command").action;
+    assert_eq!(
+        action,
+        ClientAction::Admin {
+            line: Ok("reload".into()),
+            reload: true,
+            or_sighup: Some(42),
+        }
+    );
+    // kill(2) reads 0 as the caller's process group and -N as group N.
+    for bad in ["0", "-1", "-42"] {
+        let e = error(&["reload", &format!("--or-sighup={bad}")]);
+        assert!(e.contains("--or-sighup"), "{bad}: {e}");
+    }
+}

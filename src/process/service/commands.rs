@@ -19,7 +19,12 @@ pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::P
         );
         return ExitCode::from(2);
     };
-    if let crate::process::cli::ClientAction::Admin { line, reload } = &q.action {
+    if let crate::process::cli::ClientAction::Admin {
+        line,
+        reload,
+        or_sighup,
+    } = &q.action
+    {
         let asked = line
             .as_deref()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.clone()))
@@ -28,6 +33,9 @@ pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::P
             Ok(answer) => {
                 print!("{answer}");
                 ExitCode::SUCCESS
+            }
+            Err(e) if or_sighup.is_some() && nobody_listens(&e) => {
+                reload_by_signal(conf_file, or_sighup.unwrap_or(0), &e)
             }
             // A reload's errors as `--check` prints them.
             Err(e) if *reload && e.kind() == std::io::ErrorKind::Other => {
@@ -66,6 +74,49 @@ pub(super) fn ask(q: &crate::process::cli::ClientQuery, conf_file: &std::path::P
         }
         Err(e) => {
             eprintln!("oi: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether `e`, from asking the control socket, means no oi listens there:
+/// the socket file is missing (oi runs without --socket, or with another
+/// path), or nothing accepts on it. Any other failure (permissions, a
+/// timeout, an answer) is reported, never worked around.
+fn nobody_listens(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// `oi reload --or-sighup PID` with no control socket to ask: what the unit's
+/// `ExecReload=` did before `oi reload` existed. Checks `conf_file` as
+/// `--check` does (a broken file: its errors, exit 1, no signal sent), then
+/// sends PID SIGHUP. The reload's outcome is then only in oi's log: this
+/// command cannot wait for it.
+fn reload_by_signal(conf_file: &std::path::Path, pid: i32, why: &std::io::Error) -> ExitCode {
+    eprintln!(
+        "oi: {why}; checking {} and sending pid {pid} SIGHUP instead",
+        conf_file.display()
+    );
+    if crate::process::check::run(conf_file, true) != ExitCode::SUCCESS {
+        eprintln!("oi: not reloaded: pid {pid} keeps its configuration");
+        return ExitCode::FAILURE;
+    }
+    // Pid::from_raw refuses 0, and the parser refuses negative numbers:
+    // never a process group.
+    let Some(target) = rustix::process::Pid::from_raw(pid) else {
+        eprintln!("oi: {pid} is not a process id");
+        return ExitCode::FAILURE;
+    };
+    match rustix::process::kill_process(target, rustix::process::Signal::HUP) {
+        Ok(()) => {
+            eprintln!("oi: sent pid {pid} SIGHUP: its log says how the reload went");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oi: cannot send pid {pid} SIGHUP: {e}");
             ExitCode::FAILURE
         }
     }

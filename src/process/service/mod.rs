@@ -287,18 +287,22 @@ pub fn run(opts: RunOptions) -> ExitCode {
     runtime.block_on(async move {
         let server = service.runtime.spawn(server);
         log::info!("oi {} {status}", env!("CARGO_PKG_VERSION"));
-        if let Some(taker) = taker {
-            // The old oi stops accepting once it reads this; systemd
-            // follows this process from now on (NotifyAccess=all).
-            taker.ready();
-            service.observer.took_over();
-            notify::main_pid();
-            log::info!("took over from the previous oi");
-            take_connections(taker, &service.commands, &service.shared).await;
-        }
+        let taker = match taker {
+            Some(taker) => {
+                // The old oi sends the live connections next, then asks the
+                // service loop the health question, and stops accepting
+                // only on its answer; systemd follows this process from now
+                // on (NotifyAccess=all), and the old one again if it fails.
+                taker.ready();
+                notify::main_pid();
+                log::info!("took over from the previous oi");
+                Some(take_connections(taker, &service.commands, &service.shared).await)
+            }
+            None => None,
+        };
         drop(release);
         notify::ready(&status);
-        service.until_stopped(server, signals).await
+        service.until_stopped(server, signals, taker).await
     })
 }
 

@@ -3,6 +3,8 @@
 //! (reload, status, watch on and off, upgrade, stop and drain).
 
 use super::*;
+use crate::handover::Successor;
+use crate::stats::Sent;
 
 /// What the signal loop needs while the server runs.
 pub(super) struct Service {
@@ -52,6 +54,30 @@ pub(super) struct Service {
     pub(super) dropped: Option<String>,
 }
 
+/// What the old oi keeps once it has handed over: the new oi, which gets
+/// what this one counts while it drains, and what it had been sent.
+pub(super) struct HandedOver {
+    /// The new oi, and the conversation with it.
+    pub(super) successor: Successor,
+    /// The counters as sent, which the last counts are compared with.
+    pub(super) sent: Sent,
+}
+
+impl HandedOver {
+    /// The new oi's pid.
+    pub(super) fn pid(&self) -> u32 {
+        self.successor.pid
+    }
+
+    /// Once the last kept connection has ended: sends the new oi what this
+    /// one counted since it sent its counters, for its totals.
+    pub(super) async fn report(self, shared: &Shared) {
+        let drained = shared.stats.drained_since(&self.sent);
+        let successor = self.successor;
+        smol::unblock(move || successor.report(&drained)).await;
+    }
+}
+
 /// What woke the service loop.
 pub(super) enum Wakeup {
     /// A signal (`None`: the signal stream ended).
@@ -60,6 +86,8 @@ pub(super) enum Wakeup {
     Changed,
     /// `oi upgrade` asked for an upgrade.
     Upgrade(UpgradeAsk),
+    /// The previous oi asked the health question (or why it did not).
+    Health((handover::Taker, Result<(), String>)),
     /// `oi reload` (or another request the service answers).
     Ask(crate::observe::ServiceAsk),
 }
@@ -83,14 +111,27 @@ pub(super) fn start_watcher(path: &Path, changed: &Sender<()>, reads: &Reads) ->
 impl Service {
     /// Serves until SIGINT or SIGTERM, reloading on SIGHUP; then stops the
     /// listeners, drains, and flushes the log.
-    /// A change the watcher saw takes the SIGHUP path.
+    /// A change the watcher saw takes the SIGHUP path. Started by `oi
+    /// upgrade` (`taker`), it answers the previous oi's health question.
     pub(super) async fn until_stopped(
         mut self,
         server: smol::Task<()>,
         mut signals: Signals,
+        taker: Option<handover::Taker>,
     ) -> ExitCode {
-        let mut handed_over = false;
+        let mut handed: Option<HandedOver> = None;
+        // Waits off the executor for the previous oi's question.
+        let mut question = taker.map(|t| {
+            smol::unblock(move || {
+                let asked = t.question();
+                (t, asked)
+            })
+        });
         loop {
+            // An `oi upgrade` that reached this oi while it was still being
+            // handed over waits for the health question to be answered:
+            // handing over before would leave the previous oi unanswered.
+            let taking_over = question.is_some();
             let wakeup = async { Wakeup::Signal(signals.next().await) }
                 .or(async {
                     // Never closed: `self.changed` is a sender.
@@ -98,6 +139,9 @@ impl Service {
                     Wakeup::Changed
                 })
                 .or(async {
+                    if taking_over {
+                        return futures_lite::future::pending().await;
+                    }
                     match self.upgrades.recv().await {
                         Ok(ask) => Wakeup::Upgrade(ask),
                         // The observer stopped: no more requests.
@@ -110,6 +154,12 @@ impl Service {
                         Err(_) => futures_lite::future::pending().await,
                     }
                 })
+                .or(async {
+                    match question.as_mut() {
+                        Some(asked) => Wakeup::Health(asked.await),
+                        None => futures_lite::future::pending().await,
+                    }
+                })
                 .await;
             match wakeup {
                 Wakeup::Signal(Some(Ok(Signal::Hup))) | Wakeup::Changed => {
@@ -119,6 +169,10 @@ impl Service {
                     if let Some(watch) = watch {
                         self.set_watching(watch);
                     }
+                }
+                Wakeup::Health((taker, asked)) => {
+                    question = None;
+                    self.answer_health(taker, asked).await;
                 }
                 Wakeup::Ask(crate::observe::ServiceAsk::Reload(reply)) => {
                     notify::reloading();
@@ -152,14 +206,17 @@ impl Service {
                     self.rotate_log().await;
                 }
                 Wakeup::Signal(Some(Ok(Signal::Usr2))) => {
-                    if self.upgrade(None).await.is_ok() {
-                        handed_over = true;
+                    if let Ok((_, h)) = self.upgrade_alone(None).await {
+                        handed = Some(h);
                         break;
                     }
                 }
                 Wakeup::Upgrade(ask) => {
-                    let outcome = self.upgrade(ask.binary).await;
-                    let done = outcome.is_ok();
+                    let outcome = self.upgrade_alone(ask.binary).await;
+                    let (outcome, done) = match outcome {
+                        Ok((line, h)) => (Ok(line), Some(h)),
+                        Err(e) => (Err(e), None),
+                    };
                     // The answer is written before this process goes on
                     // (and may exit): the observer drops `written` then.
                     let (written, wait) = async_channel::bounded::<()>(1);
@@ -172,8 +229,8 @@ impl Service {
                             })
                             .await;
                     }
-                    if done {
-                        handed_over = true;
+                    if done.is_some() {
+                        handed = done;
                         break;
                     }
                 }
@@ -193,15 +250,18 @@ impl Service {
                 _ => break,
             }
         }
-        if handed_over {
+        let handed_over = handed.is_some();
+        if handed.is_some() {
             // The files are the new oi's now; and it, not this one, is the
-            // service systemd watches: no STOPPING=1.
+            // service systemd watches: no STOPPING=1. The observer stopped
+            // accepting already; upgrade requests it had read are refused.
             let _ = self.commands.send(Command::KeepFiles).await;
-            self.observer.handed_over();
         } else {
             log::info!("stopping");
             notify::stopping();
         }
+        // No request waits on a loop that has ended.
+        self.refuse_requests(handed.as_ref().map(HandedOver::pid));
         self.commands.close();
         server.await;
         // A second SIGTERM or SIGINT cuts the drain short.
@@ -236,9 +296,63 @@ impl Service {
             })
             .await;
         }
+        if let Some(h) = handed {
+            // What this oi counted since it sent its counters (the
+            // connections it kept) goes into the new oi's totals.
+            h.report(&self.shared).await;
+        }
         let log = self.shared.log.clone();
         smol::unblock(move || log.flush()).await;
         ExitCode::SUCCESS
+    }
+
+    /// [`Service::upgrade`], refusing at once every other `oi upgrade`
+    /// that arrives meanwhile (it would otherwise wait for this one and,
+    /// after it, for a process that has handed over).
+    async fn upgrade_alone(
+        &mut self,
+        binary: Option<PathBuf>,
+    ) -> Result<(String, HandedOver), String> {
+        let others = self.upgrades.clone();
+        let refuse = async move {
+            // Ends with the upgrade (or when the observer stops).
+            while let Ok(ask) = others.recv().await {
+                let (written, _) = async_channel::bounded::<()>(1);
+                let why = "an upgrade is under way: ask again once it has ended".to_string();
+                let _ = ask.reply.try_send((Err(why), written));
+            }
+            futures_lite::future::pending().await
+        };
+        self.upgrade(binary).or(refuse).await
+    }
+
+    /// Once the loop has ended (a hand-over to `pid`, or a stop): closes
+    /// the channels of the requests it answered (`oi upgrade`, `oi reload`,
+    /// `oi config`) and refuses those already in them, so none waits on
+    /// this process: a request still on its way is refused by the closed
+    /// channel.
+    fn refuse_requests(&self, pid: Option<u32>) {
+        let why = match pid {
+            Some(pid) => format!(
+                "this oi (pid {}) has handed over to oi pid {pid} and only finishes the \
+                 connections it kept: ask the new one",
+                std::process::id()
+            ),
+            None => "this oi is stopping".to_string(),
+        };
+        self.upgrades.close();
+        self.asks.close();
+        // Bounded: each channel holds one request at most.
+        while let Ok(ask) = self.upgrades.try_recv() {
+            let (written, _) = async_channel::bounded::<()>(1);
+            let _ = ask.reply.try_send((Err(why.clone()), written));
+        }
+        while let Ok(ask) = self.asks.try_recv() {
+            let reply = match ask {
+                crate::observe::ServiceAsk::Reload(r) | crate::observe::ServiceAsk::Config(r) => r,
+            };
+            let _ = reply.try_send(Err(why.clone()));
+        }
     }
 
     /// Answers SIGUSR1 with one line on the diagnostics log: the STATS

@@ -1,10 +1,13 @@
 //! `oi upgrade` from both sides: the old process starting the new binary
 //! and handing it everything (`Service::upgrade`, `Service::hand_over`),
 //! and the new process taking up the listeners, the observer's sockets and
-//! the live connections it was handed (`adopt`, `take_connections`).
+//! the live connections it was handed (`adopt`, `take_connections`), then
+//! answering the old one's health question from its service loop
+//! (`Service::answer_health`).
 
-use super::running::Service;
+use super::running::{HandedOver, Service};
 use super::*;
+use crate::handover::Taker;
 
 /// Sorts what an old oi handed over: rules' listeners go to `inherited`
 /// (matched by address like systemd's), the observer's are returned.
@@ -21,6 +24,10 @@ pub(super) fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inher
                 given.control = Some(h.fd.into());
                 given.control_file = h.file;
             }
+            handover::Role::Status => {
+                given.status = Some(h.fd.into());
+                given.status_file = h.file;
+            }
         }
     }
     given
@@ -29,11 +36,12 @@ pub(super) fn adopt(handed: Vec<handover::Handed>, inherited: &mut listen::Inher
 /// Takes up the live connections the previous oi pauses after `ready`:
 /// the listeners start those whose rule they serve, which begin to pump
 /// only once the previous oi has been told (so never both pump one).
+/// Returns the conversation, on which the health question comes next.
 pub(super) async fn take_connections(
-    taker: handover::Taker,
+    taker: Taker,
     commands: &Sender<Command>,
     shared: &Shared,
-) {
+) -> Taker {
     let (taker, offered) = smol::unblock(move || {
         let offered = taker.connections();
         (taker, offered)
@@ -50,7 +58,14 @@ pub(super) async fn take_connections(
             handed.offered
         }
         Err(e) => {
-            return log::warn!("no live connections taken over: {e}");
+            log::warn!("no live connections taken over: {e}");
+            // Told at once, so the previous oi asks the health question
+            // without waiting for an answer that would not come.
+            return smol::unblock(move || {
+                taker.adopted(&[]);
+                taker
+            })
+            .await;
         }
     };
     let count = offered.len();
@@ -77,7 +92,11 @@ pub(super) async fn take_connections(
         .filter(|(id, _)| ids.contains(id))
         .map(|(_, n)| n)
         .sum();
-    let confirmed = smol::unblock(move || taker.adopted(&ids).then_some(ids.len())).await;
+    let (taker, confirmed) = smol::unblock(move || {
+        let confirmed = taker.adopted(&ids).then_some(ids.len());
+        (taker, confirmed)
+    })
+    .await;
     match confirmed {
         Some(n) => {
             started.store(true, std::sync::atomic::Ordering::Release);
@@ -90,6 +109,7 @@ pub(super) async fn take_connections(
     }
     // Closing the gate starts them (or, unconfirmed, closes them).
     drop(go);
+    taker
 }
 
 /// Tells the old oi, if one is handing over, why this one cannot serve.
@@ -101,18 +121,27 @@ pub(super) fn give_up(taker: &mut Option<handover::Taker>, why: &str) {
 
 impl Service {
     /// Hands every listening socket to a new oi (`binary`, else this one's
-    /// path as started), which then serves; returns its pid. On error
-    /// nothing changed here, and the message says why.
-    pub(super) async fn upgrade(&self, binary: Option<PathBuf>) -> Result<String, String> {
+    /// path as started), which then serves; returns the line that says so.
+    /// Successful only once the new oi has answered the health question:
+    /// this one then stops answering the control socket and the metrics
+    /// port, before the line goes out. On error nothing changed here (the
+    /// new oi is killed), and the message says why.
+    pub(super) async fn upgrade(
+        &mut self,
+        binary: Option<PathBuf>,
+    ) -> Result<(String, HandedOver), String> {
         let me = std::process::id();
         match self.hand_over(binary).await {
-            Ok(pid) => {
+            Ok(handed) => {
+                self.observer.quiet().await;
+                let (pid, n) = (handed.pid(), handed.successor.listeners);
                 let line = format!(
-                    "upgraded: oi pid {pid} serves now; this one (pid {me}) stops \
-                     accepting and exits when the connections it kept end"
+                    "upgraded: oi pid {pid} serves now (it answered the health question: {n} \
+                     listener(s)); this one (pid {me}) has stopped accepting and exits when \
+                     the connections it kept end"
                 );
                 log::info!("{line}");
-                Ok(line)
+                Ok((line, handed))
             }
             Err(e) => {
                 let line = format!("upgrade failed: {e}; this oi keeps serving");
@@ -122,8 +151,8 @@ impl Service {
         }
     }
 
-    /// [`Service::upgrade`]'s work: returns the new process's pid.
-    pub(super) async fn hand_over(&self, binary: Option<PathBuf>) -> Result<u32, String> {
+    /// [`Service::upgrade`]'s work: the new process, once it answered.
+    pub(super) async fn hand_over(&self, binary: Option<PathBuf>) -> Result<HandedOver, String> {
         let (reply, copies) = async_channel::bounded(1);
         let stopped = || "the server has stopped".to_string();
         self.commands
@@ -148,14 +177,77 @@ impl Service {
             let (fd, file) = (l.into(), observed.control_file);
             handed.push(handover::Handed { role, fd, file });
         }
+        if let Some(l) = observed.status {
+            let role = handover::Role::Status;
+            let (fd, file) = (l.into(), observed.status_file);
+            handed.push(handover::Handed { role, fd, file });
+        }
         let binary = binary.unwrap_or_else(|| self.binary.clone());
         let args = self.args.clone();
         log::info!("upgrade: starting {}", binary.display());
         let shared = self.shared.clone();
         smol::unblock(move || {
-            let counters = || shared.stats.carried();
-            handover::hand_over(&binary, &args, &handed, &shared.parking, &counters)
+            let sent = parking_lot::Mutex::new(None);
+            let counters = || {
+                let (carried, from_here) = shared.stats.carried_from_here();
+                *sent.lock() = Some(from_here);
+                carried
+            };
+            let successor =
+                handover::hand_over(&binary, &args, &handed, &shared.parking, &counters)?;
+            // Read when the live connections went, which is always.
+            let sent = sent
+                .into_inner()
+                .unwrap_or_else(|| shared.stats.carried_from_here().1);
+            Ok(HandedOver { successor, sent })
         })
         .await
+    }
+
+    /// Answers the previous oi's health question (`asked`), from this loop:
+    /// the listeners' loop says how many serve and the observer thread
+    /// answers a ping, so the answer proves all three run. Once the
+    /// previous oi says it is done, the control socket's file is this
+    /// one's, and a thread waits for what it counts while it drains. No
+    /// answer (a loop that does not run) and the previous oi kills this one
+    /// and serves on.
+    pub(super) async fn answer_health(&self, taker: Taker, asked: Result<(), String>) {
+        if let Err(e) = asked {
+            return log::warn!("upgrade: no health question from the previous oi: {e}");
+        }
+        let (reply, count) = async_channel::bounded(1);
+        let listeners = match self.commands.send(Command::Serving { reply }).await {
+            Ok(()) => count.recv().await.ok(),
+            Err(_) => None,
+        };
+        let Some(listeners) = listeners else {
+            return log::error!("upgrade: the listeners do not answer: no health answer");
+        };
+        if !self.observer.ping().await {
+            return log::error!("upgrade: the observer thread does not answer: no health answer");
+        }
+        match smol::unblock(move || taker.answer(listeners)).await {
+            Ok(previous) => {
+                self.observer.took_over();
+                log::info!("upgrade: health question answered; the hand-over is complete");
+                let shared = self.shared.clone();
+                let waiting =
+                    std::thread::Builder::new()
+                        .name("oi-drained".into())
+                        .spawn(move || {
+                            if let Some(d) = previous.drained() {
+                                let n = shared.stats.fold_drained(&d);
+                                log::info!(
+                                    "upgrade: what the previous oi counted while it drained is \
+                                 added here ({n} of its rule(s) serve here)"
+                                );
+                            }
+                        });
+                if let Err(e) = waiting {
+                    log::warn!("upgrade: the previous oi's last counts will be lost: {e}");
+                }
+            }
+            Err(e) => log::warn!("upgrade: the previous oi did not confirm the hand-over: {e}"),
+        }
     }
 }

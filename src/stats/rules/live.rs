@@ -545,6 +545,14 @@ impl Registered {
         self.set_state(state);
     }
 
+    /// `oi upgrade` (old side): the new oi took this connection over with
+    /// its byte counts, and counts them from now on; they leave this
+    /// process's counts, so what this oi counted while draining (sent to
+    /// the new oi at its exit) holds only connections it served itself.
+    pub(crate) fn handed_on(&self) {
+        self.publish(0, 0, ConnState::Open);
+    }
+
     /// What [`Registered::publish`] last stored (or the start: no bytes,
     /// the state set since).
     pub(crate) fn published(&self) -> (u64, u64, ConnState) {

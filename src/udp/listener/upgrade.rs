@@ -165,7 +165,9 @@ impl Listener {
                 // stop waking this process's threads.
                 paused.stream.leave_epoll();
             }
-            self.assocs.remove(&peer);
+            if let Some(a) = self.assocs.remove(&peer) {
+                a.activity.conn.handed_on();
+            }
             o.taken = true;
         }
     }
