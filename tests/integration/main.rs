@@ -52,6 +52,7 @@ mod splice_emfile;
 mod splice_resets;
 mod startup;
 mod status_page;
+mod tls;
 mod top;
 mod transparent;
 mod transparent_reload;
