@@ -318,3 +318,32 @@ fn at(rule: &ResolvedRule, message: String) -> ConfigError {
         more: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshakes_in_progress_stop_at_the_cap_and_free_their_place() {
+        let tls = RouteTls {
+            server: None,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            handshakes: Arc::new(AtomicUsize::new(0)),
+            client: None,
+        };
+        let held: Vec<HandshakeSlot> = (0..MAX_HANDSHAKES)
+            .map_while(|_| tls.handshake_slot())
+            .collect();
+        assert_eq!(held.len(), MAX_HANDSHAKES);
+        assert!(
+            tls.handshake_slot().is_none(),
+            "one past the cap is refused"
+        );
+        drop(held);
+        assert!(
+            tls.handshake_slot().is_some(),
+            "finished handshakes free their place"
+        );
+        assert_eq!(tls.handshakes.load(Ordering::Acquire), 0);
+    }
+}
