@@ -343,7 +343,9 @@ fn nodelay_later(route: &Route) -> bool {
 pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = ()> + Send {
     async move {
         if let Some(sessions) = open.tls.take() {
-            let outcome = tls_pumped(&open, *sessions).await;
+            // Boxed: rustls's state and the TLS pump stay out of every
+            // other connection's future (`an_accepted_connections_future_stays_small`).
+            let outcome = Box::pin(tls_pumped(&open, sessions)).await;
             ended(&open, outcome);
             return;
         }
@@ -451,7 +453,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
 /// Pumps a connection oi speaks TLS on (`crate::tls::pump`): no splice, no
 /// bandwidth limits yet, and no hand-over: rustls's state cannot be
 /// carried to the new oi, so such a connection runs in the old one to its end.
-async fn tls_pumped<G>(open: &Open<G>, mut sessions: Sessions) -> PumpOutcome {
+async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutcome {
     use crate::tls::pump::{run, End};
     let client = End {
         socket: &open.client,
