@@ -205,6 +205,28 @@ fn line_echo_backend() -> u16 {
     port
 }
 
+/// A TLS client (rustls) of 127.0.0.1:`port` trusting `ca` for `name`.
+fn rustls_client(
+    port: u16,
+    ca: &Path,
+    name: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).expect("ca") {
+        roots.add(c.expect("ca pem")).expect("root");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from(name.to_string()).expect("name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("client");
+    rustls::StreamOwned::new(conn, connect(local(port)))
+}
+
 /// Writes `text` as the configuration and starts oi on it.
 fn start(dir: &Path, text: &str) -> OiProcess {
     let conf = dir.join("oi.conf");
@@ -507,15 +529,26 @@ fn sighup_reads_new_certificates_and_a_bad_key_keeps_the_old() {
     };
     copy(&one);
     let backend = marker_backend(b"served\n").port();
-    let port = free_port();
+    let echo = echo_backend("127.0.0.1:0").port();
+    let (port, kept) = (free_port(), free_port());
     let oi = start(
         dir.path(),
         &format!(
-            "127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={},tls-key={}]\n",
+            "127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={0},tls-key={1}]\n\
+             127.0.0.1 {kept} 127.0.0.1 {echo} [tls-cert={0},tls-key={1}]\n",
             p(&cert),
             p(&key)
         ),
     );
+    // A connection open across the reloads keeps its session (one.test's).
+    let mut open = rustls_client(kept, &root.cert, "one.test");
+    let mut echoed = |text: &[u8]| {
+        open.write_all(text).expect("write");
+        let mut back = vec![0; text.len()];
+        open.read_exact(&mut back).expect("echo");
+        back == text
+    };
+    assert!(echoed(b"before"));
     let subject = |cn: &str| {
         let out = s_client(port, &["-tls1_3"], b"");
         out.contains(&format!("CN = {cn}")) || out.contains(&format!("CN={cn}"))
@@ -530,6 +563,7 @@ fn sighup_reads_new_certificates_and_a_bad_key_keeps_the_old() {
         subject("two.test"),
         "a bad key keeps the previous certificate"
     );
+    assert!(echoed(b"after both reloads"), "the open connection goes on");
     let (_, stderr) = oi.stop();
     let conf = dir.path().join("oi.conf").display().to_string();
     assert!(
