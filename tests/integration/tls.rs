@@ -5,7 +5,7 @@
 //! listener rules share by `[sni=]`; origination verified, and refused for
 //! a wrong name or an untrusted CA with the reason logged; client
 //! certificates required at the edge; a stalled handshake closed at its
-//! deadline; a few MiB through termination and origination with their
+//! deadline; 256 MiB through origination and termination with their
 //! sha256 intact; SIGHUP reading new certificates, and a bad key keeping
 //! the old. Without openssl each test says so and passes, unless
 //! OI_REQUIRE_TOOLS is set (CI sets it, and installs openssl in .ci/run).
@@ -501,12 +501,12 @@ fn bytes_keep_their_sha256_through_origination_and_termination() {
             p(&edge.key)
         ),
     );
-    let data = pattern(8 << 20, 7);
+    let data = pattern(256 << 20, 7);
     let sent = sha256(&data);
     let back = echo_through(local(plain), data);
     if sha256(&back) != sent {
         oi.fail(&format!(
-            "{} bytes came back, not the 8 MiB sent",
+            "{} bytes came back, not the 256 MiB sent",
             back.len()
         ));
     }
