@@ -145,6 +145,9 @@ pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, 
     if s.tls_client_ca.is_some() && server.is_none() {
         return Err("tls-client-ca needs tls-cert and tls-key".into());
     }
+    if s.tls_alpn.is_some() && server.is_none() {
+        return Err("tls-alpn needs tls-cert and tls-key".into());
+    }
     let client = match s.tls_connect {
         Some(true) => Some(client_config(s, host)?),
         _ => None,
@@ -189,8 +192,34 @@ fn server_config(
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_cert_resolver(Arc::new(One(certified)));
+    let mut config = builder.with_cert_resolver(Arc::new(One(certified)));
+    if let Some(list) = &s.tls_alpn {
+        config.alpn_protocols = alpn(list)?;
+    }
     Ok(Arc::new(config))
+}
+
+/// `tls-alpn`'s protocol names, separated by colons (a comma ends the
+/// option in rinetd.conf), each 1 to 255 bytes.
+fn alpn(list: &str) -> Result<Vec<Vec<u8>>, String> {
+    if list.contains(',') {
+        return Err(format!(
+            "tls-alpn '{}': separate protocols with ':' (h2:http/1.1)",
+            Shown(list)
+        ));
+    }
+    list.split(':')
+        .map(|p| {
+            let p = p.trim();
+            if p.is_empty() || p.len() > 255 {
+                return Err(format!(
+                    "tls-alpn '{}': each protocol is 1 to 255 bytes",
+                    Shown(list)
+                ));
+            }
+            Ok(p.as_bytes().to_vec())
+        })
+        .collect()
 }
 
 /// The one certificate a rule presents: on a listener shared by server
@@ -281,6 +310,15 @@ fn rule_warnings(s: &RuleOptions) -> Vec<String> {
         out.push(
             "tls-insecure: the backend's certificate is not verified; anyone on \
              the path can pretend to be it"
+                .to_string(),
+        );
+    }
+    let rated = [s.rate, s.rate_up, s.rate_down, s.rule_rate, s.client_rate];
+    let tls = s.tls_cert.is_some() || s.tls_connect == Some(true);
+    if tls && rated.iter().any(Option::is_some) {
+        out.push(
+            "bandwidth limits (rate, rule-rate, client-rate) do not apply yet to \
+             connections oi speaks TLS on"
                 .to_string(),
         );
     }

@@ -252,17 +252,36 @@ fn a_listener_ends_tls_1_2_and_1_3_and_forwards_plaintext() {
     let oi = start(
         dir.path(),
         &format!(
-            "127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={},tls-key={}]\n",
+            "127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={},tls-key={},tls-alpn=h2:http/1.1]\n",
             p(&edge.cert),
             p(&edge.key)
         ),
     );
-    for (flag, version) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
-        let out = s_client(
-            port,
-            &[flag, "-servername", "edge.test", "-CAfile", &p(&root.cert)],
-            b"plaintext to the backend\n",
-        );
+    // The listener's ALPN order wins among what the client offers.
+    let runs = [
+        ("-tls1_2", "TLSv1.2", "http/1.1"),
+        ("-tls1_3", "TLSv1.3", "http/1.1,h2"),
+    ];
+    for (flag, version, offered) in runs {
+        let ca = p(&root.cert);
+        let args = [
+            flag,
+            "-servername",
+            "edge.test",
+            "-CAfile",
+            &ca,
+            "-alpn",
+            offered,
+        ];
+        let out = s_client(port, &args, b"plaintext to the backend\n");
+        let chosen = if offered.contains("h2") {
+            "h2"
+        } else {
+            "http/1.1"
+        };
+        if !out.contains(&format!("ALPN protocol: {chosen}")) {
+            oi.fail(&format!("{version}: ALPN {chosen} expected:\n{out}"));
+        }
         let ok = out.contains(&format!("Protocol  : {version}"))
             || out.contains(&format!("New, {version}"));
         if !ok || !out.contains("Verify return code: 0 (ok)") {
@@ -642,7 +661,7 @@ fn check_lists_every_bad_tls_file_at_its_line_and_warns() {
     let (ok, stderr) = run(&format!(
         "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n\
          127.0.0.1 3 127.0.0.1 2 [tls-cert={},tls-key={}]\n\
-         127.0.0.1 4 127.0.0.1 2 [tls-connect,tls-insecure]\n",
+         127.0.0.1 4 127.0.0.1 2 [tls-connect,tls-insecure,rate=1M]\n",
         p(&good.cert),
         p(&open_key),
         p(&soon.cert),
@@ -657,6 +676,10 @@ fn check_lists_every_bad_tls_file_at_its_line_and_warns() {
     assert!(
         stderr.contains(&format!("{file}:2: warning: certificate"))
             && stderr.contains("expires in"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{file}:3: warning: bandwidth limits")),
         "{stderr}"
     );
     assert!(

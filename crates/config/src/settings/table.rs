@@ -88,6 +88,9 @@ pub struct RuleOptions {
     /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
     /// to; set, the listener refuses clients without one.
     pub tls_client_ca: Option<PathBuf>,
+    /// `[tls-alpn=h2:http/1.1]` (oi): application protocols the listener
+    /// offers a TLS client, in order of preference.
+    pub tls_alpn: Option<String>,
     /// `[tls-handshake-timeout=N]` (oi): how long a client may take over its
     /// TLS handshake before it is closed.
     pub tls_handshake_timeout: Option<Duration>,
@@ -139,6 +142,7 @@ impl RuleOptions {
         tls_cert: None,
         tls_key: None,
         tls_client_ca: None,
+        tls_alpn: None,
         tls_handshake_timeout: None,
         tls_connect: None,
         tls_ca: None,
@@ -622,6 +626,20 @@ pub static SETTINGS: &[Setting] = &[
               extension, with tls-cert): a client that sends none, or one \
               these do not sign, fails the handshake and is closed.",
         rule: Some(|o| Slot::Path(&mut o.tls_client_ca)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-alpn"),
+        yaml: Some("tls.alpn"),
+        value: Value::Name,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no ALPN: the client's default protocol"),
+        doc: "Application protocols (ALPN) the listener offers when it ends TLS, \
+              separated by colons in order of preference, such as h2:http/1.1 (an \
+              oi extension, with tls-cert). oi forwards the plaintext whatever \
+              is chosen: the backend must speak it. A client that offers none \
+              of them fails its handshake.",
+        rule: Some(|o| Slot::Text(&mut o.tls_alpn)),
         ..BASE
     },
     Setting {
