@@ -36,15 +36,15 @@ fn openssl(args: &[&str]) {
 }
 
 /// A certificate and its key, as files.
-struct Pair {
+pub(super) struct Pair {
     /// The PEM certificate.
-    cert: PathBuf,
+    pub(super) cert: PathBuf,
     /// The PEM private key (mode 0600).
-    key: PathBuf,
+    pub(super) key: PathBuf,
 }
 
 /// A self-signed CA named `name` in `dir`.
-fn ca(dir: &Path, name: &str) -> Pair {
+pub(super) fn ca(dir: &Path, name: &str) -> Pair {
     let pair = Pair {
         cert: dir.join(format!("{name}.pem")),
         key: dir.join(format!("{name}.key")),
@@ -70,7 +70,7 @@ fn ca(dir: &Path, name: &str) -> Pair {
 }
 
 /// A leaf for `cn` (also its subjectAltName) that `ca` signs, valid `days`.
-fn leaf(dir: &Path, ca: &Pair, cn: &str, days: u32) -> Pair {
+pub(super) fn leaf(dir: &Path, ca: &Pair, cn: &str, days: u32) -> Pair {
     let pair = Pair {
         cert: dir.join(format!("{cn}.{days}.pem")),
         key: dir.join(format!("{cn}.{days}.key")),
@@ -206,7 +206,7 @@ fn line_echo_backend() -> u16 {
 }
 
 /// A TLS client (rustls) of 127.0.0.1:`port` trusting `ca` for `name`.
-fn rustls_client(
+pub(super) fn rustls_client(
     port: u16,
     ca: &Path,
     name: &str,
