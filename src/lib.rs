@@ -34,6 +34,7 @@ mod route;
 pub mod stats;
 mod sys;
 mod tcp;
+mod tls;
 pub mod top;
 mod udp;
 mod watch;

@@ -88,6 +88,12 @@ pub enum Event {
     /// On a listener rules share by server name (`[sni=...]`) without a
     /// default rule: the server name matched no rule, or none was read.
     SniUnrouted,
+    /// The client's TLS handshake with oi failed, took longer than
+    /// `tls-handshake-timeout`, or found the rule's handshakes at their cap.
+    TlsHandshakeFailed,
+    /// oi's TLS handshake with the backend failed (`tls-connect`): an
+    /// untrusted or expired certificate, a wrong name, or the backend's refusal.
+    TlsBackendFailed,
 }
 
 impl Event {
@@ -105,6 +111,8 @@ impl Event {
             Event::ProxyUntrusted => "proxy-untrusted",
             Event::LimitReached => "limit-reached",
             Event::SniUnrouted => "sni-unrouted",
+            Event::TlsHandshakeFailed => "tls-handshake-failed",
+            Event::TlsBackendFailed => "tls-backend-failed",
         }
     }
 }

@@ -52,20 +52,34 @@ pub fn run(path: &Path, quiet: bool) -> ExitCode {
             (Some(syntax), Err(names)) => Err(merge(syntax, names)),
         }
     });
+    let mut tls_warnings = Vec::new();
     let result = result.and_then(|resolved| {
-        let overlaps = overlapping_listeners(&resolved, dual_stack_wildcards());
-        if overlaps.is_empty() {
+        let mut errors = overlapping_listeners(&resolved, dual_stack_wildcards());
+        // Every TLS file each rule names: readable, PEM, the key the
+        // certificate's; every bad rule listed with the others.
+        match crate::tls::check(&resolved, &file) {
+            Ok(warnings) => tls_warnings = warnings,
+            Err(bad) => {
+                errors.extend(bad.errors);
+                errors
+                    .sort_by(|a, b| (a.file.as_deref(), a.line).cmp(&(b.file.as_deref(), b.line)));
+            }
+        }
+        if errors.is_empty() {
             Ok(resolved)
         } else {
             Err(ConfigErrors {
                 file: file.clone(),
-                errors: overlaps,
+                errors,
                 omitted: 0,
             })
         }
     });
     match result {
         Ok(resolved) => {
+            for w in &tls_warnings {
+                eprintln!("{}", format_warning(&file, w));
+            }
             for w in unix_acl_warnings(&resolved) {
                 eprintln!("{}", format_warning(&file, &w));
             }

@@ -86,6 +86,11 @@ pub struct Route {
     /// own counts are its `listen::Running`'s; both are carried across a
     /// reload that keeps the listener ([`Route::keep_counts_of`]).
     pub(crate) limits: Arc<limits::RuleLimits>,
+    /// TLS oi ends from clients or begins to the backend (`tls-cert`,
+    /// `tls-connect`, ...), its files read when the route was built; `Err`
+    /// says why they could not be (a file changed after the reload's check):
+    /// such a rule closes its clients rather than forward them in clear.
+    pub(crate) tls: Result<Option<Arc<crate::tls::RouteTls>>, Arc<str>>,
 }
 
 /// Where a shared listener's connections go by server name.
@@ -201,7 +206,17 @@ impl Route {
             rule: settings.rule_rate,
             client: settings.client_rate,
         };
+        // Read before privileges drop at start-up; a reload's files were
+        // checked (`tls::check`) before the routes were built.
+        let tls = match crate::tls::for_rule(&settings, &names.connect_host) {
+            Ok(tls) => Ok(tls.map(Arc::new)),
+            Err(why) => {
+                log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
+                Err(Arc::from(why))
+            }
+        };
         Route {
+            tls,
             rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,

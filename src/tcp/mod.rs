@@ -77,9 +77,21 @@ pub(crate) struct Open<G> {
     /// had not sent yet, and how far they were (boxed: one word in every
     /// other connection).
     resumed: Option<Box<(Half, Half)>>,
+    /// The TLS oi speaks to the client (`tls-cert`) and to the backend
+    /// (`tls-connect`), both handshakes done; such a connection runs
+    /// [`crate::tls::pump`] (boxed: one word in every other connection).
+    tls: Option<Box<Sessions>>,
     /// Held until both sockets are closed (the limits' slots).
     #[expect(dead_code, reason = "held only for its Drop, after the sockets'")]
     guards: G,
+}
+
+/// rustls's state of a connection oi speaks TLS on, one per side.
+pub(crate) struct Sessions {
+    /// Towards the client; `None`: plain.
+    client: Option<rustls::Connection>,
+    /// Towards the backend; `None`: plain.
+    backend: Option<rustls::Connection>,
 }
 
 /// A connection's setup: its `opened` line, the server name (on a listener
@@ -164,6 +176,34 @@ pub(crate) async fn open<G: Guards>(
     // hears the client's first bytes (one `epoll_wait` per connection
     // fewer, benches/syscalls.sh).
     client.register_now();
+    // TLS from the client ends here, before the backend is dialled: a
+    // client that never finishes its handshake costs no backend connection.
+    let tls = match &route.tls {
+        Ok(tls) => tls.clone(),
+        Err(why) => {
+            log::warn!(
+                "{peer}: rule {} has no usable TLS files ({why}): closed",
+                route.bind
+            );
+            shared
+                .log
+                .log(event(Event::TlsHandshakeFailed, Bytes::NONE));
+            return None;
+        }
+    };
+    let client_tls = match &tls {
+        None => None,
+        Some(t) => match Box::pin(crate::tls::accept(t, &client)).await {
+            Ok(conn) => conn,
+            Err(why) => {
+                log::info!(reason = "tls-handshake-failed"; "{peer}: TLS handshake with the client on {}: {why}", route.bind);
+                shared
+                    .log
+                    .log(event(Event::TlsHandshakeFailed, Bytes::NONE));
+                return None;
+            }
+        },
+    };
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
@@ -212,6 +252,32 @@ pub(crate) async fn open<G: Guards>(
             return None;
         }
     }
+    // TLS to the backend begins once it has answered (after a PROXY
+    // header, which the backend reads before its handshake, as stunnel's).
+    let backend_tls = match &tls {
+        None => None,
+        Some(t) => {
+            let deadline = timeout;
+            match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
+                Ok(conn) => conn,
+                Err(why) => {
+                    log::warn!(
+                        reason = "tls-backend-failed";
+                        "{peer} -> {}: TLS to the backend failed: {why}",
+                        route.names.connect_host
+                    );
+                    shared.log.log(event(Event::TlsBackendFailed, Bytes::NONE));
+                    return None;
+                }
+            }
+        }
+    };
+    let tls = (client_tls.is_some() || backend_tls.is_some()).then(|| {
+        Box::new(Sessions {
+            client: client_tls,
+            backend: backend_tls,
+        })
+    });
     Some(Open {
         client,
         backend,
@@ -220,6 +286,7 @@ pub(crate) async fn open<G: Guards>(
         route,
         shared,
         resumed: None,
+        tls,
         guards,
     })
 }
@@ -275,6 +342,13 @@ fn nodelay_later(route: &Route) -> bool {
 )]
 pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = ()> + Send {
     async move {
+        if let Some(sessions) = open.tls.take() {
+            // Boxed: rustls's state and the TLS pump stay out of every
+            // other connection's future (`an_accepted_connections_future_stays_small`).
+            let outcome = Box::pin(tls_pumped(&open, sessions)).await;
+            ended(&open, outcome);
+            return;
+        }
         // Made in a block: what only the making needs is not kept across
         // the pump's await beside it.
         let mut published = {
@@ -323,49 +397,82 @@ pub(crate) fn pumped<G: Send + Sync>(mut open: Open<G>) -> impl Future<Output = 
             );
             return;
         };
-        live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
-        let ev = match outcome.first_closed {
-            Side::Backend => Event::DoneLocalClosed,
-            Side::Client => Event::DoneRemoteClosed,
+        ended(&open, outcome);
+    }
+}
+
+/// Logs the end of a pumped connection (its `done-*` line and the debug
+/// line), from how its pump ended.
+fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
+    let live = &open.live;
+    live.publish(outcome.from_client, outcome.to_client, ConnState::Open);
+    let ev = match outcome.first_closed {
+        Side::Backend => Event::DoneLocalClosed,
+        Side::Client => Event::DoneRemoteClosed,
+    };
+    let route = &open.route;
+    // One line per connection at debug level: who, which rule, which backend
+    // address answered, the bytes, and how it ended.
+    if log::log_enabled!(log::Level::Debug) {
+        let ended = match &outcome.error {
+            Some(e) => format!("{}, {e}", ev.as_str()),
+            None => ev.as_str().to_string(),
         };
-        let route = &open.route;
-        // One line per connection at debug level: who, which rule, which backend
-        // address answered, the bytes, and how it ended.
-        if log::log_enabled!(log::Level::Debug) {
-            let ended = match &outcome.error {
-                Some(e) => format!("{}, {e}", ev.as_str()),
-                None => ev.as_str().to_string(),
-            };
-            // Read back from the live entry: a copy kept across the pump
-            // would add its bytes to every idle connection.
-            let reached = match (live.backend(), &open.lease) {
-                (Some(addr), _) => format!("{addr}/tcp"),
-                (None, Some(lease)) => lease.member().label().to_string(),
-                (None, None) => "?".to_string(),
-            };
-            log::debug!(
-                rule:% = route.bind, client:% = live.client(), backend:% = reached,
-                reason = ev.as_str();
-                "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
-                live.client(),
-                route.names.bind_host,
-                route.names.bind_port,
-                route.names.connect_host,
-                route.names.connect_port,
-                outcome.from_client,
-                outcome.to_client,
-            );
-        }
-        let bytes = Bytes {
-            from_client: outcome.from_client,
-            to_client: outcome.to_client,
+        // Read back from the live entry: a copy kept across the pump
+        // would add its bytes to every idle connection.
+        let reached = match (live.backend(), &open.lease) {
+            (Some(addr), _) => format!("{addr}/tcp"),
+            (None, Some(lease)) => lease.member().label().to_string(),
+            (None, None) => "?".to_string(),
         };
-        open.shared.log.log_with(|| {
-            let mut line = route.event(live.client().client(), ev, bytes);
-            line.server_name = live.server_name();
-            line.flow = Some(live.flow());
-            line
-        });
+        log::debug!(
+            rule:% = route.bind, client:% = live.client(), backend:% = reached,
+            reason = ev.as_str();
+            "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
+            live.client(),
+            route.names.bind_host,
+            route.names.bind_port,
+            route.names.connect_host,
+            route.names.connect_port,
+            outcome.from_client,
+            outcome.to_client,
+        );
+    }
+    let bytes = Bytes {
+        from_client: outcome.from_client,
+        to_client: outcome.to_client,
+    };
+    open.shared.log.log_with(|| {
+        let mut line = route.event(live.client().client(), ev, bytes);
+        line.server_name = live.server_name();
+        line.flow = Some(live.flow());
+        line
+    });
+}
+
+/// Pumps a connection oi speaks TLS on (`crate::tls::pump`): no splice, no
+/// bandwidth limits yet, and no hand-over: rustls's state cannot be
+/// carried to the new oi, so such a connection runs in the old one to its end.
+async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutcome {
+    use crate::tls::pump::{run, End};
+    let client = End {
+        socket: &open.client,
+        tls: sessions.client.as_mut(),
+    };
+    let backend = End {
+        socket: &open.backend,
+        tls: sessions.backend.as_mut(),
+    };
+    let outcome = run(client, backend).await;
+    PumpOutcome {
+        from_client: outcome.from_client,
+        to_client: outcome.to_client,
+        first_closed: if outcome.client_first {
+            Side::Client
+        } else {
+            Side::Backend
+        },
+        error: outcome.error,
     }
 }
 
@@ -423,6 +530,7 @@ pub(crate) async fn adopted(
         route,
         shared,
         resumed: Some(Box::new((a.up.into(), a.down.into()))),
+        tls: None,
         guards: (),
     };
     pumped(open).await;

@@ -53,6 +53,8 @@ mod splice_emfile;
 mod splice_resets;
 mod startup;
 mod status_page;
+mod tls;
+mod tls_upgrade;
 mod top;
 mod transparent;
 mod transparent_reload;

@@ -111,6 +111,8 @@ pub fn run(opts: RunOptions) -> ExitCode {
         running = commands::running_text(&c, &file);
         oi_config::resolve(c, &oi_config::services::Services::system())
             .map_err(|e| e.with_file(&shown))
+            // TLS files that do not load stop start-up as --check reports them.
+            .and_then(|c| crate::tls::check(&c, &shown).map(|_| c))
     });
     let cfg = match resolved {
         Ok(c) => c.with_command_line(&opts.command_line),

@@ -430,8 +430,11 @@ impl Service {
                 let services = oi_config::services::Services::system();
                 let shown = path.display().to_string();
                 oi_config::resolve(parsed, &services)
-                    .map(|c| Ok((c, running)))
                     .map_err(|e| e.with_file(&shown))
+                    // New certificates and keys are read here, and a bad one
+                    // keeps the old configuration (connections keep theirs).
+                    .and_then(|c| crate::tls::check(&c, &shown).map(|_| c))
+                    .map(|c| Ok((c, running)))
             });
             (loaded, read)
         })

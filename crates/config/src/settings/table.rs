@@ -12,6 +12,7 @@ use crate::{
     Host, Mptcp, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
     MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The bracketed options after a forwarding rule (YAML: a rule's keys).
@@ -79,6 +80,34 @@ pub struct RuleOptions {
     /// `[sni=NAME]` (oi): the TLS server name (or `*.suffix`) this rule
     /// serves on a listener several rules share; stored lowercase.
     pub sni: Option<String>,
+    /// `[tls-cert=PATH]` (oi): PEM certificate chain the listener presents
+    /// when it ends TLS itself.
+    pub tls_cert: Option<PathBuf>,
+    /// `[tls-key=PATH]` (oi): PEM private key of `tls-cert`.
+    pub tls_key: Option<PathBuf>,
+    /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
+    /// to; set, the listener refuses clients without one.
+    pub tls_client_ca: Option<PathBuf>,
+    /// `[tls-alpn=h2:http/1.1]` (oi): application protocols the listener
+    /// offers a TLS client, in order of preference.
+    pub tls_alpn: Option<String>,
+    /// `[tls-handshake-timeout=N]` (oi): how long a client may take over its
+    /// TLS handshake before it is closed.
+    pub tls_handshake_timeout: Option<Duration>,
+    /// `[tls-connect]` (oi): speak TLS to the backend.
+    pub tls_connect: Option<bool>,
+    /// `[tls-ca=PATH|system]` (oi): the roots the backend's certificate must
+    /// chain to; `None` and `system` are the system's (/etc/ssl/certs).
+    pub tls_ca: Option<PathBuf>,
+    /// `[tls-name=NAME]` (oi): server name sent to and verified against the
+    /// backend; `None` = the backend's host name.
+    pub tls_name: Option<String>,
+    /// `[tls-insecure]` (oi): accept any backend certificate (no verification).
+    pub tls_insecure: Option<bool>,
+    /// `[tls-client-cert=PATH]` (oi): PEM certificate oi presents to the backend.
+    pub tls_client_cert: Option<PathBuf>,
+    /// `[tls-client-key=PATH]` (oi): PEM private key of `tls-client-cert`.
+    pub tls_client_key: Option<PathBuf>,
 }
 
 impl RuleOptions {
@@ -110,6 +139,17 @@ impl RuleOptions {
         transparent: None,
         mptcp: None,
         sni: None,
+        tls_cert: None,
+        tls_key: None,
+        tls_client_ca: None,
+        tls_alpn: None,
+        tls_handshake_timeout: None,
+        tls_connect: None,
+        tls_ca: None,
+        tls_name: None,
+        tls_insecure: None,
+        tls_client_cert: None,
+        tls_client_key: None,
     };
 }
 
@@ -540,6 +580,151 @@ pub static SETTINGS: &[Setting] = &[
               share, the clients within the rule's. Units, burst and UDP as \
               for rate. Example: [client-rate=5M] (YAML: client_rate: 5M).",
         rule: Some(|o| Slot::Rate(&mut o.client_rate)),
+        ..BASE
+    },
+    // ---- TLS ended and begun by oi (oi) ----
+    Setting {
+        conf: Some("tls-cert"),
+        yaml: Some("tls.cert"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("TLS passes through untouched"),
+        doc: "End TLS on this listener, as stunnel does (an oi extension): the \
+              PEM certificate chain (leaf first) the listener presents; with \
+              tls-key. After admission (allow/deny, maxconn, PROXY header) oi \
+              completes the handshake (TLS 1.2 or 1.3) within \
+              tls-handshake-timeout and forwards the plaintext to the backend \
+              (no splice: the bytes pass through oi's memory). Rules sharing a \
+              listener by sni= may each give their own certificate: the one \
+              whose sni matches the client's server name is presented, else \
+              the default rule's. --check reads the file, parses it, checks the \
+              key matches and warns when it expires within 14 days; SIGHUP \
+              reads it again for new handshakes. In YAML: tls: {cert: ..., key: ...}.",
+        rule: Some(|o| Slot::Path(&mut o.tls_cert)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-key"),
+        yaml: Some("tls.key"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("none"),
+        doc: "The PEM private key (PKCS#8, PKCS#1 or SEC1) of tls-cert (an oi \
+              extension). Read at start-up and on SIGHUP, before privileges \
+              are dropped, and never logged; --check warns when others may \
+              read it.",
+        rule: Some(|o| Slot::Path(&mut o.tls_key)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-client-ca"),
+        yaml: Some("tls.client_ca"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no client certificate asked for"),
+        doc: "PEM certificates a client's certificate must chain to (an oi \
+              extension, with tls-cert): a client that sends none, or one \
+              these do not sign, fails the handshake and is closed.",
+        rule: Some(|o| Slot::Path(&mut o.tls_client_ca)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-alpn"),
+        yaml: Some("tls.alpn"),
+        value: Value::Name,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no ALPN: the client's default protocol"),
+        doc: "Application protocols (ALPN) the listener offers when it ends TLS, \
+              separated by colons in order of preference, such as h2:http/1.1 (an \
+              oi extension, with tls-cert). oi forwards the plaintext whatever \
+              is chosen: the backend must speak it. A client that offers none \
+              of them fails its handshake.",
+        rule: Some(|o| Slot::Text(&mut o.tls_alpn)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-handshake-timeout"),
+        yaml: Some("tls.handshake_timeout"),
+        value: Value::Seconds(1, 3600),
+        applies: &[Applies::TcpListener],
+        default: Default::Is("10"),
+        doc: "Seconds a client may take over its TLS handshake with oi (an oi \
+              extension, with tls-cert); a slower one is closed, logged \
+              tls-handshake-failed.",
+        rule: Some(|o| Slot::Time(&mut o.tls_handshake_timeout)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-connect"),
+        yaml: Some("tls.connect"),
+        value: Value::Switch,
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("off"),
+        doc: "Speak TLS to the backend (an oi extension): oi begins TLS on each \
+              backend connection and verifies the backend's certificate \
+              against tls-ca for tls-name. A backend that fails verification \
+              (untrusted issuer, wrong name, expired) closes that client only, \
+              logged with the reason. Written alone, [tls-connect] means on.",
+        rule: Some(|o| Slot::Switch(&mut o.tls_connect)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-ca"),
+        yaml: Some("tls.ca"),
+        value: Value::Path,
+        applies: &[Applies::TcpBackend],
+        default: Default::Is("system"),
+        doc: "The PEM certificates a backend's certificate must chain to, with \
+              tls-connect (an oi extension); system means the system's roots \
+              (/etc/ssl/certs, read from disk, no network).",
+        rule: Some(|o| Slot::Path(&mut o.tls_ca)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-name"),
+        yaml: Some("tls.name"),
+        value: Value::Name,
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("the backend's host name"),
+        doc: "The server name oi sends to the backend and checks its \
+              certificate against, with tls-connect (an oi extension). Needed \
+              when the backend is written as an address.",
+        rule: Some(|o| Slot::Text(&mut o.tls_name)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-insecure"),
+        yaml: Some("tls.insecure"),
+        value: Value::Switch,
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("off: backends are verified"),
+        doc: "Accept any certificate from the backend, with tls-connect (an oi \
+              extension): the connection is encrypted but anyone on the path \
+              can pretend to be the backend. --check warns about every rule \
+              that sets it.",
+        rule: Some(|o| Slot::Switch(&mut o.tls_insecure)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-client-cert"),
+        yaml: Some("tls.client_cert"),
+        value: Value::Path,
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("none"),
+        doc: "A PEM certificate chain oi presents to a backend that asks for \
+              one, with tls-connect and tls-client-key (an oi extension).",
+        rule: Some(|o| Slot::Path(&mut o.tls_client_cert)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-client-key"),
+        yaml: Some("tls.client_key"),
+        value: Value::Path,
+        applies: &[Applies::TcpBackend],
+        default: Default::Unset("none"),
+        doc: "The PEM private key of tls-client-cert (an oi extension); read as \
+              tls-key is.",
+        rule: Some(|o| Slot::Path(&mut o.tls_client_key)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----

@@ -1,0 +1,253 @@
+//! The pump of a connection oi speaks TLS on (either side or both): two
+//! directions, each `Running → ShuttingDown → Done` as in `tcp::pump`, one
+//! function ([`Direction::poll`]) called for each. A direction reads
+//! plaintext from its source (decrypting when the source is TLS) into its
+//! buffer and writes it to its sink (encrypting when the sink is TLS).
+//!
+//! splice(2) cannot apply: the bytes must pass through oi's memory to be
+//! decrypted or encrypted. With kTLS (not in this kernel) the sockets would
+//! carry plaintext and `tcp::pump`, splice included, would run instead;
+//! [`run`] is that seam.
+
+use super::io::{poll_fill, poll_flush};
+use oi_runtime::reactor::Async;
+use rustls::Connection;
+use std::future::poll_fn;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A direction's buffer: one TLS record's plaintext (16 KiB), so a read
+/// from a TLS source takes a whole record and a write to a TLS sink makes
+/// one full record.
+const RECORD: usize = 16 * 1024;
+
+/// Passes of one direction's loop in one poll before it lets other tasks
+/// run (and wakes itself): 16 records, 256 KiB.
+const PASSES_PER_POLL: usize = 16;
+
+/// One end of the connection: its socket, and the TLS oi speaks on it.
+pub(crate) struct End<'a> {
+    /// The socket.
+    pub(crate) socket: &'a Async<TcpStream>,
+    /// rustls's state when oi speaks TLS to this end; `None`: plain bytes.
+    pub(crate) tls: Option<&'a mut Connection>,
+}
+
+/// How a TLS-pumped connection ended.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// Plaintext bytes read from the client and written to the backend.
+    pub(crate) from_client: u64,
+    /// Plaintext bytes read from the backend and written to the client.
+    pub(crate) to_client: u64,
+    /// Whether the client closed (or failed) first (else the backend).
+    pub(crate) client_first: bool,
+    /// Why it ended early, if it did.
+    pub(crate) error: Option<io::Error>,
+}
+
+/// Where one direction is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Moving bytes.
+    Running,
+    /// The source ended: the sink gets close_notify (when TLS) and a FIN.
+    ShuttingDown,
+    /// Finished.
+    Done,
+}
+
+/// What one read from a source gave.
+enum Read_ {
+    /// This many bytes, now in the buffer.
+    Bytes(usize),
+    /// The end of the stream (close_notify, or the TCP end without one).
+    End,
+}
+
+/// One direction's state.
+struct Direction {
+    /// Plaintext read and not yet written.
+    buf: Box<[u8]>,
+    /// The first unwritten byte of `buf`.
+    start: usize,
+    /// The end of what `buf` holds.
+    end: usize,
+    /// Where the direction is.
+    state: State,
+    /// Plaintext bytes moved.
+    bytes: u64,
+    /// Whether close_notify has been queued for the sink.
+    notified: bool,
+}
+
+impl Direction {
+    /// A direction with its buffer.
+    fn new() -> Self {
+        Direction {
+            buf: vec![0; RECORD].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            state: State::Running,
+            bytes: 0,
+            notified: false,
+        }
+    }
+
+    /// Moves bytes from `from` to `to` until it would block (`Pending`, the
+    /// wakers registered), its loop's budget is spent, or it is done.
+    fn poll(
+        &mut self,
+        from: &mut End<'_>,
+        to: &mut End<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        for _ in 0..PASSES_PER_POLL {
+            match self.state {
+                State::Done => return Poll::Ready(Ok(())),
+                State::ShuttingDown => {
+                    if let Some(conn) = to.tls.as_deref_mut() {
+                        if !self.notified {
+                            conn.send_close_notify();
+                            self.notified = true;
+                        }
+                        if poll_flush(conn, to.socket, cx)?.is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                    // The peer may be gone already: nothing left to tell it.
+                    let _ = to.socket.get_ref().shutdown(Shutdown::Write);
+                    self.state = State::Done;
+                }
+                State::Running if self.start < self.end => {
+                    let pending = &self.buf[self.start..self.end];
+                    let n = match to.tls.as_deref_mut() {
+                        None => {
+                            let mut socket = to.socket;
+                            match futures_lite::AsyncWrite::poll_write(
+                                Pin::new(&mut socket),
+                                cx,
+                                pending,
+                            ) {
+                                Poll::Ready(n) => n?,
+                                Poll::Pending => return Poll::Pending,
+                            }
+                        }
+                        Some(conn) => {
+                            let n = conn.writer().write(pending)?;
+                            let flushed = poll_flush(conn, to.socket, cx)?;
+                            if n == 0 && flushed.is_pending() {
+                                return Poll::Pending;
+                            }
+                            n
+                        }
+                    };
+                    self.start += n;
+                }
+                State::Running => {
+                    // A TLS sink sends what it holds before more is read.
+                    if let Some(conn) = to.tls.as_deref_mut() {
+                        if poll_flush(conn, to.socket, cx)?.is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                    match self.read(from, cx)? {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Read_::End) => self.state = State::ShuttingDown,
+                        Poll::Ready(Read_::Bytes(n)) => {
+                            (self.start, self.end) = (0, n);
+                            self.bytes = self.bytes.saturating_add(n as u64);
+                        }
+                    }
+                }
+            }
+        }
+        // Budget spent with work left: run again after the others.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Reads from `from` into the (empty) buffer.
+    fn read(&mut self, from: &mut End<'_>, cx: &mut Context<'_>) -> io::Result<Poll<Read_>> {
+        let Some(conn) = from.tls.as_deref_mut() else {
+            let mut socket = from.socket;
+            return match futures_lite::AsyncRead::poll_read(
+                Pin::new(&mut socket),
+                cx,
+                &mut self.buf,
+            ) {
+                Poll::Ready(Ok(0)) => Ok(Poll::Ready(Read_::End)),
+                Poll::Ready(Ok(n)) => Ok(Poll::Ready(Read_::Bytes(n))),
+                Poll::Ready(Err(e)) => Err(e),
+                Poll::Pending => Ok(Poll::Pending),
+            };
+        };
+        // Bounded: each pass takes plaintext, or a record from the socket, or returns.
+        loop {
+            match conn.reader().read(&mut self.buf) {
+                Ok(0) => return Ok(Poll::Ready(Read_::End)),
+                Ok(n) => return Ok(Poll::Ready(Read_::Bytes(n))),
+                // The TCP end without close_notify: an end all the same,
+                // as stunnel takes it (HTTP/1.0 servers close so).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Ok(Poll::Ready(Read_::End))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            // Answers rustls owes the peer (a key update) go out first.
+            let _ = poll_flush(conn, from.socket, cx)?;
+            match poll_fill(conn, from.socket, cx)? {
+                Poll::Pending => return Ok(Poll::Pending),
+                Poll::Ready(true) => {}
+                Poll::Ready(false) => {}
+            }
+        }
+    }
+}
+
+/// Pumps `client` and `backend` until both directions are done or one fails.
+/// The kTLS seam: with keys handed to the kernel, the plain pump would run here.
+pub(crate) async fn run(mut client: End<'_>, mut backend: End<'_>) -> Outcome {
+    let mut up = Direction::new();
+    let mut down = Direction::new();
+    let mut client_first = None;
+    let error = poll_fn(|cx| {
+        let up_done = match up.poll(&mut client, &mut backend, cx) {
+            Poll::Ready(Err(e)) => {
+                client_first.get_or_insert(true);
+                return Poll::Ready(Some(e));
+            }
+            Poll::Ready(Ok(())) => {
+                client_first.get_or_insert(true);
+                true
+            }
+            Poll::Pending => false,
+        };
+        let down_done = match down.poll(&mut backend, &mut client, cx) {
+            Poll::Ready(Err(e)) => {
+                client_first.get_or_insert(false);
+                return Poll::Ready(Some(e));
+            }
+            Poll::Ready(Ok(())) => {
+                client_first.get_or_insert(false);
+                true
+            }
+            Poll::Pending => false,
+        };
+        if up_done && down_done {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    Outcome {
+        from_client: up.bytes,
+        to_client: down.bytes,
+        client_first: client_first.unwrap_or(true),
+        error,
+    }
+}
