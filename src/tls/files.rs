@@ -21,7 +21,7 @@ pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let shown = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {what} {shown}: {e}"))?;
+    let file = std::fs::File::open(path).map_err(|e| unreadable(what, &shown, &e))?;
     let mut bytes = Vec::new();
     file.take(MAX_PEM_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -33,6 +33,22 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// Why `what` at `shown` could not be opened. Refused permission gets the
+/// way out: start-up reads the files as root, but `--check` run by another
+/// user and every reload after `--user` read them as that user, so a key
+/// only root may read fails there first (Debian's convention is a 0640
+/// root:ssl-cert key with the daemon's user in `ssl-cert`).
+fn unreadable(what: &str, shown: &dyn std::fmt::Display, e: &std::io::Error) -> String {
+    let mut why = format!("cannot read {what} {shown}: {e}");
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        why.push_str(
+            " (read as the user oi runs as, which after --user is that user: make it \
+             readable by that user, e.g. root:ssl-cert mode 0640 with the user in ssl-cert)",
+        );
+    }
+    why
 }
 
 /// The certificates of the PEM file `path`, in file order (leaf first).
@@ -212,5 +228,23 @@ mod tests {
         assert_eq!(t, Some(Duration::from_secs(2_147_483_648)));
         assert_eq!(asn1_time(0x17, b"701302000000Z"), None);
         assert_eq!(asn1_time(0x18, b"garbage"), None);
+    }
+
+    #[test]
+    fn a_key_oi_may_not_read_says_which_user_reads_it_and_how_to_let_it() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let why = unreadable("tls-key", &"/etc/oi/app.key", &denied);
+        assert!(
+            why.starts_with("cannot read tls-key /etc/oi/app.key: "),
+            "{why}"
+        );
+        assert!(why.contains("after --user is that user"), "{why}");
+        assert!(why.contains("root:ssl-cert mode 0640"), "{why}");
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let why = unreadable("tls-key", &"/etc/oi/app.key", &missing);
+        assert!(
+            !why.contains("ssl-cert"),
+            "only a refused permission gets the hint: {why}"
+        );
     }
 }
