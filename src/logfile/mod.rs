@@ -273,6 +273,32 @@ impl Queue {
     }
 }
 
+/// Sends the writer thread the request `ask` makes around a reply channel
+/// and waits for its answer, at most [`WRITER_WAIT`]: a writer stuck in a
+/// write to the old file does the request once that write returns, and
+/// this reports it as an error now.
+fn ask_writer<T>(
+    tx: &mpsc::Sender<Msg>,
+    ask: impl FnOnce(mpsc::Sender<std::io::Result<T>>) -> Msg,
+) -> std::io::Result<T> {
+    let (done_tx, done_rx) = mpsc::channel();
+    tx.send(ask(done_tx))
+        .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
+    match done_rx.recv_timeout(WRITER_WAIT) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
+            ErrorKind::TimedOut,
+            format!(
+                "the log writer has been stuck in a write for {WRITER_WAIT:?}; \
+                 it reopens the file when that write returns"
+            ),
+        )),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(std::io::Error::other("log writer thread is gone"))
+        }
+    }
+}
+
 /// A cheap, cloneable handle for sending log events; sending never blocks.
 #[derive(Clone)]
 pub struct LogHandle {
@@ -380,22 +406,7 @@ impl LogHandle {
     /// Blocking: call it off the executor threads.
     pub fn rotate(&self) -> std::io::Result<bool> {
         let Some(tx) = &self.tx else { return Ok(false) };
-        let (done_tx, done_rx) = mpsc::channel();
-        tx.send(Msg::Rotate(done_tx))
-            .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
-        match done_rx.recv_timeout(WRITER_WAIT) {
-            Ok(result) => result,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
-                ErrorKind::TimedOut,
-                format!(
-                    "the log writer has been stuck in a write for {WRITER_WAIT:?}; \
-                     it reopens the file when that write returns"
-                ),
-            )),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(std::io::Error::other("log writer thread is gone"))
-            }
-        }
+        ask_writer(tx, Msg::Rotate)
     }
 
     /// Reopens the log file (after logrotate, or for a new configuration) and
@@ -405,22 +416,7 @@ impl LogHandle {
     /// Blocking: call it off the executor threads.
     pub fn reopen(&self, path: Option<PathBuf>, format: Format) -> std::io::Result<()> {
         let Some(tx) = &self.tx else { return Ok(()) };
-        let (done_tx, done_rx) = mpsc::channel();
-        tx.send(Msg::Reopen(path, format, done_tx))
-            .map_err(|_| std::io::Error::other("log writer thread is gone"))?;
-        match done_rx.recv_timeout(WRITER_WAIT) {
-            Ok(result) => result,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::new(
-                ErrorKind::TimedOut,
-                format!(
-                    "the log writer has been stuck in a write for {WRITER_WAIT:?}; \
-                     it reopens the file when that write returns"
-                ),
-            )),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(std::io::Error::other("log writer thread is gone"))
-            }
-        }
+        ask_writer(tx, |done| Msg::Reopen(path, format, done))
     }
 }
 

@@ -88,22 +88,12 @@ pub(crate) async fn accept(
     let Some(_slot) = tls.handshake_slot() else {
         return Err(format!("{MAX_HANDSHAKES} handshakes already in progress"));
     };
-    let mut conn = rustls::ServerConnection::new(config.clone())
+    let conn = rustls::ServerConnection::new(config.clone())
         .map(Connection::Server)
         .map_err(|e| e.to_string())?;
-    let deadline = tls.handshake_timeout;
-    let timeout = async {
-        Timer::after(deadline).await;
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no handshake within {} s", deadline.as_secs()),
-        ))
-    };
-    io::handshake(&mut conn, socket)
-        .or(timeout)
+    handshake_within(conn, socket, tls.handshake_timeout)
         .await
-        .map_err(|e| io::reason(&e))?;
-    Ok(Some(conn))
+        .map(Some)
 }
 
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
@@ -116,9 +106,20 @@ pub(crate) async fn connect(
     let Some((config, name)) = &tls.client else {
         return Ok(None);
     };
-    let mut conn = rustls::ClientConnection::new(config.clone(), name.clone())
+    let conn = rustls::ClientConnection::new(config.clone(), name.clone())
         .map(Connection::Client)
         .map_err(|e| e.to_string())?;
+    handshake_within(conn, socket, deadline).await.map(Some)
+}
+
+/// Runs `conn`'s handshake on `socket`, ended at `deadline` with the reason
+/// in plain words: one path for both ends, so a client and a backend
+/// handshake time out and fail alike.
+async fn handshake_within(
+    mut conn: Connection,
+    socket: &Async<TcpStream>,
+    deadline: Duration,
+) -> Result<Connection, String> {
     let timeout = async {
         Timer::after(deadline).await;
         Err(std::io::Error::new(
@@ -130,7 +131,7 @@ pub(crate) async fn connect(
         .or(timeout)
         .await
         .map_err(|e| io::reason(&e))?;
-    Ok(Some(conn))
+    Ok(conn)
 }
 
 /// The TLS of a rule with settings `s` whose backend is named `host`;
