@@ -14,10 +14,10 @@ use crate::common::*;
 use oxidinetd::client_hello;
 use oxidinetd::config::{Proto, SpliceMode};
 use oxidinetd::{LogHandle, Settings};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Whether `openssl` runs; when it does not, the test is skipped unless
 /// OI_REQUIRE_TOOLS is set.
@@ -43,44 +43,10 @@ fn certificate(dir: &Path, cn: &str) -> (String, String) {
     (crt, key)
 }
 
-/// An `openssl s_server -www` with `cn`'s certificate on a free port,
-/// killed on drop.
-struct TlsServer {
-    /// The s_server process.
-    child: Child,
-    /// Where it listens.
-    port: u16,
-}
-
-impl TlsServer {
-    fn start(dir: &Path, cn: &str) -> Self {
-        let (crt, key) = certificate(dir, cn);
-        let port = free_port();
-        let mut child = Command::new("openssl")
-            .args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}")])
-            .args(["-cert", &crt, "-key", &key, "-naccept", "100"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn openssl s_server");
-        // s_server says ACCEPT once it listens (or exits, ending stdout).
-        let out = child.stdout.take().expect("stdout");
-        let ready = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .take(50)
-            .any(|l| l.starts_with("ACCEPT"));
-        assert!(ready, "openssl s_server for {cn} did not start");
-        TlsServer { child, port }
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// An `openssl s_server -www` with a fresh certificate for `cn`.
+fn tls_server(dir: &Path, cn: &str) -> TlsServer {
+    let (crt, key) = certificate(dir, cn);
+    TlsServer::serving(Path::new(&crt), Path::new(&key), cn)
 }
 
 /// `openssl s_client` to 127.0.0.1:`port` asking for `name` (`None`: no
@@ -127,9 +93,9 @@ fn each_server_name_reaches_its_backend_and_the_handshake_completes() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let a = TlsServer::start(dir.path(), "a.example.com");
-    let b = TlsServer::start(dir.path(), "b.example.org");
-    let fallback = TlsServer::start(dir.path(), "default.example.net");
+    let a = tls_server(dir.path(), "a.example.com");
+    let b = tls_server(dir.path(), "b.example.org");
+    let fallback = tls_server(dir.path(), "default.example.net");
     let port = free_port();
     let log = dir.path().join("oi.log");
     let conf = dir.path().join("oi.conf");
@@ -204,7 +170,7 @@ fn without_a_default_rule_unrouted_connections_are_closed_and_logged() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let a = TlsServer::start(dir.path(), "a.example.com");
+    let a = tls_server(dir.path(), "a.example.com");
     let port = free_port();
     let log = dir.path().join("oi.log");
     let conf = dir.path().join("oi.conf");

@@ -13,7 +13,7 @@
 use crate::common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `openssl` runs; when it does not, the test is skipped unless
@@ -144,47 +144,6 @@ fn s_client(port: u16, extra: &[&str], input: &[u8]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// An `openssl s_server -www` with `pair` on a free port, killed on drop.
-struct TlsServer {
-    /// The s_server process.
-    child: Child,
-    /// Where it listens.
-    port: u16,
-}
-
-impl TlsServer {
-    fn start(pair: &Pair) -> Self {
-        let port = free_port();
-        let mut child = Command::new("openssl")
-            .args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}")])
-            .arg("-cert")
-            .arg(&pair.cert)
-            .arg("-key")
-            .arg(&pair.key)
-            .args(["-naccept", "100"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn openssl s_server");
-        let out = child.stdout.take().expect("stdout");
-        let ready = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .take(50)
-            .any(|l| l.starts_with("ACCEPT"));
-        assert!(ready, "openssl s_server did not start");
-        TlsServer { child, port }
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A backend that reads one line from each client, writes it back and
@@ -351,7 +310,10 @@ fn a_backend_is_verified_and_a_wrong_name_or_untrusted_ca_closes_only_that_clien
     let dir = tempfile::tempdir().expect("tempdir");
     let root = ca(dir.path(), "ca");
     let other = ca(dir.path(), "other-ca");
-    let server = TlsServer::start(&leaf(dir.path(), &root, "backend.test", 30));
+    let server = {
+        let pair = leaf(dir.path(), &root, "backend.test", 30);
+        TlsServer::serving(&pair.cert, &pair.key, "backend.test")
+    };
     let (good, wrong_name, untrusted) = (free_port(), free_port(), free_port());
     let b = server.port;
     let ca_file = p(&root.cert);

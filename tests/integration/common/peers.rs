@@ -283,3 +283,49 @@ pub fn try_which(port: u16) -> Option<u8> {
     s.read_exact(&mut id).ok()?;
     Some(id[0])
 }
+
+/// An `openssl s_server -www` on a free loopback port serving the PEM
+/// certificate `cert` with its key `key`, killed on drop; `what` names it
+/// when it does not start.
+pub struct TlsServer {
+    /// The s_server process.
+    child: std::process::Child,
+    /// Where it listens.
+    pub port: u16,
+}
+
+impl TlsServer {
+    pub fn serving(cert: &std::path::Path, key: &std::path::Path, what: &str) -> Self {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let port = super::free_port();
+        let mut child = Command::new("openssl")
+            .args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}")])
+            .arg("-cert")
+            .arg(cert)
+            .arg("-key")
+            .arg(key)
+            .args(["-naccept", "100"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn openssl s_server");
+        // s_server says ACCEPT once it listens (or exits, ending stdout).
+        let out = child.stdout.take().expect("stdout");
+        let ready = std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .take(50)
+            .any(|l| l.starts_with("ACCEPT"));
+        assert!(ready, "openssl s_server for {what} did not start");
+        TlsServer { child, port }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
