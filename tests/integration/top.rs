@@ -18,6 +18,35 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// A tmux server of its own (named `tag` and this process's id) running
+    /// `oi top` on `socket` at a 200 ms interval in a 150x40 terminal.
+    fn top(tag: &str, socket: &str) -> Self {
+        let tmux = Tmux {
+            name: format!("{tag}-{}", std::process::id()),
+        };
+        let cmd = format!(
+            "{} top --socket {socket} --interval 200ms",
+            env!("CARGO_BIN_EXE_oi")
+        );
+        let started = tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "150",
+            "-y",
+            "40",
+            &cmd,
+        ]);
+        assert!(
+            started.status.success(),
+            "tmux new-session: {}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+        tmux
+    }
+
     fn run(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
             .arg("-L")
@@ -104,29 +133,7 @@ fn top_shows_rules_and_reacts_to_keys_while_traffic_flows() {
     let stop = Arc::new(AtomicBool::new(false));
     let flow = traffic(local(tcp_port), stop.clone());
 
-    let tmux = Tmux {
-        name: format!("oi-top-test-{}", std::process::id()),
-    };
-    let cmd = format!(
-        "{} top --socket {sock_arg} --interval 200ms",
-        env!("CARGO_BIN_EXE_oi")
-    );
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "150",
-        "-y",
-        "40",
-        &cmd,
-    ]);
-    assert!(
-        started.status.success(),
-        "tmux new-session: {}",
-        String::from_utf8_lossy(&started.stderr)
-    );
+    let tmux = Tmux::top("oi-top-test", sock_arg);
     let tcp_rule = format!("127.0.0.1:{tcp_port}/tcp");
     let udp_rule = format!("127.0.0.1:{udp_port}/udp");
 
@@ -298,29 +305,7 @@ fn top_drains_and_enables_the_selected_backend_once_confirmed() {
     let sock = dir.path().join("oi.sock");
     let sock_arg = sock.to_str().expect("utf-8 path");
     let oi = OiProcess::start(dir.path(), &conf, &["--socket", sock_arg]);
-    let tmux = Tmux {
-        name: format!("oi-top-act-{}", std::process::id()),
-    };
-    let cmd = format!(
-        "{} top --socket {sock_arg} --interval 200ms",
-        env!("CARGO_BIN_EXE_oi")
-    );
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "150",
-        "-y",
-        "40",
-        &cmd,
-    ]);
-    assert!(
-        started.status.success(),
-        "tmux new-session: {}",
-        String::from_utf8_lossy(&started.stderr)
-    );
+    let tmux = Tmux::top("oi-top-act", sock_arg);
     let rule = format!("127.0.0.1:{port}/tcp");
     let (one_s, two_s) = (one.to_string(), two.to_string());
     tmux.wait_for("both backends and the action keys show", |s| {
