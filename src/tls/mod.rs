@@ -18,54 +18,84 @@
 //! included) would run on the socket. This kernel has no `tls` module, so
 //! [`pump`] encrypts in user space; `pump::run` is where the choice goes.
 
+pub(crate) mod check;
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod server;
 
 use futures_lite::FutureExt;
-use oi_config::{ConfigError, ConfigErrors, ResolvedConfig, ResolvedRule, RuleOptions, Shown};
+use oi_config::{ResolvedRule, RuleOptions, Shown};
 use oi_runtime::reactor::{Async, Timer};
+use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, Connection, ServerConfig};
+use rustls::{ClientConfig, Connection};
+use std::collections::HashMap;
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+pub(crate) use check::check;
 
 /// How long a client may take over its handshake unless
 /// `tls-handshake-timeout` says otherwise.
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Most client handshakes in progress at once on one rule's listener: each
-/// holds rustls's state (about 10 KiB) and a socket for up to the
-/// handshake timeout, so a flood of clients that never finish holds at
-/// most 1,024 of them; past that, new clients are closed at once.
+/// Most client handshakes in progress at once on one rule's listener unless
+/// `tls-max-handshakes` says otherwise: each holds rustls's state and a
+/// socket for up to the handshake timeout (about 7 KiB of oi's memory
+/// each, measured by `tls_stall.rs`), so a flood of clients that never
+/// finish holds at most 1,024 of them; past that, new clients are closed
+/// at once.
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
+
+/// TLS sessions with the backend oi keeps to resume (`tls-connect`): the
+/// rule has one server name (`tls-name`), and rustls keeps up to 8 TLS 1.3
+/// tickets per name, so 8 is one name's worth (its TLS 1.2 session too).
+const CLIENT_SESSIONS: usize = 8;
 
 /// A rule's TLS, built once per route from its settings.
 pub(crate) struct RouteTls {
-    /// Ending TLS from clients (`tls-cert`, `tls-key`, `tls-client-ca`).
-    pub(crate) server: Option<Arc<ServerConfig>>,
+    /// Ending TLS from clients (`tls-cert`, `tls-key`, `tls-client-ca`,
+    /// `tls-ocsp`), with the session state clients resume from.
+    pub(crate) server: Option<server::ServerTls>,
     /// How long a client's handshake may take.
     pub(crate) handshake_timeout: Duration,
-    /// Client handshakes in progress, held below [`MAX_HANDSHAKES`].
+    /// Most client handshakes in progress at once (`tls-max-handshakes`).
+    pub(crate) max_handshakes: usize,
+    /// Client handshakes in progress, held below `max_handshakes`; the
+    /// rule's across a reload ([`RouteTls::keep_of`]).
     pub(crate) handshakes: Arc<AtomicUsize>,
     /// Beginning TLS to the backend (`tls-connect`), and the name verified.
     pub(crate) client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
 }
 
-/// A handshake's place below [`MAX_HANDSHAKES`], given back when dropped.
+/// A handshake's place below the rule's cap, given back when dropped.
 pub(crate) struct HandshakeSlot(Arc<AtomicUsize>);
 
 impl RouteTls {
     /// A place for one more client handshake, or `None` at the cap.
     pub(crate) fn handshake_slot(&self) -> Option<HandshakeSlot> {
+        let max = self.max_handshakes;
         let taken = self
             .handshakes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_HANDSHAKES).then_some(n + 1)
+                (n < max).then_some(n + 1)
             });
         taken.ok().map(|_| HandshakeSlot(self.handshakes.clone()))
+    }
+
+    /// Takes over what the same rule had before a reload (`old`): its
+    /// handshakes in progress, so the cap holds across the reload rather
+    /// than counting afresh from 0, and its session tickets and cache when
+    /// the certificate is the same ([`server::ServerTls::keep_sessions_of`]).
+    pub(crate) fn keep_of(&mut self, old: &RouteTls) {
+        self.handshakes = old.handshakes.clone();
+        if let (Some(new), Some(was)) = (self.server.as_mut(), old.server.as_ref()) {
+            new.keep_sessions_of(was);
+        }
     }
 }
 
@@ -82,13 +112,16 @@ pub(crate) async fn accept(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
 ) -> Result<Option<Connection>, String> {
-    let Some(config) = &tls.server else {
+    let Some(server) = &tls.server else {
         return Ok(None);
     };
     let Some(_slot) = tls.handshake_slot() else {
-        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress"));
+        return Err(format!(
+            "{} handshakes already in progress (tls-max-handshakes)",
+            tls.max_handshakes
+        ));
     };
-    let conn = rustls::ServerConnection::new(config.clone())
+    let conn = rustls::ServerConnection::new(server.config.clone())
         .map(Connection::Server)
         .map_err(|e| e.to_string())?;
     handshake_within(conn, socket, tls.handshake_timeout)
@@ -134,20 +167,107 @@ async fn handshake_within(
     Ok(conn)
 }
 
-/// The TLS of a rule with settings `s` whose backend is named `host`;
-/// `Ok(None)` when it has none. Reads every file it names.
-pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, String> {
+/// What a rule's TLS files make, read once per rule: the ports of a
+/// range, and the route a listener shared by server name builds twice for
+/// the rule that binds it, share one (and so one session cache).
+#[derive(Clone)]
+pub(crate) struct Loaded {
+    /// The listener's side, when the rule ends TLS.
+    server: Option<server::ServerTls>,
+    /// The backend's side, when it begins TLS.
+    client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+}
+
+/// What makes two rules one for [`Loaded`]: the line that wrote it (a port
+/// range is one line), the backend's name, and every TLS setting.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct RuleKey {
+    /// The rule's file (`None`: the main file) and line.
+    at: (Option<Arc<str>>, usize),
+    /// The backend's host as written (the default `tls-name`).
+    host: Arc<str>,
+    /// The paths of the rule's TLS files.
+    paths: [Option<PathBuf>; 7],
+    /// `tls-alpn` and `tls-name`.
+    texts: [Option<String>; 2],
+    /// `tls-connect`, `tls-insecure` and `tls-resumption`.
+    switches: [Option<bool>; 3],
+}
+
+impl RuleKey {
+    /// The key of `rule`, whose settings are `s`.
+    fn of(rule: &ResolvedRule, s: &RuleOptions) -> Self {
+        RuleKey {
+            at: (rule.rule.file.clone(), rule.rule.line),
+            host: rule.rule.connect().host_text.clone(),
+            paths: [
+                s.tls_cert.clone(),
+                s.tls_key.clone(),
+                s.tls_client_ca.clone(),
+                s.tls_ocsp.clone(),
+                s.tls_ca.clone(),
+                s.tls_client_cert.clone(),
+                s.tls_client_key.clone(),
+            ],
+            texts: [s.tls_alpn.clone(), s.tls_name.clone()],
+            switches: [s.tls_connect, s.tls_insecure, s.tls_resumption],
+        }
+    }
+}
+
+/// Each rule's [`Loaded`] (or why it could not be), so that building the
+/// routes of a configuration, or checking it, reads each rule's files once.
+#[derive(Default)]
+pub(crate) struct Files(HashMap<RuleKey, Result<Option<Loaded>, String>>);
+
+impl Files {
+    /// The TLS of `rule` with settings `s`: its files read the first time
+    /// this rule is asked for, the same [`Loaded`] after.
+    fn load(&mut self, rule: &ResolvedRule, s: &RuleOptions) -> Result<Option<Loaded>, String> {
+        self.0
+            .entry(RuleKey::of(rule, s))
+            .or_insert_with(|| load(s, &rule.rule.connect().host_text))
+            .clone()
+    }
+
+    /// The route's TLS for `rule` with settings `s`; `Ok(None)` when it has
+    /// none. Each route counts its own handshakes.
+    pub(crate) fn for_rule(
+        &mut self,
+        rule: &ResolvedRule,
+        s: &RuleOptions,
+    ) -> Result<Option<RouteTls>, String> {
+        let Some(loaded) = self.load(rule, s)? else {
+            return Ok(None);
+        };
+        Ok(Some(RouteTls {
+            server: loaded.server,
+            handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
+            max_handshakes: s.tls_max_handshakes.unwrap_or(MAX_HANDSHAKES).max(1),
+            handshakes: Arc::new(AtomicUsize::new(0)),
+            client: loaded.client,
+        }))
+    }
+}
+
+/// Reads every file the TLS settings `s` of a rule whose backend is named
+/// `host` name; `Ok(None)` when the rule has no TLS.
+fn load(s: &RuleOptions, host: &str) -> Result<Option<Loaded>, String> {
     let server = match (&s.tls_cert, &s.tls_key) {
         (None, None) => None,
         (Some(_), None) => return Err("tls-cert needs tls-key".into()),
         (None, Some(_)) => return Err("tls-key needs tls-cert".into()),
-        (Some(cert), Some(key)) => Some(server_config(s, cert, key)?),
+        (Some(cert), Some(key)) => Some(server::server_tls(s, cert, key)?),
     };
-    if s.tls_client_ca.is_some() && server.is_none() {
-        return Err("tls-client-ca needs tls-cert and tls-key".into());
-    }
-    if s.tls_alpn.is_some() && server.is_none() {
-        return Err("tls-alpn needs tls-cert and tls-key".into());
+    let needs_cert = [
+        (s.tls_client_ca.is_some(), "tls-client-ca"),
+        (s.tls_alpn.is_some(), "tls-alpn"),
+        (s.tls_ocsp.is_some(), "tls-ocsp"),
+    ];
+    for (set, name) in needs_cert {
+        if set && server.is_none() {
+            return Err(format!("{name} needs tls-cert and tls-key"));
+        }
     }
     let client = match s.tls_connect {
         Some(true) => Some(client_config(s, host)?),
@@ -156,86 +276,12 @@ pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, 
     if server.is_none() && client.is_none() {
         return Ok(None);
     }
-    Ok(Some(RouteTls {
-        server,
-        handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
-        handshakes: Arc::new(AtomicUsize::new(0)),
-        client,
-    }))
+    Ok(Some(Loaded { server, client }))
 }
 
 /// The crypto provider every config uses: ring (see `Cargo.toml`).
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The listener's side: TLS 1.2 and 1.3, the rule's certificate, and client
-/// certificates when `tls-client-ca` is set.
-fn server_config(
-    s: &RuleOptions,
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<Arc<ServerConfig>, String> {
-    let certified = files::certified(cert, key)?;
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
-    let builder = match &s.tls_client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let roots = files::roots(Some(ca))?;
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider(),
-            )
-            .build()
-            .map_err(|e| format!("tls-client-ca {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_cert_resolver(Arc::new(One(certified)));
-    if let Some(list) = &s.tls_alpn {
-        config.alpn_protocols = alpn(list)?;
-    }
-    Ok(Arc::new(config))
-}
-
-/// `tls-alpn`'s protocol names, separated by colons (a comma ends the
-/// option in rinetd.conf), each 1 to 255 bytes.
-fn alpn(list: &str) -> Result<Vec<Vec<u8>>, String> {
-    if list.contains(',') {
-        return Err(format!(
-            "tls-alpn '{}': separate protocols with ':' (h2:http/1.1)",
-            Shown(list)
-        ));
-    }
-    list.split(':')
-        .map(|p| {
-            let p = p.trim();
-            if p.is_empty() || p.len() > 255 {
-                return Err(format!(
-                    "tls-alpn '{}': each protocol is 1 to 255 bytes",
-                    Shown(list)
-                ));
-            }
-            Ok(p.as_bytes().to_vec())
-        })
-        .collect()
-}
-
-/// The one certificate a rule presents: on a listener shared by server
-/// name, the ClientHello has already chosen the rule (`route::ServerNames`),
-/// so each rule's config resolves to its own certificate.
-#[derive(Debug)]
-struct One(Arc<rustls::sign::CertifiedKey>);
-
-impl rustls::server::ResolvesServerCert for One {
-    fn resolve(
-        &self,
-        _hello: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.0.clone())
-    }
 }
 
 /// The backend's side: verified against `tls-ca` (else the system's roots)
@@ -269,93 +315,13 @@ fn client_config(
         }
         _ => return Err("tls-client-cert and tls-client-key go together".into()),
     };
+    let mut config = config;
+    config.resumption = if s.tls_resumption == Some(false) {
+        Resumption::disabled()
+    } else {
+        Resumption::in_memory_sessions(CLIENT_SESSIONS)
+    };
     Ok((Arc::new(config), name))
-}
-
-/// Checks the TLS files of every rule of `cfg` as start-up and a reload
-/// would read them: every bad rule at once, each at its file and line.
-/// Returns the warnings (a key others may read, a certificate about to
-/// expire, `tls-insecure`), each at its rule's line.
-pub(crate) fn check(cfg: &ResolvedConfig, file: &str) -> Result<Vec<ConfigError>, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut warnings = Vec::new();
-    let rules = cfg
-        .rules
-        .iter()
-        .flat_map(|r| std::iter::once(r).chain(r.sni.iter()));
-    for rule in rules {
-        let s = rule.settings();
-        let host = &*rule.rule.connect().host_text;
-        match for_rule(&s, host) {
-            Ok(_) => warnings.extend(rule_warnings(&s).into_iter().map(|w| at(rule, w))),
-            Err(e) => errors.push(at(rule, e)),
-        }
-        if errors.len() >= oi_config::MAX_ERRORS {
-            break;
-        }
-    }
-    if errors.is_empty() {
-        return Ok(warnings);
-    }
-    Err(ConfigErrors {
-        file: file.to_string(),
-        errors,
-        omitted: 0,
-    })
-}
-
-/// What `--check` warns about in a rule's TLS that loads.
-fn rule_warnings(s: &RuleOptions) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.tls_insecure == Some(true) && s.tls_connect == Some(true) {
-        out.push(
-            "tls-insecure: the backend's certificate is not verified; anyone on \
-             the path can pretend to be it"
-                .to_string(),
-        );
-    }
-    let rated = [s.rate, s.rate_up, s.rate_down, s.rule_rate, s.client_rate];
-    let tls = s.tls_cert.is_some() || s.tls_connect == Some(true);
-    if tls && rated.iter().any(Option::is_some) {
-        out.push(
-            "bandwidth limits (rate, rule-rate, client-rate) do not apply yet to \
-             connections oi speaks TLS on"
-                .to_string(),
-        );
-    }
-    for key in [&s.tls_key, &s.tls_client_key].into_iter().flatten() {
-        out.extend(files::key_exposed(key));
-    }
-    for cert in [&s.tls_cert, &s.tls_client_cert].into_iter().flatten() {
-        let Ok(chain) = files::certs(cert, "certificate") else {
-            continue;
-        };
-        let Some(ends) = chain.first().and_then(|c| files::not_after(c)) else {
-            continue;
-        };
-        match ends.duration_since(SystemTime::now()) {
-            Err(_) => out.push(format!("certificate {} has expired", cert.display())),
-            Ok(left) if left < files::EXPIRY_WARNING => out.push(format!(
-                "certificate {} expires in {} days",
-                cert.display(),
-                left.as_secs() / 86_400
-            )),
-            Ok(_) => {}
-        }
-    }
-    out
-}
-
-/// `message` at `rule`'s file and line.
-fn at(rule: &ResolvedRule, message: String) -> ConfigError {
-    ConfigError {
-        file: rule.rule.file.clone(),
-        line: rule.rule.line,
-        column: 0,
-        message,
-        text: String::new(),
-        more: 0,
-    }
 }
 
 #[cfg(test)]
@@ -367,6 +333,7 @@ mod tests {
         let tls = RouteTls {
             server: None,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_handshakes: MAX_HANDSHAKES,
             handshakes: Arc::new(AtomicUsize::new(0)),
             client: None,
         };

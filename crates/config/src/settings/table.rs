@@ -108,6 +108,16 @@ pub struct RuleOptions {
     pub tls_client_cert: Option<PathBuf>,
     /// `[tls-client-key=PATH]` (oi): PEM private key of `tls-client-cert`.
     pub tls_client_key: Option<PathBuf>,
+    /// `[tls-resumption=on|off]` (oi): whether a client may resume an earlier
+    /// TLS session (and oi one with the backend); off gives every connection
+    /// fresh keys.
+    pub tls_resumption: Option<bool>,
+    /// `[tls-ocsp=PATH]` (oi): a DER OCSP response stapled to the listener's
+    /// certificate.
+    pub tls_ocsp: Option<PathBuf>,
+    /// `[tls-max-handshakes=N]` (oi): most client TLS handshakes in progress
+    /// at once on one listener of the rule.
+    pub tls_max_handshakes: Option<usize>,
 }
 
 impl RuleOptions {
@@ -150,6 +160,9 @@ impl RuleOptions {
         tls_insecure: None,
         tls_client_cert: None,
         tls_client_key: None,
+        tls_resumption: None,
+        tls_ocsp: None,
+        tls_max_handshakes: None,
     };
 }
 
@@ -725,6 +738,56 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The PEM private key of tls-client-cert (an oi extension); read as \
               tls-key is.",
         rule: Some(|o| Slot::Path(&mut o.tls_client_key)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-resumption"),
+        yaml: Some("tls.resumption"),
+        value: Value::Switch,
+        applies: &[Applies::TcpListener, Applies::TcpBackend],
+        default: Default::Is("on"),
+        doc: "Whether TLS sessions may be resumed (an oi extension). On, a \
+              listener with tls-cert gives TLS 1.3 and TLS 1.2 clients session \
+              tickets sealed with keys rustls makes at random and rotates every \
+              6 hours (a ticket stays good up to 12 hours; the keys are never \
+              written anywhere) and remembers the last 256 TLS 1.2 session IDs; \
+              with tls-connect oi resumes its own sessions with the backend \
+              (one server name, at most 8 TLS 1.3 tickets). The tickets and \
+              the cache belong to the rule and survive a reload that keeps its \
+              certificate, key and tls-client-ca; a reload that changes one \
+              of them starts afresh, so no session made under the old \
+              certificate resumes. Off: every connection makes a full \
+              handshake with fresh keys (forward secrecy per connection).",
+        rule: Some(|o| Slot::Switch(&mut o.tls_resumption)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-ocsp"),
+        yaml: Some("tls.ocsp"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no OCSP response stapled"),
+        doc: "A DER OCSP response (as openssl ocsp -respout writes it, at most \
+              64 KiB) stapled to tls-cert for clients that ask (an oi \
+              extension). Read with the certificate at start-up and on SIGHUP: \
+              fetch a fresh response before the old one's nextUpdate and \
+              reload. --check fails when it cannot be read or is empty, and \
+              warns when it is not a DER OCSP response or not a successful one.",
+        rule: Some(|o| Slot::Path(&mut o.tls_ocsp)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-max-handshakes"),
+        yaml: Some("tls.max_handshakes"),
+        value: Value::Number(1, 1_000_000),
+        applies: &[Applies::TcpListener],
+        default: Default::Is("1024"),
+        doc: "Most client TLS handshakes in progress at once on each listener \
+              of the rule (an oi extension, with tls-cert): one more client is \
+              closed at once, logged tls-handshake-failed. Each costs a socket \
+              and rustls's state until it finishes or tls-handshake-timeout \
+              ends it. The count is carried across a reload.",
+        rule: Some(|o| Slot::Count(&mut o.tls_max_handshakes)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
