@@ -54,6 +54,7 @@ mod splice_resets;
 mod startup;
 mod status_page;
 mod tls;
+mod tls_resume;
 mod tls_upgrade;
 mod top;
 mod transparent;
