@@ -44,11 +44,12 @@ pub(crate) use check::check;
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most client handshakes in progress at once on one rule's listener unless
-/// `tls-max-handshakes` says otherwise: each holds rustls's state and a
-/// socket for up to the handshake timeout (about 7 KiB of oi's memory
-/// each, measured by `tls_stall.rs`), so a flood of clients that never
-/// finish holds at most 1,024 of them; past that, new clients are closed
-/// at once.
+/// `tls-max-handshakes` says otherwise: each holds a socket, its task and
+/// rustls's state for up to the handshake timeout (11 KiB of oi's memory
+/// for a client that says nothing, 15 KiB for one that sent half a
+/// ClientHello, measured by `tests/integration/tls_stall.rs`), so a flood of
+/// clients that never finish holds at most 1,024 of them, about 15 MiB;
+/// past that, new clients are closed at once.
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
 
 /// TLS sessions with the backend oi keeps to resume (`tls-connect`): the

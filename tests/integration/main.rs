@@ -55,6 +55,7 @@ mod startup;
 mod status_page;
 mod tls;
 mod tls_resume;
+mod tls_stall;
 mod tls_upgrade;
 mod top;
 mod transparent;
