@@ -393,3 +393,74 @@ fn the_handshake_cap_holds_across_a_reload() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_port_range_reads_its_tls_files_once_not_once_a_port() {
+    if !openssl_present() || !tool_present("strace", "-V", "strace") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = ca(dir.path(), "ca");
+    let edge = leaf(dir.path(), &root, "edge.test", 30);
+    let backend = marker_backend(b"served\n").port();
+    let (first, ports) = (free_port_run(50), 50);
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!(
+            "127.0.0.1 {first}-{} 127.0.0.1 {backend} [tls-cert={},tls-key={}]\n",
+            first + ports - 1,
+            p(&edge.cert),
+            p(&edge.key)
+        ),
+    );
+    // strace runs oi and writes every file it opens (its threads too).
+    let trace = dir.path().join("trace");
+    let mut command = std::process::Command::new("strace");
+    command
+        .args(["-f", "-qq", "-e", "trace=openat", "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_oi"))
+        .arg("-c")
+        .arg(&conf);
+    let mut traced = OiProcess::spawn(command, dir.path());
+    traced.wait_ready();
+    let strace = traced.child.id();
+    let children = format!("/proc/{strace}/task/{strace}/children");
+    let oi = std::fs::read_to_string(&children)
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<i32>().ok())
+        .and_then(rustix::process::Pid::from_raw)
+        .unwrap_or_else(|| traced.fail("oi runs under strace"));
+    let ca_file = p(&root.cert);
+    let last = first + ports - 1;
+    let out = s_client(last, &["-tls1_3", "-CAfile", &ca_file], b"");
+    if !out.contains("served") {
+        traced.fail(&format!("the range's last port ends TLS:\n{out}"));
+    }
+    rustix::process::kill_process(oi, rustix::process::Signal::HUP).expect("SIGHUP oi");
+    for want in ["RELOADING=1", "READY=1"] {
+        let said = traced.next_notify();
+        if !said.contains(want) {
+            traced.fail(&format!("after SIGHUP, {want} expected: {said:?}"));
+        }
+    }
+    rustix::process::kill_process(oi, rustix::process::Signal::TERM).expect("SIGTERM oi");
+    if traced.exited_within(PATIENCE).is_none() {
+        traced.fail("strace ends with oi");
+    }
+    // At start-up and on the reload, --check's reading (the files, then the
+    // expiry warning) and the routes': 3 each, whatever the range's width
+    // (one a port before: 150 each for these 50 ports).
+    let text = std::fs::read_to_string(&trace).expect("strace's output");
+    let cert = format!("\"{}\"", p(&edge.cert));
+    let opened = text.lines().filter(|l| l.contains(&cert)).count();
+    assert!(
+        (2..=6).contains(&opened),
+        "the certificate was opened {opened} times for {ports} ports:\n{}",
+        text.lines()
+            .filter(|l| l.contains(&cert))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
