@@ -8,9 +8,17 @@
 //! the backend, and the backend's after the connect; then
 //! [`pump`] moves plaintext both ways instead of the plain pump.
 //!
-//! - `files.rs`: PEM certificates, keys and roots, checked as `--check` reports them;
+//! - `files.rs`: PEM certificates, keys and roots, and OCSP responses;
+//! - `server.rs`: the listener's config: certificate, stapled OCSP
+//!   response, session tickets and cache (kept across a reload that keeps
+//!   the certificate);
+//! - `check.rs`: `--check`'s (and a reload's) reading of every rule's files;
 //! - `io.rs`: rustls over oi's reactor sockets, and the handshakes;
 //! - `pump.rs`: the two directions once both handshakes are done.
+//!
+//! A rule's files are read once ([`Files`]: a port range's ports share
+//! them); each route counts its own handshakes in progress ([`RouteTls`]),
+//! and a reload hands the count to the same rule's new route.
 //!
 //! kTLS seam: once a handshake is done, rustls can give the traffic
 //! secrets (`dangerous_extract_secrets`); a kernel with kTLS would take

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 /// TLS 1.2 sessions the listener of one rule remembers by session ID (for
 /// clients that send no ticket); the least recently stored is forgotten
-/// first. Each is a 32-byte ID and rustls's encoded session (its master
-/// secret, server name, ALPN and the client's certificate chain when it
-/// sent one): about 200 bytes without a client certificate, so the cache
-/// holds at most about 50 KiB per rule (a few KiB more per session with
-/// client certificates of a few KiB).
+/// first. Each is its 32-byte ID (kept twice: the map and the order) and
+/// rustls's encoded session (master secret, versions, server name, ALPN,
+/// times: about 100 bytes, plus the client's certificate chain when it sent
+/// one), about 250 bytes with the maps' own: at most about 64 KiB per rule
+/// without client certificates.
 pub(crate) const SESSION_CACHE: usize = 256;
 
 /// A rule's ending of TLS: what rustls runs handshakes with, and what its
