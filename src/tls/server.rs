@@ -30,6 +30,10 @@ pub(crate) struct ServerTls {
     /// the tickets and session cache over only while this is the same, so
     /// no session made under a replaced certificate resumes.
     identity: Option<Arc<[Vec<u8>]>>,
+    /// `config` with the session state of the rule before a reload, made
+    /// once for all the routes that share this (a port range's ports):
+    /// one config for the range after a reload, as before it.
+    carried: Arc<std::sync::OnceLock<Arc<ServerConfig>>>,
 }
 
 impl ServerTls {
@@ -42,10 +46,13 @@ impl ServerTls {
         if !same || Arc::ptr_eq(&self.config.ticketer, &old.config.ticketer) {
             return;
         }
-        let mut config = (*self.config).clone();
-        config.ticketer = old.config.ticketer.clone();
-        config.session_storage = old.config.session_storage.clone();
-        self.config = Arc::new(config);
+        let carried = self.carried.get_or_init(|| {
+            let mut config = (*self.config).clone();
+            config.ticketer = old.config.ticketer.clone();
+            config.session_storage = old.config.session_storage.clone();
+            Arc::new(config)
+        });
+        self.config = carried.clone();
     }
 }
 
@@ -105,6 +112,7 @@ pub(crate) fn server_tls(s: &RuleOptions, cert: &Path, key: &Path) -> Result<Ser
     Ok(ServerTls {
         config: Arc::new(config),
         identity: resume.then(|| identity.into()),
+        carried: Arc::default(),
     })
 }
 
