@@ -20,6 +20,9 @@ pub(crate) fn check(cfg: &ResolvedConfig, file: &str) -> Result<Vec<ConfigError>
         .flat_map(|r| std::iter::once(r).chain(r.sni.iter()));
     for rule in rules {
         let s = rule.settings();
+        if !super::names_tls(&s) {
+            continue;
+        }
         // A port range's ports are one line: its files read and its
         // warnings given once.
         let first = warned.insert((rule.rule.file.clone(), rule.rule.line));

@@ -40,7 +40,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, Connection};
 use std::collections::HashMap;
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -196,7 +196,7 @@ struct RuleKey {
     /// The backend's host as written (the default `tls-name`).
     host: Arc<str>,
     /// The paths of the rule's TLS files.
-    paths: [Option<PathBuf>; 7],
+    paths: [Option<Box<Path>>; 7],
     /// `tls-alpn` and `tls-name`.
     texts: [Option<String>; 2],
     /// `tls-connect`, `tls-insecure` and `tls-resumption`.
@@ -233,6 +233,11 @@ impl Files {
     /// The TLS of `rule` with settings `s`: its files read the first time
     /// this rule is asked for, the same [`Loaded`] after.
     fn load(&mut self, rule: &ResolvedRule, s: &RuleOptions) -> Result<Option<Loaded>, String> {
+        if !names_tls(s) {
+            // Nothing kept for a rule without TLS: 32,768 such rules would
+            // hold 10 MiB of keys for nothing.
+            return Ok(None);
+        }
         self.0
             .entry(RuleKey::of(rule, s))
             .or_insert_with(|| load(s, &rule.rule.connect().host_text))
@@ -252,11 +257,26 @@ impl Files {
         Ok(Some(RouteTls {
             server: loaded.server,
             handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
-            max_handshakes: s.tls_max_handshakes.unwrap_or(MAX_HANDSHAKES).max(1),
+            max_handshakes: s
+                .tls_max_handshakes
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(MAX_HANDSHAKES)
+                .max(1),
             handshakes: Arc::new(AtomicUsize::new(0)),
             client: loaded.client,
         }))
     }
+}
+
+/// Whether the settings `s` ask for TLS at either end (or name a file that
+/// needs it, which [`load`] refuses).
+pub(crate) fn names_tls(s: &RuleOptions) -> bool {
+    s.tls_cert.is_some()
+        || s.tls_key.is_some()
+        || s.tls_client_ca.is_some()
+        || s.tls_alpn.is_some()
+        || s.tls_ocsp.is_some()
+        || s.tls_connect == Some(true)
 }
 
 /// Reads every file the TLS settings `s` of a rule whose backend is named

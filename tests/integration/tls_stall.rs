@@ -154,13 +154,14 @@ fn a_thousand_stalled_handshakes_are_capped_bounded_and_freed_at_the_deadline() 
          ({grew} KiB more, {} bytes a handshake held); longest held {longest:?}",
         grew * 1024 / (CLIENTS - refused).max(1) as u64
     );
-    // The cap: never more than CAP held (the slack is clients accepted in
-    // one batch and not yet refused), none refused below it, and, when all
+    // The cap: never more than CAP held (the slack is clients accepted and
+    // not yet refused: up to 78 seen with the whole suite running; without
+    // a cap all 1,000 would be held), none refused below it, and, when all
     // were open before the first deadline, exactly those past it refused.
     let all_open_in = clients.iter().map(|c| c.opened).max().map(|t| t - began);
     let fast = all_open_in.is_some_and(|d| d < Duration::from_millis(DEADLINE * 500));
     let exact = !fast || refused == CLIENTS - CAP;
-    if peak_fds > base_fds + CAP + 64 || !(1..=CLIENTS - CAP).contains(&refused) || !exact {
+    if peak_fds > base_fds + CAP + 200 || !(1..=CLIENTS - CAP).contains(&refused) || !exact {
         oi.fail(&format!(
             "at most {CAP} handshakes held: {peak_fds} descriptors against {base_fds}, \
              {refused} refused (all open in {all_open_in:?})"
