@@ -270,9 +270,21 @@ fn an_ocsp_response_is_stapled_and_a_reload_staples_the_new_one() {
         updates[0].is_some() && updates[0] == updates[1],
         "{updates:?}"
     );
-    // A fresher response, read on SIGHUP.
+    // A fresher response, read on SIGHUP: the certificate is the same, so
+    // sessions made before resume after.
+    let session = dir.path().join("session.pem");
+    let (first, _) = twice(port, &["-tls1_3"], &session);
+    assert!(full(&first), "{first}");
     ocsp_response(dir.path(), &root, &edge.cert, 7, &response);
     oi.reload();
+    let f = p(&session);
+    let out = s_client(port, &["-tls1_3", "-sess_in", &f], b"");
+    if !reused(&out) {
+        oi.fail(&format!(
+            "a new OCSP response alone keeps the sessions:
+{out}"
+        ));
+    }
     let out = stapled(port, "-tls1_3");
     let after = next_update(&out);
     if after.is_none() || after == updates[0] {
