@@ -105,6 +105,10 @@ pub fn status_json(s: &Snapshot) -> Value {
                     v
                 })
                 .collect();
+            let mut oi = counters_json(c);
+            if let Some(tls) = super::tls::json(r, s.taken_at) {
+                oi["tls"] = tls;
+            }
             json!({
                 "name": r.name,
                 "algorithm": r.algorithm,
@@ -113,7 +117,7 @@ pub fn status_json(s: &Snapshot) -> Value {
                 "bytes_in": both_ways(c),
                 "bytes_out": both_ways(c),
                 "backends": backends,
-                "oi": counters_json(c),
+                "oi": oi,
             })
         })
         .collect();
@@ -340,6 +344,7 @@ pub fn status_text(s: &Snapshot) -> String {
             human_bytes(c.to_client)
         );
         let _ = writeln!(o, "    {}", counters_text(c));
+        super::tls::text(&mut o, r, s.taken_at);
         if !r.backends.is_empty() {
             let _ = writeln!(o, "    Backends:");
             for b in &r.backends {

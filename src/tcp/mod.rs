@@ -34,7 +34,9 @@ use crate::route::edge::{self, Origin};
 use crate::route::limits::Held;
 use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
+use crate::stats::{
+    ConnKind, ConnState, ConnectFailure, Registered, RuleStats, TlsFailure, TlsSide,
+};
 use oi_runtime::reactor::Async;
 use pump::{Half, Limits, Pump, PumpOutcome, Side};
 use std::future::Future;
@@ -135,6 +137,12 @@ pub(crate) async fn open<G: Guards>(
             let (routed, name) = match Box::pin(chosen).await {
                 Ok(routed) => routed,
                 Err(name) => {
+                    // No rule here is for that name, so neither is any
+                    // certificate: a TLS listener counts it as such.
+                    if matches!(&route.tls, Ok(Some(t)) if t.server.is_some()) {
+                        live.rule()
+                            .tls_failed(TlsSide::Client, TlsFailure::UnknownName);
+                    }
                     let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
                     line.server_name = name;
                     shared.log.log(line);
@@ -194,8 +202,14 @@ pub(crate) async fn open<G: Guards>(
     let client_tls = match &tls {
         None => None,
         Some(t) => match Box::pin(crate::tls::accept(t, &client)).await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                if let Some(c) = &conn {
+                    stats.tls_done(TlsSide::Client, crate::tls::seen::resumed(c));
+                }
+                conn
+            }
             Err(why) => {
+                stats.tls_failed(TlsSide::Client, why.class);
                 log::info!(reason = "tls-handshake-failed"; "{peer}: TLS handshake with the client on {}: {why}", route.bind);
                 shared
                     .log
@@ -259,8 +273,14 @@ pub(crate) async fn open<G: Guards>(
         Some(t) => {
             let deadline = timeout;
             match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
-                Ok(conn) => conn,
+                Ok(conn) => {
+                    if let Some(c) = &conn {
+                        stats.tls_done(TlsSide::Backend, crate::tls::seen::resumed(c));
+                    }
+                    conn
+                }
                 Err(why) => {
+                    stats.tls_failed(TlsSide::Backend, why.class);
                     log::warn!(
                         reason = "tls-backend-failed";
                         "{peer} -> {}: TLS to the backend failed: {why}",

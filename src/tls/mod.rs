@@ -21,6 +21,8 @@
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod seen;
+pub(crate) mod subject;
 
 use futures_lite::FutureExt;
 use oi_config::{ConfigError, ConfigErrors, ResolvedConfig, ResolvedRule, RuleOptions, Shown};
@@ -81,12 +83,12 @@ impl Drop for HandshakeSlot {
 pub(crate) async fn accept(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some(config) = &tls.server else {
         return Ok(None);
     };
     let Some(_slot) = tls.handshake_slot() else {
-        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress"));
+        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress").into());
     };
     let conn = rustls::ServerConnection::new(config.clone())
         .map(Connection::Server)
@@ -102,7 +104,7 @@ pub(crate) async fn connect(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some((config, name)) = &tls.client else {
         return Ok(None);
     };
@@ -119,7 +121,7 @@ async fn handshake_within(
     mut conn: Connection,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Connection, String> {
+) -> Result<Connection, seen::Failed> {
     let timeout = async {
         Timer::after(deadline).await;
         Err(std::io::Error::new(
@@ -130,7 +132,7 @@ async fn handshake_within(
     io::handshake(&mut conn, socket)
         .or(timeout)
         .await
-        .map_err(|e| io::reason(&e))?;
+        .map_err(|e| seen::Failed::of(&e))?;
     Ok(conn)
 }
 

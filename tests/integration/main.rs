@@ -55,6 +55,7 @@ mod startup;
 mod status_page;
 mod tls;
 mod tls_upgrade;
+mod tls_views;
 mod top;
 mod transparent;
 mod transparent_reload;

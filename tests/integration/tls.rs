@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 /// Whether `openssl` runs; when it does not, the test is skipped unless
 /// OI_REQUIRE_TOOLS is set.
-fn openssl_present() -> bool {
+pub(super) fn openssl_present() -> bool {
     tool_present("openssl", "version", "openssl")
 }
 
 /// Runs `openssl` with `args`, failing the test with its stderr.
-fn openssl(args: &[&str]) {
+pub(super) fn openssl(args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .output()
@@ -121,7 +121,7 @@ pub(super) fn leaf(dir: &Path, ca: &Pair, cn: &str, days: u32) -> Pair {
 
 /// `openssl s_client` to 127.0.0.1:`port` with `extra` arguments, sending
 /// `input` and waiting for the server to close; all it printed.
-fn s_client(port: u16, extra: &[&str], input: &[u8]) -> String {
+pub(super) fn s_client(port: u16, extra: &[&str], input: &[u8]) -> String {
     let mut child = Command::new("timeout")
         .args(["30", "openssl", "s_client", "-connect"])
         .arg(format!("127.0.0.1:{port}"))
@@ -187,14 +187,14 @@ pub(super) fn rustls_client(
 }
 
 /// Writes `text` as the configuration and starts oi on it.
-fn start(dir: &Path, text: &str) -> OiProcess {
+pub(super) fn start(dir: &Path, text: &str) -> OiProcess {
     let conf = dir.join("oi.conf");
     write_atomic(&conf, text);
     OiProcess::start(dir, &conf, &[])
 }
 
 /// `path` as configuration text.
-fn p(path: &Path) -> String {
+pub(super) fn p(path: &Path) -> String {
     path.display().to_string()
 }
 
