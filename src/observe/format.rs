@@ -391,6 +391,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
                 "bytes_to_client": c.to_client,
                 "state": c.state.as_str(),
                 "server_name": c.server_name,
+                "tls_subject": c.tls_subject,
             })
         })
         .collect();
@@ -411,6 +412,7 @@ pub fn connections_text(rows: &Value) -> String {
         "STATE",
         "SERVER_NAME",
         "ID",
+        "TLS_SUBJECT",
     ]
     .map(String::from)];
     for r in rows.as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -428,9 +430,12 @@ pub fn connections_text(rows: &Value) -> String {
             text("state"),
             text("server_name"),
             num("id"),
+            // RFC 4514 lets any character be written `\XX`: a space so
+            // written keeps the column one field for `awk`.
+            text("tls_subject").replace(' ', "\\20"),
         ]);
     }
-    let mut widths = [0usize; 10];
+    let mut widths = [0usize; 11];
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());

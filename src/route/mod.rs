@@ -384,6 +384,7 @@ impl Route {
             to_client: bytes.to_client,
             event,
             server_name: None,
+            tls_subject: None,
             flow: None,
         }
     }

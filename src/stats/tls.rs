@@ -5,6 +5,7 @@
 
 use super::counters::CounterCells;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 
 /// Which end of a connection a handshake was with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,4 +106,16 @@ pub(super) fn failed(side: TlsSide, why: TlsFailure) -> impl Fn(&CounterCells) -
         (TlsSide::Backend, TlsFailure::UnknownName) => &c.tls_backend_unknown_name,
         (TlsSide::Backend, TlsFailure::Other) => &c.tls_backend_other,
     }
+}
+
+/// What a live connection is named by besides its addresses, in one box
+/// that only connections with a name take (the live entry keeps one word
+/// for it): the server name that routed it, and the subject of the
+/// certificate its client presented (`tls-client-ca`), each set once.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ConnNames {
+    /// The TLS server name it was routed by (`[sni=...]` listeners).
+    pub(super) server_name: OnceLock<Arc<str>>,
+    /// Its client certificate's subject (RFC 4514, capped), once verified.
+    pub(super) tls_subject: OnceLock<Arc<str>>,
 }

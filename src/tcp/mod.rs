@@ -176,6 +176,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     };
@@ -205,6 +206,9 @@ pub(crate) async fn open<G: Guards>(
             Ok(conn) => {
                 if let Some(c) = &conn {
                     stats.tls_done(TlsSide::Client, crate::tls::seen::resumed(c));
+                    if let Some(subject) = crate::tls::seen::client_subject(c) {
+                        live.client_subject(subject.into());
+                    }
                 }
                 conn
             }
@@ -445,9 +449,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             (None, Some(lease)) => lease.member().label().to_string(),
             (None, None) => "?".to_string(),
         };
-        log::debug!(
-            rule:% = route.bind, client:% = live.client(), backend:% = reached,
-            reason = ev.as_str();
+        let text = format!(
             "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             live.client(),
             route.names.bind_host,
@@ -457,6 +459,18 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             outcome.from_client,
             outcome.to_client,
         );
+        // The client certificate's subject, when it showed one, as the
+        // journal's OI_TLS_SUBJECT.
+        match live.tls_subject() {
+            Some(subject) => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(), tls_subject:% = subject; "{text}"
+            ),
+            None => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(); "{text}"
+            ),
+        }
     }
     let bytes = Bytes {
         from_client: outcome.from_client,
@@ -465,6 +479,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     open.shared.log.log_with(|| {
         let mut line = route.event(live.client().client(), ev, bytes);
         line.server_name = live.server_name();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     });

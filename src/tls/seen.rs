@@ -87,6 +87,13 @@ pub(crate) fn resumed(conn: &Connection) -> bool {
     conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
 }
 
+/// The subject of the certificate the peer presented and rustls verified
+/// (a client's, with `tls-client-ca`), if it presented one.
+pub(crate) fn client_subject(conn: &Connection) -> Option<String> {
+    let leaf = conn.peer_certificates()?.first()?;
+    super::subject::subject_of(leaf)
+}
+
 /// The TLS of a rule with settings `s` as the views show it; `None` when
 /// it has none. Reads the certificate files again (a few KiB, at start and
 /// each reload), so a renewed certificate's expiry shows once reloaded.

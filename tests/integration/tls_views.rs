@@ -303,3 +303,108 @@ fn each_presented_certificate_s_expiry_is_its_not_after_and_a_reload_reads_it_ag
     }
     oi.stop();
 }
+
+/// A TLS client (rustls) of 127.0.0.1:`port` trusting `ca` for `name`
+/// and presenting the certificate `cert` with its key `key`.
+fn rustls_client_with_cert(
+    port: u16,
+    ca: &Path,
+    name: &str,
+    cert: &Path,
+    key: &Path,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).expect("ca") {
+        roots.add(c.expect("ca pem")).expect("root");
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .expect("cert")
+        .map(|c| c.expect("cert pem"))
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).expect("key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client certificate");
+    let name = ServerName::try_from(name.to_string()).expect("name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("client");
+    rustls::StreamOwned::new(conn, connect(local(port)))
+}
+
+#[test]
+fn a_client_certificate_s_subject_is_in_the_json_log_and_oi_connections() {
+    if !openssl_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = ca(dir.path(), "ca");
+    let edge = leaf(dir.path(), &root, "edge.test", 30);
+    let client = leaf(dir.path(), &root, "client.test", 30);
+    let backend = echo_backend("127.0.0.1:0").port();
+    let port = free_port();
+    let (log, control) = (dir.path().join("oi.log"), dir.path().join("control.sock"));
+    let oi = start(
+        dir.path(),
+        &format!(
+            "logfile {}\nlogformat json\ncontrolsocket {}\n\
+             127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={},tls-key={},tls-client-ca={}]\n",
+            p(&log),
+            p(&control),
+            p(&edge.cert),
+            p(&edge.key),
+            p(&root.cert),
+        ),
+    );
+    let mut open =
+        rustls_client_with_cert(port, &root.cert, "edge.test", &client.cert, &client.key);
+    std::io::Write::write_all(&mut open, b"ping").expect("write");
+    let mut back = [0u8; 4];
+    open.read_exact(&mut back).expect("echo");
+    // Live: `oi connections` names the subject, as JSON and as a column.
+    let connections = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oi"));
+        cmd.arg("connections");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .arg("--socket")
+            .arg(&control)
+            .output()
+            .expect("oi connections");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let list: Value = serde_json::from_str(&connections(true)).expect("JSON list");
+    if list[0]["tls_subject"] != "CN=client.test" {
+        oi.fail(&format!("oi connections --json names the subject: {list}"));
+    }
+    let text = connections(false);
+    let header = text.lines().next().unwrap_or_default();
+    let row = text.lines().nth(1).unwrap_or_default();
+    if !header.ends_with("TLS_SUBJECT") || !row.ends_with("CN=client.test") {
+        oi.fail(&format!(
+            "oi connections shows a TLS_SUBJECT column:\n{text}"
+        ));
+    }
+    drop(open);
+    // Ended: the JSON log's lines after the handshake carry it too.
+    let lines = wait_lines(&log, 2);
+    let done: Value = serde_json::from_str(&lines[1]).expect("a JSON line");
+    if done["tls_subject"] != "CN=client.test" || done["event"] != "done-remote-closed" {
+        oi.fail(&format!(
+            "the done line names the subject: {}",
+            lines.join("\n")
+        ));
+    }
+    let opened: Value = serde_json::from_str(&lines[0]).expect("a JSON line");
+    assert_eq!(
+        opened["tls_subject"],
+        Value::Null,
+        "opened before the handshake"
+    );
+    oi.stop();
+}
