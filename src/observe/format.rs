@@ -411,8 +411,8 @@ pub fn connections_text(rows: &Value) -> String {
         "TO_CLIENT",
         "STATE",
         "SERVER_NAME",
-        "ID",
         "TLS_SUBJECT",
+        "ID",
     ]
     .map(String::from)];
     for r in rows.as_array().map(Vec::as_slice).unwrap_or(&[]) {
@@ -429,10 +429,10 @@ pub fn connections_text(rows: &Value) -> String {
             num("bytes_to_client"),
             text("state"),
             text("server_name"),
-            num("id"),
             // RFC 4514 lets any character be written `\XX`: a space so
-            // written keeps the column one field for `awk`.
+            // written keeps the column one field for `awk`. The id stays last.
             text("tls_subject").replace(' ', "\\20"),
+            num("id"),
         ]);
     }
     let mut widths = [0usize; 11];
