@@ -1,11 +1,15 @@
 //! TLS made visible, through the real binary: each rule's handshakes by
-//! side and kind and its failures by reason in `/metrics`,
-//! `/status.json` and `oi status`; the expiry of every certificate a rule
-//! presents as `oi_tls_certificate_expiry_seconds`, equal to the
-//! certificate's notAfter and read again at a reload. Certificates made by
-//! `openssl` as tls.rs makes them; `openssl s_client` and `s_server` as
-//! the far ends. Without openssl each test says so and passes, unless
-//! OI_REQUIRE_TOOLS is set.
+//! side and kind and its failures by reason (a full handshake, a timeout,
+//! no common cipher suite, a backend with the wrong name, an unknown server
+//! name) in `/metrics`, `/status.json`, `oi status`, `oi top` (piped and in
+//! tmux) and the status page (chromium); the expiry of every certificate a
+//! rule presents as `oi_tls_certificate_expiry_seconds`, equal to the
+//! certificate's notAfter and read again at a reload that keeps the
+//! counters; a client certificate's subject in the JSON log and `oi
+//! connections`. Certificates made by `openssl` as tls.rs makes them;
+//! `openssl s_client` and `s_server` as the far ends. Without openssl each
+//! test says so and passes, unless OI_REQUIRE_TOOLS is set (tmux and
+//! chromium parts are skipped without them, as top.rs and status_page.rs do).
 
 use crate::common::*;
 use crate::observe::{http, parse_exposition, value, Sample};
@@ -131,6 +135,12 @@ fn handshakes_and_failures_are_counted_per_rule_side_and_reason() {
         oi.fail(&format!("a client's handshake completes:\n{out}"));
     }
     silent_until_closed(ends);
+    // A client that offers only a cipher suite rustls does not have (RSA
+    // key exchange): nothing in common.
+    let out = s_client(ends, &["-tls1_2", "-cipher", "AES128-SHA"], b"");
+    if out.contains("served") {
+        oi.fail(&format!("no handshake without a common suite:\n{out}"));
+    }
     // A verified backend, and one whose certificate is for another name.
     if !plain_get(begins).starts_with("HTTP/1.0 200 ok") {
         oi.fail("the verified backend answers");
@@ -166,6 +176,11 @@ fn handshakes_and_failures_are_counted_per_rule_side_and_reason() {
             failed(&rule_of(ends), "client", "timeout"),
             1.0,
             "edge: one timed out",
+        ),
+        (
+            failed(&rule_of(ends), "client", "incompatible"),
+            1.0,
+            "edge: one without a common cipher suite",
         ),
         (
             failed(&rule_of(ends), "client", "other"),
@@ -205,7 +220,7 @@ fn handshakes_and_failures_are_counted_per_rule_side_and_reason() {
     assert_eq!(tls["terminates"], true, "{tls}");
     assert_eq!(tls["originates"], false, "{tls}");
     assert_eq!(tls["client"]["handshakes"], 1, "{tls}");
-    assert_eq!(tls["client"]["failed"], 1, "{tls}");
+    assert_eq!(tls["client"]["failed"], 2, "{tls}");
     assert_eq!(tls["client"]["failures"]["timeout"], 1, "{tls}");
     assert!(tls.get("backend").is_none(), "{tls}");
     let days = tls["expires_in_days"].as_i64().expect("days");
@@ -229,7 +244,7 @@ fn handshakes_and_failures_are_counted_per_rule_side_and_reason() {
         .expect("oi status");
     let text = String::from_utf8_lossy(&out.stdout);
     for want in [
-        "TLS client (terminated): handshakes full=1 resumed=0; failed incompatible=0 \
+        "TLS client (terminated): handshakes full=1 resumed=0; failed incompatible=1 \
          bad-certificate=0 timeout=1 unknown-name=0 other=0",
         "TLS backend (originated): handshakes full=0 resumed=0; failed incompatible=0 \
          bad-certificate=1 timeout=0 unknown-name=0 other=0",
@@ -260,7 +275,7 @@ fn handshakes_and_failures_are_counted_per_rule_side_and_reason() {
                 "client",
                 "1",
                 "0",
-                "1",
+                "2",
                 &*format!("{days}d"),
             ][..],
         )
@@ -351,6 +366,12 @@ fn each_presented_certificate_s_expiry_is_its_not_after_and_a_reload_reads_it_ag
     if got != want {
         oi.fail(&format!("tls-client-cert's expiry: {got}, not {want}"));
     }
+    // One handshake before the reload: the counters stay the rule's after it.
+    let mut c = crate::tls::rustls_client(port, &root.cert, "edge.test");
+    std::io::Write::write_all(&mut c, b"ping").expect("write");
+    let mut back = [0u8; 4];
+    c.read_exact(&mut back).expect("echo");
+    drop(c);
     // A renewed certificate's expiry once a reload has read it.
     std::fs::copy(&renewed.cert, &cert).expect("cert");
     std::fs::copy(&renewed.key, &key).expect("key");
@@ -359,6 +380,15 @@ fn each_presented_certificate_s_expiry_is_its_not_after_and_a_reload_reads_it_ag
     let got = expiry(port, &cert, "edge.test");
     if got != want {
         oi.fail(&format!("after the reload: {got}, not the renewed {want}"));
+    }
+    let labels = [
+        ("rule", &*format!("127.0.0.1:{port}/tcp")),
+        ("side", "client"),
+        ("kind", "full"),
+    ];
+    let kept = value(&scrape(metrics), "oi_tls_handshakes_total", &labels);
+    if kept != 1.0 {
+        oi.fail(&format!("the handshake counted before the reload: {kept}"));
     }
     oi.stop();
 }
