@@ -7,11 +7,11 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 /// Longest subject kept, in bytes: a subject is the certificate holder's
 /// text, and a log line or a label must not carry kilobytes of it. Real
 /// subjects are under 200 bytes.
-pub(crate) const MAX_SUBJECT_BYTES: usize = 256;
+pub(crate) const MAX_SUBJECT: usize = 256;
 
 /// The subject of the DER certificate `der` as RFC 4514 writes it (last
 /// RDN first, `,` between RDNs, `+` inside one, specials escaped), cut to
-/// [`MAX_SUBJECT_BYTES`] at a character boundary; `None` when the
+/// [`MAX_SUBJECT`] at a character boundary; `None` when the
 /// certificate cannot be read.
 pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
@@ -50,12 +50,12 @@ pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
                             out.push_str(&format!("82{n:04x}"));
                         }
                     }
-                    for b in data.iter().take(MAX_SUBJECT_BYTES) {
+                    for b in data.iter().take(MAX_SUBJECT) {
                         out.push_str(&format!("{b:02x}"));
                     }
                 }
             }
-            if out.len() > MAX_SUBJECT_BYTES {
+            if out.len() > MAX_SUBJECT {
                 return Some(cut(out));
             }
         }
@@ -103,10 +103,10 @@ fn escape_into(out: &mut String, value: &str) {
     }
 }
 
-/// `s` cut to [`MAX_SUBJECT_BYTES`] at a character boundary.
+/// `s` cut to [`MAX_SUBJECT`] at a character boundary.
 fn cut(mut s: String) -> String {
-    if s.len() > MAX_SUBJECT_BYTES {
-        let mut at = MAX_SUBJECT_BYTES;
+    if s.len() > MAX_SUBJECT {
+        let mut at = MAX_SUBJECT;
         while !s.is_char_boundary(at) {
             at -= 1;
         }
@@ -133,7 +133,7 @@ mod tests {
     fn a_long_subject_is_cut_at_a_character_boundary() {
         let long = "é".repeat(200);
         let cut = cut(long);
-        assert!(cut.len() <= MAX_SUBJECT_BYTES && cut.len() >= MAX_SUBJECT_BYTES - 1);
+        assert!(cut.len() <= MAX_SUBJECT && cut.len() >= MAX_SUBJECT - 1);
         assert!(cut.chars().all(|c| c == 'é'));
     }
 
