@@ -395,7 +395,7 @@ fn each_presented_certificate_s_expiry_is_its_not_after_and_a_reload_reads_it_ag
 
 /// A TLS client (rustls) of 127.0.0.1:`port` trusting `ca` for `name`
 /// and presenting the certificate `cert` with its key `key`.
-fn rustls_client_with_cert(
+pub(super) fn rustls_client_with_cert(
     port: u16,
     ca: &Path,
     name: &str,
