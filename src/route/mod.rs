@@ -91,6 +91,9 @@ pub struct Route {
     /// says why they could not be (a file changed after the reload's check):
     /// such a rule closes its clients rather than forward them in clear.
     pub(crate) tls: Result<Option<Arc<crate::tls::RouteTls>>, Arc<str>>,
+    /// The same TLS as the views show it (which ends, the certificates'
+    /// expiry), read with it; the listener hands it to the rule's counters.
+    pub(crate) tls_shown: Option<Arc<crate::stats::TlsShown>>,
 }
 
 /// Where a shared listener's connections go by server name.
@@ -205,6 +208,7 @@ impl Route {
         // Read before privileges drop at start-up; a reload's files were
         // checked (`tls::check`) before the routes were built. Once per
         // rule: the ports of a range share what `files` read.
+        let tls_shown = files.shown(&rule, &settings);
         let tls = match files.for_rule(&rule, &settings) {
             Ok(tls) => Ok(tls.map(Arc::new)),
             Err(why) => {
@@ -227,6 +231,7 @@ impl Route {
         };
         Route {
             tls,
+            tls_shown,
             rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
@@ -406,6 +411,7 @@ impl Route {
             to_client: bytes.to_client,
             event,
             server_name: None,
+            tls_subject: None,
             flow: None,
         }
     }

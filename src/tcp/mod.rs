@@ -34,7 +34,9 @@ use crate::route::edge::{self, Origin};
 use crate::route::limits::Held;
 use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
+use crate::stats::{
+    ConnKind, ConnState, ConnectFailure, Registered, RuleStats, TlsFailure, TlsSide,
+};
 use oi_runtime::reactor::Async;
 use pump::{Half, Limits, Pump, PumpOutcome, Side};
 use std::future::Future;
@@ -135,6 +137,12 @@ pub(crate) async fn open<G: Guards>(
             let (routed, name) = match Box::pin(chosen).await {
                 Ok(routed) => routed,
                 Err(name) => {
+                    // No rule here is for that name, so neither is any
+                    // certificate: a TLS listener counts it as such.
+                    if matches!(&route.tls, Ok(Some(t)) if t.server.is_some()) {
+                        live.rule()
+                            .tls_failed(TlsSide::Client, TlsFailure::UnknownName);
+                    }
                     let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
                     line.server_name = name;
                     shared.log.log(line);
@@ -168,6 +176,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     };
@@ -194,8 +203,17 @@ pub(crate) async fn open<G: Guards>(
     let client_tls = match &tls {
         None => None,
         Some(t) => match Box::pin(crate::tls::accept(t, &client)).await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                if let Some(c) = &conn {
+                    stats.tls_done(TlsSide::Client, crate::tls::seen::resumed(c));
+                    if let Some(subject) = crate::tls::seen::client_subject(c) {
+                        live.client_subject(subject.into());
+                    }
+                }
+                conn
+            }
             Err(why) => {
+                stats.tls_failed(TlsSide::Client, why.class);
                 log::info!(reason = "tls-handshake-failed"; "{peer}: TLS handshake with the client on {}: {why}", route.bind);
                 shared
                     .log
@@ -259,8 +277,14 @@ pub(crate) async fn open<G: Guards>(
         Some(t) => {
             let deadline = timeout;
             match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
-                Ok(conn) => conn,
+                Ok(conn) => {
+                    if let Some(c) = &conn {
+                        stats.tls_done(TlsSide::Backend, crate::tls::seen::resumed(c));
+                    }
+                    conn
+                }
                 Err(why) => {
+                    stats.tls_failed(TlsSide::Backend, why.class);
                     log::warn!(
                         reason = "tls-backend-failed";
                         "{peer} -> {}: TLS to the backend failed: {why}",
@@ -425,9 +449,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             (None, Some(lease)) => lease.member().label().to_string(),
             (None, None) => "?".to_string(),
         };
-        log::debug!(
-            rule:% = route.bind, client:% = live.client(), backend:% = reached,
-            reason = ev.as_str();
+        let text = format!(
             "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             live.client(),
             route.names.bind_host,
@@ -437,6 +459,18 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             outcome.from_client,
             outcome.to_client,
         );
+        // The client certificate's subject, when it showed one, as the
+        // journal's OI_TLS_SUBJECT.
+        match live.tls_subject() {
+            Some(subject) => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(), tls_subject:% = subject; "{text}"
+            ),
+            None => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(); "{text}"
+            ),
+        }
     }
     let bytes = Bytes {
         from_client: outcome.from_client,
@@ -445,6 +479,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     open.shared.log.log_with(|| {
         let mut line = route.event(live.client().client(), ev, bytes);
         line.server_name = live.server_name();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     });

@@ -30,7 +30,9 @@ pub(crate) mod check;
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod seen;
 pub(crate) mod server;
+pub(crate) mod subject;
 
 use futures_lite::FutureExt;
 use oi_config::{ResolvedRule, RuleOptions, Shown};
@@ -120,7 +122,7 @@ impl Drop for HandshakeSlot {
 pub(crate) async fn accept(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some(server) = &tls.server else {
         return Ok(None);
     };
@@ -128,7 +130,8 @@ pub(crate) async fn accept(
         return Err(format!(
             "{} handshakes already in progress (tls-max-handshakes)",
             tls.max_handshakes
-        ));
+        )
+        .into());
     };
     let conn = rustls::ServerConnection::new(server.config.clone())
         .map(Connection::Server)
@@ -144,7 +147,7 @@ pub(crate) async fn connect(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some((config, name)) = &tls.client else {
         return Ok(None);
     };
@@ -161,7 +164,7 @@ async fn handshake_within(
     mut conn: Connection,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Connection, String> {
+) -> Result<Connection, seen::Failed> {
     let timeout = async {
         Timer::after(deadline).await;
         Err(std::io::Error::new(
@@ -172,7 +175,7 @@ async fn handshake_within(
     io::handshake(&mut conn, socket)
         .or(timeout)
         .await
-        .map_err(|e| io::reason(&e))?;
+        .map_err(|e| seen::Failed::of(&e))?;
     Ok(conn)
 }
 
@@ -227,7 +230,12 @@ impl RuleKey {
 /// Each rule's [`Loaded`] (or why it could not be), so that building the
 /// routes of a configuration, or checking it, reads each rule's files once.
 #[derive(Default)]
-pub(crate) struct Files(HashMap<RuleKey, Result<Option<Loaded>, String>>);
+pub(crate) struct Files {
+    /// Each rule's configs, or why its files did not load.
+    loaded: HashMap<RuleKey, Result<Option<Loaded>, String>>,
+    /// Each rule's TLS as the views show it (its certificates' expiry).
+    shown: HashMap<RuleKey, Option<Arc<crate::stats::TlsShown>>>,
+}
 
 impl Files {
     /// The TLS of `rule` with settings `s`: its files read the first time
@@ -238,9 +246,25 @@ impl Files {
             // hold 10 MiB of keys for nothing.
             return Ok(None);
         }
-        self.0
+        self.loaded
             .entry(RuleKey::of(rule, s))
             .or_insert_with(|| load(s, &rule.rule.connect().host_text))
+            .clone()
+    }
+
+    /// The TLS of `rule` with settings `s` as the views show it
+    /// ([`seen::shown`]), its certificates read once per rule too.
+    pub(crate) fn shown(
+        &mut self,
+        rule: &ResolvedRule,
+        s: &RuleOptions,
+    ) -> Option<Arc<crate::stats::TlsShown>> {
+        if !names_tls(s) {
+            return None;
+        }
+        self.shown
+            .entry(RuleKey::of(rule, s))
+            .or_insert_with(|| seen::shown(s).map(Arc::new))
             .clone()
     }
 

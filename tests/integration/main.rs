@@ -57,6 +57,7 @@ mod tls;
 mod tls_resume;
 mod tls_stall;
 mod tls_upgrade;
+mod tls_views;
 mod top;
 mod transparent;
 mod transparent_reload;
