@@ -34,7 +34,8 @@ echo "== findings"
 echo "== figures ($ROUNDS rounds; load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$probe" rtt "$RTT" "$ROUNDS"
 "$probe" rr "$CLIENTS" "$SECS" "$ROUNDS"
-"$probe" bulk "$MIB" "$ROUNDS"
+"$probe" bulk "$MIB" "$ROUNDS" 1
+"$probe" bulk "$MIB" "$ROUNDS" 8
 echo "== where a redirected message's time goes: psock backlog work items per round trip"
 if command -v perf >/dev/null; then
     tmp=$(mktemp)

@@ -9,12 +9,13 @@
 
 use aya::maps::{HashMap, MapData, SockHash};
 use aya::programs::SkSkb;
+use figures::{bulk, request_response, rtt, Oi};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod figures;
 
 /// The verdict program, compiled by build.rs.
 const PLAIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mover.o"));
@@ -32,79 +33,6 @@ struct Mover {
     /// oi itself beside the probe's paths (`OI=path/to/oi`): "oi-splice"
     /// and "oi-copy", each an oi process forwarding to a listener here.
     ois: Vec<(&'static str, Oi)>,
-}
-
-/// An oi process forwarding one port to a listener of the probe's.
-struct Oi {
-    /// The process, killed on drop.
-    child: std::process::Child,
-    /// Where oi listens.
-    port: u16,
-    /// Where oi connects: the probe accepts each backend socket here.
-    backends: TcpListener,
-    /// Its configuration file, removed on drop.
-    conf: std::path::PathBuf,
-}
-
-impl Oi {
-    /// Starts `bin` forwarding a free port to a new listener, `[splice=on]`
-    /// or `[splice=off]`, and waits until it accepts.
-    fn start(bin: &str, splice: bool) -> Oi {
-        let backends = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let conf = std::env::temp_dir().join(format!("kmprobe-{}-{port}.conf", std::process::id()));
-        let mode = if splice { "on" } else { "off" };
-        std::fs::write(
-            &conf,
-            format!(
-                "127.0.0.1 {port} 127.0.0.1 {} [splice={mode}]\n",
-                backends.local_addr().unwrap().port()
-            ),
-        )
-        .unwrap();
-        let child = std::process::Command::new(bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "oi did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // That probe connection: its backend side is accepted and dropped.
-        let _ = backends.accept().unwrap();
-        Oi {
-            child,
-            port,
-            backends,
-            conf,
-        }
-    }
-
-    /// utime + stime of the oi process.
-    fn ticks(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
-            .map(|t| stat_ticks(&t))
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Oi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.conf);
-    }
 }
 
 impl Mover {
@@ -213,56 +141,6 @@ fn mem_available() -> u64 {
         .find_map(|l| l.strip_prefix("MemAvailable:"))
         .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// utime + stime (clock ticks) from a /proc stat line.
-fn stat_ticks(text: &str) -> u64 {
-    // The fields after the command's closing parenthesis: state is the
-    // first, utime the 12th, stime the 13th.
-    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
-}
-
-/// CPU ticks the work of a relay costs: this process's threads (client,
-/// relay, backend), every kworker thread (where the psock's backlog sends
-/// the redirected skbs), and the machine's softirq time (loopback's
-/// receive path). Other load on the machine only reaches the softirq part.
-fn cpu_ticks(m: &Mover) -> u64 {
-    let ois: u64 = m.ois.iter().map(|(_, oi)| oi.ticks()).sum();
-    ois + probe_ticks()
-}
-
-/// [`cpu_ticks`] without oi's.
-fn probe_ticks() -> u64 {
-    let mine = std::fs::read_to_string("/proc/self/stat")
-        .map(|t| stat_ticks(&t))
-        .unwrap_or(0);
-    let mut kworkers = 0;
-    if let Ok(procs) = std::fs::read_dir("/proc") {
-        for p in procs.flatten() {
-            let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
-                continue;
-            };
-            for t in tasks.flatten() {
-                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-                if comm.starts_with("kworker") {
-                    kworkers += std::fs::read_to_string(t.path().join("stat"))
-                        .map(|t| stat_ticks(&t))
-                        .unwrap_or(0);
-                }
-            }
-        }
-    }
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let softirq = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(7))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    mine + kworkers + softirq
 }
 
 /// Writes as much as the client's socket takes within `secs`, nobody
@@ -403,235 +281,6 @@ fn client_again(c: &TcpStream) -> TcpStream {
     c.try_clone().unwrap()
 }
 
-/// Bulk client → backend through (a, b): `how` is kernel, splice, copy or
-/// direct; returns (seconds, busy CPU seconds of the whole machine).
-fn bulk(m: &mut Mover, how: &str, mib: u64, id: u64) -> (f64, f64) {
-    let (client, a, b, backend) = m.four(how);
-    let target: &TcpStream = if how == "direct" { &a } else { &backend };
-    let target = target.try_clone().unwrap();
-    let mut relay = None;
-    match how {
-        "kernel" => {
-            m.attach(id, &a, &b, false);
-        }
-        "splice" => {
-            let (a2, b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
-            relay = Some(std::thread::spawn(move || {
-                let (r, w) = rustix::pipe::pipe().unwrap();
-                let _ = rustix::pipe::fcntl_setpipe_size(&r, 256 << 10);
-                loop {
-                    let n = rustix::pipe::splice(
-                        &a2,
-                        None,
-                        &w,
-                        None,
-                        256 << 10,
-                        rustix::pipe::SpliceFlags::MOVE,
-                    )
-                    .unwrap();
-                    if n == 0 {
-                        break;
-                    }
-                    let mut left = n;
-                    while left > 0 {
-                        left -= rustix::pipe::splice(
-                            &r,
-                            None,
-                            &b2,
-                            None,
-                            left,
-                            rustix::pipe::SpliceFlags::MOVE,
-                        )
-                        .unwrap();
-                    }
-                }
-            }));
-        }
-        "copy" => {
-            let (a2, b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
-            relay = Some(std::thread::spawn(move || {
-                let mut buf = vec![0u8; 64 << 10];
-                loop {
-                    let n = (&a2).read(&mut buf).unwrap();
-                    if n == 0 {
-                        break;
-                    }
-                    (&b2).write_all(&buf[..n]).unwrap();
-                }
-            }));
-        }
-        _ => {}
-    }
-    let count = Arc::new(AtomicU64::new(0));
-    let c2 = count.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 256 << 10];
-        loop {
-            let n = (&target).read(&mut buf).unwrap();
-            c2.fetch_add(n as u64, Ordering::Relaxed);
-            if c2.load(Ordering::Relaxed) >= mib << 20 || n == 0 {
-                break;
-            }
-        }
-    });
-    let busy0 = cpu_ticks(m);
-    let start = Instant::now();
-    let buf = vec![0x33u8; 1 << 20];
-    for _ in 0..mib {
-        (&client).write_all(&buf).unwrap();
-    }
-    reader.join().unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    let busy1 = cpu_ticks(m);
-    client.shutdown(Shutdown::Write).unwrap();
-    if let Some(r) = relay {
-        r.join().unwrap();
-    }
-    let hz = 100.0; // USER_HZ, the unit of /proc's ticks
-    (secs, (busy1 - busy0) as f64 / hz)
-}
-
-/// One forwarded connection to an echoing backend: the client's socket,
-/// and what must be stopped at the end.
-struct Path {
-    /// The client's socket.
-    client: TcpStream,
-    /// The forwarder's client-side socket, open while the path is.
-    _a: TcpStream,
-    /// The forwarder's backend-side socket (a kernel path passes the FIN on).
-    b: TcpStream,
-    /// The backend's socket.
-    backend: TcpStream,
-    /// The echo thread, and the relay threads of a user-space path.
-    threads: Vec<std::thread::JoinHandle<()>>,
-    /// kernel, copy or direct.
-    kernel: bool,
-}
-
-impl Path {
-    /// client ↔ (a, b) ↔ echoing backend; `how`: direct (the client talks
-    /// to the echo itself), kernel (the verdict), copy (two relay threads;
-    /// oi's splice path copies bursts under 16 KiB too).
-    fn new(m: &mut Mover, how: &str, id: u64) -> Path {
-        let (client, a, b, backend) = m.four(how);
-        let echo_end = if how == "direct" {
-            a.try_clone().unwrap()
-        } else {
-            backend.try_clone().unwrap()
-        };
-        let mut threads = Vec::new();
-        match how {
-            "kernel" => {
-                m.attach(id, &a, &b, false);
-            }
-            "copy" => {
-                for (from, to) in [
-                    (a.try_clone().unwrap(), b.try_clone().unwrap()),
-                    (b.try_clone().unwrap(), a.try_clone().unwrap()),
-                ] {
-                    threads.push(std::thread::spawn(move || {
-                        let mut buf = vec![0u8; 16 << 10];
-                        while let Ok(n @ 1..) = (&from).read(&mut buf) {
-                            if (&to).write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = to.shutdown(Shutdown::Write);
-                    }));
-                }
-            }
-            _ => {}
-        }
-        threads.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 64];
-            while (&echo_end).read_exact(&mut buf).is_ok() {
-                if (&echo_end).write_all(&buf).is_err() {
-                    break;
-                }
-            }
-        }));
-        Path {
-            client,
-            _a: a,
-            b,
-            backend,
-            threads,
-            kernel: how == "kernel",
-        }
-    }
-
-    /// One 64-byte round trip.
-    fn round_trip(client: &TcpStream, buf: &mut [u8; 64]) {
-        (&*client).write_all(buf).unwrap();
-        (&*client).read_exact(buf).unwrap();
-    }
-
-    /// Ends the connection and its threads.
-    fn end(self) {
-        self.client.shutdown(Shutdown::Write).unwrap();
-        drop(self.client);
-        // The verdict does not carry a FIN: the forwarder passes it on (all
-        // bytes were echoed, nothing is in flight).
-        if self.kernel {
-            let _ = self.b.shutdown(Shutdown::Write);
-        }
-        let mut threads = self.threads;
-        let echo = threads.pop().unwrap();
-        let _ = echo.join();
-        // The backend's last descriptor: its close ends the relay's way back.
-        drop(self.backend);
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
-/// 64-byte round trips through one path: p50 in µs.
-fn rtt(m: &mut Mover, how: &str, rounds: usize, id: u64) -> f64 {
-    let path = Path::new(m, how, id);
-    let mut times = Vec::with_capacity(rounds);
-    let mut buf = [0u8; 64];
-    for _ in 0..rounds {
-        let t = Instant::now();
-        Path::round_trip(&path.client, &mut buf);
-        times.push(t.elapsed().as_nanos() as f64 / 1000.0);
-    }
-    path.end();
-    times.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    times[times.len() / 2]
-}
-
-/// `clients` connections each doing 64-byte request/response for `secs`:
-/// round trips per second, all together.
-fn request_response(m: &mut Mover, how: &str, clients: u64, secs: u64, id: u64) -> f64 {
-    let paths: Vec<Path> = (0..clients).map(|i| Path::new(m, how, id + i)).collect();
-    let total = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let runners: Vec<_> = paths
-        .iter()
-        .map(|p| {
-            let client = p.client.try_clone().unwrap();
-            let total = total.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 64];
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    Path::round_trip(&client, &mut buf);
-                    n += 1;
-                }
-                total.fetch_add(n, Ordering::Relaxed);
-            })
-        })
-        .collect();
-    for r in runners {
-        r.join().unwrap();
-    }
-    for p in paths {
-        p.end();
-    }
-    total.load(Ordering::Relaxed) as f64 / secs as f64
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).map(String::as_str).unwrap_or("all");
@@ -663,7 +312,8 @@ fn main() {
         "bulk-one" => {
             let how = args.get(2).map(String::as_str).unwrap_or("kernel");
             let mib = num(3, 1024);
-            let (secs, cpu) = bulk(&mut m, how, mib, 90);
+            let streams = num(4, 1);
+            let (secs, cpu) = bulk(&mut m, how, mib, streams, 90);
             let gib = mib as f64 / 1024.0;
             println!(
                 "bulk {how}: {:.2} GiB/s, CPU {:.2} s/GiB",
@@ -674,16 +324,18 @@ fn main() {
         "bulk" => {
             let mib = num(2, 1024);
             let rounds = num(3, 3);
+            let streams = num(4, 1);
             for round in 1..=rounds {
                 for (i, how) in m
                     .modes(&["direct", "kernel", "splice", "copy"])
                     .into_iter()
                     .enumerate()
                 {
-                    let (secs, cpu) = bulk(&mut m, how, mib, 100 + round * 10 + i as u64);
-                    let gib = mib as f64 / 1024.0;
+                    let id = 1000 * (round * 10 + i as u64 + 1);
+                    let (secs, cpu) = bulk(&mut m, how, mib, streams, id);
+                    let gib = (mib / streams.max(1)).max(1) as f64 * streams as f64 / 1024.0;
                     println!(
-                        "bulk round {round} {how:>6}: {:.2} GiB/s, CPU {:.2} s/GiB (client, relay and backend threads, kworkers, softirq)",
+                        "bulk -P{streams} round {round} {how:>9}: {:.2} GiB/s, CPU {:.2} s/GiB (this process's threads, oi's, kworkers, softirq)",
                         gib / secs,
                         cpu / gib
                     );
@@ -707,7 +359,7 @@ fn main() {
                         secs,
                         10_000 * (round * 10 + i as u64 + 1),
                     );
-                    println!("rr round {round} {how:>6}: {clients} clients, 64 B request/response: {rate:.0} round trips/s");
+                    println!("rr round {round} {how:>9}: {clients} clients, 64 B request/response: {rate:.0} round trips/s");
                 }
             }
         }
@@ -721,7 +373,7 @@ fn main() {
                     .enumerate()
                 {
                     let p50 = rtt(&mut m, how, n, 200 + round * 10 + i as u64);
-                    println!("rtt round {round} {how:>6}: 64 B round trip p50 {p50:.1} µs ({n} round trips)");
+                    println!("rtt round {round} {how:>9}: 64 B round trip p50 {p50:.1} µs ({n} round trips)");
                 }
             }
         }
