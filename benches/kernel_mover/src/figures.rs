@@ -92,49 +92,71 @@ pub fn stat_ticks(text: &str) -> u64 {
     get(11) + get(12)
 }
 
-/// CPU ticks the work of a relay costs: this process's threads (client,
-/// relay, backend), every kworker thread (where the psock's backlog sends
-/// the redirected skbs), and the machine's softirq time (loopback's
-/// receive path). Other load on the machine only reaches the softirq part.
-pub fn cpu_ticks(m: &Mover) -> u64 {
-    let ois: u64 = m.ois.iter().map(|(_, oi)| oi.ticks()).sum();
-    ois + probe_ticks()
+/// A reading of the CPU ticks the work of a relay costs: this process's
+/// threads (client, relay, backend), oi's, every kworker thread (where the
+/// psock's backlog sends the redirected skbs) and the machine's softirq time
+/// (loopback's receive path). Other load on the machine only reaches the
+/// softirq part.
+pub struct Ticks {
+    /// This process's and oi's, and the machine's softirq ticks.
+    fixed: u64,
+    /// Each kworker thread's ticks, by its /proc path: a kworker that exits
+    /// between two readings must not make the difference negative.
+    kworkers: std::collections::HashMap<std::path::PathBuf, u64>,
 }
 
-/// [`cpu_ticks`] without oi's.
-fn probe_ticks() -> u64 {
-    let mine = std::fs::read_to_string("/proc/self/stat")
-        .map(|t| stat_ticks(&t))
-        .unwrap_or(0);
-    let mut kworkers = 0;
-    if let Ok(procs) = std::fs::read_dir("/proc") {
-        for p in procs.flatten() {
-            let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
-                continue;
-            };
-            for t in tasks.flatten() {
-                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-                if comm.starts_with("kworker") {
-                    kworkers += std::fs::read_to_string(t.path().join("stat"))
-                        .map(|t| stat_ticks(&t))
-                        .unwrap_or(0);
+impl Ticks {
+    /// Reads them now.
+    pub fn now(m: &Mover) -> Ticks {
+        let ois: u64 = m.ois.iter().map(|(_, oi)| oi.ticks()).sum();
+        let mine = std::fs::read_to_string("/proc/self/stat")
+            .map(|t| stat_ticks(&t))
+            .unwrap_or(0);
+        let mut kworkers = std::collections::HashMap::new();
+        if let Ok(procs) = std::fs::read_dir("/proc") {
+            for p in procs.flatten() {
+                let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
+                    continue;
+                };
+                for t in tasks.flatten() {
+                    let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                    if comm.starts_with("kworker") {
+                        let ticks = std::fs::read_to_string(t.path().join("stat"))
+                            .map(|t| stat_ticks(&t))
+                            .unwrap_or(0);
+                        kworkers.insert(t.path(), ticks);
+                    }
                 }
             }
         }
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let softirq = stat
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(7))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        Ticks {
+            fixed: ois + mine + softirq,
+            kworkers,
+        }
     }
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let softirq = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(7))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    mine + kworkers + softirq
+
+    /// CPU seconds from `earlier` to `self`.
+    pub fn since(&self, earlier: &Ticks) -> f64 {
+        let kworkers: u64 = self
+            .kworkers
+            .iter()
+            .map(|(k, v)| v.saturating_sub(earlier.kworkers.get(k).copied().unwrap_or(0)))
+            .sum();
+        let ticks = self.fixed.saturating_sub(earlier.fixed) + kworkers;
+        ticks as f64 / 100.0 // USER_HZ, the unit of /proc's ticks
+    }
 }
 
 /// Bulk client → backend over `streams` connections at once, `mib` MiB
 /// in all: `how` is direct, kernel, splice, copy, or one of oi's; returns
-/// (seconds, CPU seconds: [`cpu_ticks`]).
+/// (seconds, CPU seconds: [`Ticks`]).
 pub fn bulk(m: &mut Mover, how: &str, mib: u64, streams: u64, id: u64) -> (f64, f64) {
     let per = (mib / streams.max(1)).max(1);
     let mut writers = Vec::new();
@@ -179,7 +201,7 @@ pub fn bulk(m: &mut Mover, how: &str, mib: u64, streams: u64, id: u64) -> (f64, 
         writers.push(client);
         keep.push((a, b, backend));
     }
-    let busy0 = cpu_ticks(m);
+    let busy0 = Ticks::now(m);
     let start = Instant::now();
     let senders: Vec<_> = writers
         .into_iter()
@@ -205,10 +227,9 @@ pub fn bulk(m: &mut Mover, how: &str, mib: u64, streams: u64, id: u64) -> (f64, 
         t.join().unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
-    let busy1 = cpu_ticks(m);
+    let busy1 = Ticks::now(m);
     drop(keep);
-    let hz = 100.0; // USER_HZ, the unit of /proc's ticks
-    (secs, (busy1 - busy0) as f64 / hz)
+    (secs, busy1.since(&busy0))
 }
 
 /// socket → pipe → socket until EOF, as oi's splice mover does for bulk.
