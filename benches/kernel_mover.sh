@@ -31,6 +31,18 @@ echo "== findings"
 "$probe" eof 64
 "$probe" hold 2
 "$probe" peer-seq
+echo "== the same with a stream parser (strparser mode)"
+PARSER=1 "$probe" stranded
+PARSER=1 "$probe" unbounded 2
+PARSER=1 "$probe" eof 64
+echo "== capabilities (setpriv drops them from the bounding set)"
+if command -v setpriv >/dev/null; then
+    for drop in -sys_admin -sys_admin,-perfmon -sys_admin,-net_admin -sys_admin,-bpf; do
+        echo "without ${drop//-/}:"
+        setpriv --inh-caps=-all --bounding-set="$drop" -- "$probe" stranded 2>&1 | tail -1 || true
+        setpriv --inh-caps=-all --bounding-set="$drop" -- "$probe" peer-seq 2>&1 | grep '^peer-seq' | cut -c1-120 || true
+    done
+fi
 echo "== figures ($ROUNDS rounds; load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$probe" rtt "$RTT" "$ROUNDS"
 "$probe" rr "$CLIENTS" "$SECS" "$ROUNDS"

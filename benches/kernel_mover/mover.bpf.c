@@ -85,4 +85,12 @@ int oi_mover(struct __sk_buff *skb)
 	return verdict;
 }
 
+// Attached only with PARSER=1 (the probe's strparser mode): each skb is a
+// whole message, so the verdict sees what it would see without a parser.
+SEC("sk_skb/stream_parser")
+int oi_parser(struct __sk_buff *skb)
+{
+	return skb->len;
+}
+
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -53,6 +53,20 @@ impl Mover {
         prog.load().map_err(|e| format!("verifier: {e:?}"))?;
         prog.attach(socks.fd())
             .map_err(|e| format!("attach: {e}"))?;
+        // PARSER=1: the strparser mode (stream_parser + stream_verdict),
+        // where the kernel reads the socket with tcp_read_sock instead of
+        // tcp_read_skb.
+        if std::env::var_os("PARSER").is_some() {
+            let parser: &mut SkSkb = bpf
+                .program_mut("oi_parser")
+                .ok_or("no parser")?
+                .try_into()
+                .map_err(|e| format!("{e}"))?;
+            parser.load().map_err(|e| format!("verifier: {e:?}"))?;
+            parser
+                .attach(socks.fd())
+                .map_err(|e| format!("attach: {e}"))?;
+        }
         Ok(Mover {
             _bpf: bpf,
             socks,
