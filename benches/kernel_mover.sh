@@ -29,6 +29,7 @@ echo "== findings"
 "$probe" stranded
 "$probe" unbounded 2
 "$probe" eof 64
+"$probe" rst
 "$probe" hold 2
 "$probe" peer-seq
 echo "== the same with a stream parser (strparser mode)"

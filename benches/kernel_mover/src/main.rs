@@ -269,6 +269,43 @@ fn eof(m: &mut Mover, mib: u64) {
     );
 }
 
+/// Resets from either side, and the counters to the byte.
+fn rst(m: &mut Mover) {
+    for (id, side) in [(5u64, "client"), (6, "backend")] {
+        let (client, a, b, backend) = four();
+        let (ca, cb) = m.attach(id, &a, &b, false);
+        (&client).write_all(&[1u8; 1000]).unwrap();
+        (&backend).write_all(&[2u8; 333]).unwrap();
+        let to_backend = read_for(&backend, Duration::from_millis(300)).len();
+        let to_client = read_for(&client, Duration::from_millis(300)).len();
+        let (gone, watch) = if side == "client" {
+            (client, &a)
+        } else {
+            (backend, &b)
+        };
+        socket2::SockRef::from(&gone)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(gone);
+        watch
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let got = loop {
+            match (&*watch).read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                other => break other,
+            }
+        };
+        println!(
+            "rst: the {side} reset: read(2) on its forwarder socket gave {:?}; counters: {} bytes redirected to the backend ({to_backend} arrived), {} to the client ({to_client} arrived)",
+            got.map_err(|e| e.to_string()),
+            m.redirected(ca),
+            m.redirected(cb)
+        );
+    }
+}
+
 /// The hold: the verdict passes `a`'s bytes to `a` itself; nobody reads.
 fn hold(m: &mut Mover, secs: u64) {
     let (client, a, b, _backend) = four();
@@ -315,6 +352,7 @@ fn main() {
         "unbounded" => unbounded(&mut m, num(2, 2)),
         "eof" => eof(&mut m, num(2, 64)),
         "hold" => hold(&mut m, num(2, 2)),
+        "rst" => rst(&mut m),
         "peer-seq" => match Mover::load(PEER_SEQ) {
             Ok(_) => {
                 println!("peer-seq: the verdict with a CO-RE read of the peer's write_seq loads")
