@@ -193,6 +193,15 @@ impl Route {
             .all(|b| b.endpoint.unix().is_some());
         let unix_backend = rule.rule.connect().unix().filter(|_| all_unix).cloned();
         let backend_proto = rule.rule.connect().proto;
+        // Read before privileges drop at start-up; a reload's files were
+        // checked (`tls::check`) before the routes were built.
+        let tls = match crate::tls::for_rule(&settings, &crate::tls::backend_hosts(&rule)) {
+            Ok(tls) => Ok(tls.map(Arc::new)),
+            Err(why) => {
+                log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
+                Err(Arc::from(why))
+            }
+        };
         let names = Arc::new(RuleNames {
             connect_host: rule.rule.connect().host_text.clone(),
             bind_host: rule.rule.bind.host_text,
@@ -205,15 +214,6 @@ impl Route {
             down: settings.rate_down.or(settings.rate),
             rule: settings.rule_rate,
             client: settings.client_rate,
-        };
-        // Read before privileges drop at start-up; a reload's files were
-        // checked (`tls::check`) before the routes were built.
-        let tls = match crate::tls::for_rule(&settings, &names.connect_host) {
-            Ok(tls) => Ok(tls.map(Arc::new)),
-            Err(why) => {
-                log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
-                Err(Arc::from(why))
-            }
         };
         Route {
             tls,

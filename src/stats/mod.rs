@@ -42,6 +42,7 @@ mod rules;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+pub(crate) mod throttle;
 
 pub(crate) use carry::Sent;
 pub(crate) use counters::ConnectFailure;

@@ -23,7 +23,6 @@ mod mover;
 mod pump;
 pub(crate) mod sni;
 pub(crate) mod splice;
-mod throttle;
 
 use crate::backends::connect::{self, ConnectError};
 use crate::backends::Lease;
@@ -258,7 +257,9 @@ pub(crate) async fn open<G: Guards>(
         None => None,
         Some(t) => {
             let deadline = timeout;
-            match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
+            // Verified for its own host name (a pool's backends may differ).
+            let which = lease.member().backend();
+            match Box::pin(crate::tls::connect(t, &backend, deadline, which)).await {
                 Ok(conn) => conn,
                 Err(why) => {
                     log::warn!(
@@ -450,9 +451,10 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     });
 }
 
-/// Pumps a connection oi speaks TLS on (`crate::tls::pump`): no splice, no
-/// bandwidth limits yet, and no hand-over: rustls's state cannot be
-/// carried to the new oi, so such a connection runs in the old one to its end.
+/// Pumps a connection oi speaks TLS on (`crate::tls::pump`), within the
+/// rule's bandwidth limits: no splice, and no hand-over: rustls's state
+/// cannot be carried to the new oi, so such a connection runs in the old
+/// one to its end.
 async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutcome {
     use crate::tls::pump::{run, End};
     let client = End {
@@ -463,7 +465,10 @@ async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutco
         socket: &open.backend,
         tls: sessions.backend.as_mut(),
     };
-    let outcome = run(client, backend).await;
+    let stats = open.live.rule();
+    let ip = open.live.client().client();
+    let limits = open.route.rates.limits(&stats.rates, ip.ip());
+    let outcome = run(client, backend, limits, stats).await;
     PumpOutcome {
         from_client: outcome.from_client,
         to_client: outcome.to_client,

@@ -50,8 +50,10 @@ pub(crate) struct RouteTls {
     pub(crate) handshake_timeout: Duration,
     /// Client handshakes in progress, held below [`MAX_HANDSHAKES`].
     pub(crate) handshakes: Arc<AtomicUsize>,
-    /// Beginning TLS to the backend (`tls-connect`), and the name verified.
-    pub(crate) client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// Beginning TLS to the backend (`tls-connect`), and the name each
+    /// backend of the pool is verified for, in file order (one name, for
+    /// all of them, with `tls-name`).
+    pub(crate) client: Option<(Arc<ClientConfig>, Vec<ServerName<'static>>)>,
 }
 
 /// A handshake's place below [`MAX_HANDSHAKES`], given back when dropped.
@@ -97,14 +99,19 @@ pub(crate) async fn accept(
 }
 
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
-/// within `deadline` (the rule's connect timeout). `Ok(None)`: it does not.
+/// within `deadline` (the rule's connect timeout), verified for the name of
+/// the pool's `backend`-th backend (file order). `Ok(None)`: it does not.
 pub(crate) async fn connect(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
     deadline: Duration,
+    backend: usize,
 ) -> Result<Option<Connection>, String> {
-    let Some((config, name)) = &tls.client else {
+    let Some((config, names)) = &tls.client else {
         return Ok(None);
+    };
+    let Some(name) = names.get(backend).or(names.first()) else {
+        return Err("no server name to verify the backend for".into());
     };
     let conn = rustls::ClientConnection::new(config.clone(), name.clone())
         .map(Connection::Client)
@@ -134,9 +141,9 @@ async fn handshake_within(
     Ok(conn)
 }
 
-/// The TLS of a rule with settings `s` whose backend is named `host`;
-/// `Ok(None)` when it has none. Reads every file it names.
-pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, String> {
+/// The TLS of a rule with settings `s` whose backends are named `hosts`
+/// (file order); `Ok(None)` when it has none. Reads every file it names.
+pub(crate) fn for_rule(s: &RuleOptions, hosts: &[&str]) -> Result<Option<RouteTls>, String> {
     let server = match (&s.tls_cert, &s.tls_key) {
         (None, None) => None,
         (Some(_), None) => return Err("tls-cert needs tls-key".into()),
@@ -150,7 +157,7 @@ pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, 
         return Err("tls-alpn needs tls-cert and tls-key".into());
     }
     let client = match s.tls_connect {
-        Some(true) => Some(client_config(s, host)?),
+        Some(true) => Some(client_config(s, hosts)?),
         _ => None,
     };
     if server.is_none() && client.is_none() {
@@ -239,14 +246,24 @@ impl rustls::server::ResolvesServerCert for One {
 }
 
 /// The backend's side: verified against `tls-ca` (else the system's roots)
-/// for `tls-name` (else `host`), or not at all with `tls-insecure`.
+/// for `tls-name` (else each backend for its own host name in `hosts`: a
+/// pool's backends need not share a certificate), or not at all with
+/// `tls-insecure`.
 fn client_config(
     s: &RuleOptions,
-    host: &str,
-) -> Result<(Arc<ClientConfig>, ServerName<'static>), String> {
-    let name_text = s.tls_name.as_deref().unwrap_or(host);
-    let name = ServerName::try_from(name_text.to_string())
-        .map_err(|e| format!("tls-name '{}': {e}", Shown(name_text)))?;
+    hosts: &[&str],
+) -> Result<(Arc<ClientConfig>, Vec<ServerName<'static>>), String> {
+    let texts = match s.tls_name.as_deref() {
+        Some(name) => vec![name],
+        None => hosts.to_vec(),
+    };
+    let names = texts
+        .into_iter()
+        .map(|text| {
+            ServerName::try_from(text.to_string())
+                .map_err(|e| format!("tls-name '{}': {e}", Shown(text)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -269,7 +286,7 @@ fn client_config(
         }
         _ => return Err("tls-client-cert and tls-client-key go together".into()),
     };
-    Ok((Arc::new(config), name))
+    Ok((Arc::new(config), names))
 }
 
 /// Checks the TLS files of every rule of `cfg` as start-up and a reload
@@ -285,8 +302,8 @@ pub(crate) fn check(cfg: &ResolvedConfig, file: &str) -> Result<Vec<ConfigError>
         .flat_map(|r| std::iter::once(r).chain(r.sni.iter()));
     for rule in rules {
         let s = rule.settings();
-        let host = &*rule.rule.connect().host_text;
-        match for_rule(&s, host) {
+        let hosts = backend_hosts(rule);
+        match for_rule(&s, &hosts) {
             Ok(_) => warnings.extend(rule_warnings(&s).into_iter().map(|w| at(rule, w))),
             Err(e) => errors.push(at(rule, e)),
         }
@@ -304,6 +321,16 @@ pub(crate) fn check(cfg: &ResolvedConfig, file: &str) -> Result<Vec<ConfigError>
     })
 }
 
+/// The host name of each of `rule`'s backends as written, in file order:
+/// what `tls-connect` verifies each for when `tls-name` is not given.
+pub(crate) fn backend_hosts(rule: &ResolvedRule) -> Vec<&str> {
+    rule.rule
+        .backends
+        .iter()
+        .map(|b| &*b.endpoint.host_text)
+        .collect()
+}
+
 /// What `--check` warns about in a rule's TLS that loads.
 fn rule_warnings(s: &RuleOptions) -> Vec<String> {
     let mut out = Vec::new();
@@ -311,15 +338,6 @@ fn rule_warnings(s: &RuleOptions) -> Vec<String> {
         out.push(
             "tls-insecure: the backend's certificate is not verified; anyone on \
              the path can pretend to be it"
-                .to_string(),
-        );
-    }
-    let rated = [s.rate, s.rate_up, s.rate_down, s.rule_rate, s.client_rate];
-    let tls = s.tls_cert.is_some() || s.tls_connect == Some(true);
-    if tls && rated.iter().any(Option::is_some) {
-        out.push(
-            "bandwidth limits (rate, rule-rate, client-rate) do not apply yet to \
-             connections oi speaks TLS on"
                 .to_string(),
         );
     }

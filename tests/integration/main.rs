@@ -54,6 +54,8 @@ mod splice_resets;
 mod startup;
 mod status_page;
 mod tls;
+mod tls_pools;
+mod tls_rate;
 mod tls_upgrade;
 mod top;
 mod transparent;

@@ -685,10 +685,12 @@ pub static SETTINGS: &[Setting] = &[
         yaml: Some("tls.name"),
         value: Value::Name,
         applies: &[Applies::TcpBackend],
-        default: Default::Unset("the backend's host name"),
+        default: Default::Unset("each backend's own host name"),
         doc: "The server name oi sends to the backend and checks its \
               certificate against, with tls-connect (an oi extension). Needed \
-              when the backend is written as an address.",
+              when the backend is written as an address. Without it, each \
+              backend of a pool is verified for its own host name as written; \
+              given, it is verified on every backend.",
         rule: Some(|o| Slot::Text(&mut o.tls_name)),
         ..BASE
     },
