@@ -203,6 +203,22 @@ pub(crate) async fn open<G: Guards>(
             }
         },
     };
+    // A verified client certificate the rule's subject or issuer lists do
+    // not admit: closed before the backend is dialled, counted as refused.
+    if let (Some(t), Some(conn)) = (&tls, &client_tls) {
+        if log::log_enabled!(log::Level::Debug) {
+            if let Some(subject) = crate::tls::client_subject(conn) {
+                let subject = oi_config::Shown(&subject);
+                log::debug!("{peer}: client certificate '{subject}' on {}", route.bind);
+            }
+        }
+        if let Err(who) = crate::tls::admits_client(t, conn) {
+            log::info!(reason = "tls-subject-denied"; "{peer}: client certificate not allowed on {}: {who}", route.bind);
+            stats.refused(Event::TlsSubjectDenied);
+            shared.log.log(event(Event::TlsSubjectDenied, Bytes::NONE));
+            return None;
+        }
+    }
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.

@@ -10,7 +10,9 @@
 //!
 //! - `files.rs`: PEM certificates, keys and roots, checked as `--check` reports them;
 //! - `io.rs`: rustls over oi's reactor sockets, and the handshakes;
-//! - `pump.rs`: the two directions once both handshakes are done.
+//! - `pump.rs`: the two directions once both handshakes are done;
+//! - `subject.rs`: a client certificate's names, for the logs and for
+//!   `tls-allow-subject`/`tls-allow-issuer`.
 //!
 //! kTLS seam: once a handshake is done, rustls can give the traffic
 //! secrets (`dangerous_extract_secrets`); a kernel with kTLS would take
@@ -21,6 +23,7 @@
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod subject;
 
 use futures_lite::FutureExt;
 use oi_config::{ConfigError, ConfigErrors, ResolvedConfig, ResolvedRule, RuleOptions, Shown};
@@ -50,6 +53,9 @@ pub(crate) struct RouteTls {
     pub(crate) handshake_timeout: Duration,
     /// Client handshakes in progress, held below [`MAX_HANDSHAKES`].
     pub(crate) handshakes: Arc<AtomicUsize>,
+    /// `tls-allow-subject` and `tls-allow-issuer` entries (empty: not
+    /// given), checked on each client certificate after its handshake.
+    pub(crate) allow: (Vec<String>, Vec<String>),
     /// Beginning TLS to the backend (`tls-connect`), and the name each
     /// backend of the pool is verified for, in file order (one name, for
     /// all of them, with `tls-name`).
@@ -96,6 +102,28 @@ pub(crate) async fn accept(
     handshake_within(conn, socket, tls.handshake_timeout)
         .await
         .map(Some)
+}
+
+/// Whether the rule's `tls-allow-subject`/`tls-allow-issuer` admit the
+/// client of `conn` (its handshake done, its certificate verified): `Ok`
+/// when the rule has no such list; else the certificate's subject and
+/// issuer, escaped and cut, for the refusal's diagnostic.
+pub(crate) fn admits_client(tls: &RouteTls, conn: &Connection) -> Result<(), String> {
+    let (subjects, issuers) = &tls.allow;
+    if subjects.is_empty() && issuers.is_empty() {
+        return Ok(());
+    }
+    let Some(leaf) = conn.peer_certificates().and_then(|c| c.first()) else {
+        return Err("no client certificate".into());
+    };
+    subject::allowed(leaf, subjects, issuers)
+}
+
+/// The subject of the certificate the client of `conn` presented
+/// ([`subject::subject_of`]: RFC 4514, cut), if it presented one.
+pub(crate) fn client_subject(conn: &Connection) -> Option<String> {
+    let leaf = conn.peer_certificates()?.first()?;
+    subject::subject_of(leaf)
 }
 
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
@@ -153,6 +181,17 @@ pub(crate) fn for_rule(s: &RuleOptions, hosts: &[&str]) -> Result<Option<RouteTl
     if s.tls_client_ca.is_some() && server.is_none() {
         return Err("tls-client-ca needs tls-cert and tls-key".into());
     }
+    let allow = (
+        s.tls_allow_subject.clone().unwrap_or_default(),
+        s.tls_allow_issuer.clone().unwrap_or_default(),
+    );
+    if (!allow.0.is_empty() || !allow.1.is_empty()) && s.tls_client_ca.is_none() {
+        return Err(
+            "tls-allow-subject and tls-allow-issuer need tls-client-ca (the CA \
+             that signs the client certificates they are checked on)"
+                .into(),
+        );
+    }
     if s.tls_alpn.is_some() && server.is_none() {
         return Err("tls-alpn needs tls-cert and tls-key".into());
     }
@@ -167,6 +206,7 @@ pub(crate) fn for_rule(s: &RuleOptions, hosts: &[&str]) -> Result<Option<RouteTl
         server,
         handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
         handshakes: Arc::new(AtomicUsize::new(0)),
+        allow,
         client,
     }))
 }
@@ -386,6 +426,7 @@ mod tests {
             server: None,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             handshakes: Arc::new(AtomicUsize::new(0)),
+            allow: (Vec::new(), Vec::new()),
             client: None,
         };
         let held: Vec<HandshakeSlot> = (0..MAX_HANDSHAKES)

@@ -56,6 +56,7 @@ mod status_page;
 mod tls;
 mod tls_pools;
 mod tls_rate;
+mod tls_subject;
 mod tls_upgrade;
 mod top;
 mod transparent;

@@ -21,6 +21,10 @@ use std::fmt::Write;
 /// The value in `slot` as the target writes it: `shown`'s text, with
 /// switches as YAML booleans when `yaml`.
 fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
+    if let (Slot::List(list), true) = (&slot, yaml) {
+        let items: Vec<String> = list.iter().flatten().map(|e| quoted(e)).collect();
+        return (!items.is_empty()).then(|| format!("[{}]", items.join(", ")));
+    }
     let text = settings::shown_value(slot, value)?;
     Some(match (yaml, value) {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),

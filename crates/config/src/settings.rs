@@ -118,6 +118,9 @@ pub enum Value {
     Text(usize),
     /// A TLS server name or `*.` and a domain (`sni=`).
     ServerName,
+    /// A certificate name's attribute and a pattern (`CN=alice*`,
+    /// [`crate::cert_name`]); the option may repeat.
+    CertName,
     /// Something with a shape of its own, described in the doc.
     Other(&'static str),
 }
@@ -210,6 +213,9 @@ pub enum Slot<'a> {
     /// Text as written: a name (`user`, `group`), or bytes written with
     /// escapes (`PING\r\n`, [`Value::Text`]), which [`unescape`] gives.
     Text(&'a mut Option<String>),
+    /// Entries of an option that may be repeated, in the order written
+    /// (`tls-allow-subject`): each one adds to the list.
+    List(&'a mut Option<Vec<String>>),
 }
 
 /// Which file format a value is read from: they spell switches and a few
@@ -285,6 +291,10 @@ impl Setting {
             Value::ServerName => {
                 "a host name (www.example.com), or *. and a domain (*.example.com)".into()
             }
+            Value::CertName => "an attribute and a pattern, such as CN=alice* or OU=ops \
+                (attributes: CN, OU, O, L, ST, C, serialNumber, DC, UID, emailAddress; \
+                * and ? as in allow/deny, case ignored); the option may repeat"
+                .into(),
             Value::Other(text) => text.into(),
         }
     }

@@ -10,6 +10,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Most entries of an option that repeats (`tls-allow-subject`) on one
+/// rule: each is checked against every client certificate, so the list
+/// stays short enough to scan per handshake.
+pub const MAX_LIST: usize = 64;
+
 /// Parses `value` (written in `syntax`, named `name` in messages) into
 /// `slot`, within `setting`'s range. Returns whether the slot already held
 /// a value (the caller reports the repeat in its own way).
@@ -119,6 +124,16 @@ pub fn store(
                 return Err(format!("{name} must not be empty"));
             }
             s.replace(PathBuf::from(value)).is_some()
+        }
+        Slot::List(s) => {
+            let entry = crate::cert_name::parse(name, value)?;
+            let list = s.get_or_insert_with(Vec::new);
+            if list.len() >= MAX_LIST {
+                return Err(format!("{name}: at most {MAX_LIST} entries on one rule"));
+            }
+            list.push(entry);
+            // Repeating it is how a list is written: never a duplicate.
+            false
         }
         Slot::Text(s) => {
             if let Value::Text(max) = setting.value {
@@ -284,6 +299,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
         Slot::Text(t) => t.clone(),
+        Slot::List(l) => l.as_ref().map(|l| l.join(", ")),
     }
 }
 
@@ -313,14 +329,26 @@ pub fn globals_set(config: &Config) -> Vec<(String, &'static str)> {
 }
 
 /// The options `o` sets, as `name=value` in table order (what `--check`
-/// prints inside `[...]`).
+/// prints inside `[...]`); an option that repeats, once per entry.
 pub fn written(o: &RuleOptions) -> Vec<String> {
     let mut copy = o.clone();
     SETTINGS
         .iter()
-        .filter_map(|s| {
-            let slot = (s.rule?)(&mut copy);
-            shown(slot, s.value).map(|v| format!("{}={v}", s.name()))
+        .flat_map(|s| {
+            let Some(at) = s.rule else {
+                return Vec::new();
+            };
+            match at(&mut copy) {
+                Slot::List(l) => l
+                    .iter()
+                    .flatten()
+                    .map(|e| format!("{}={e}", s.name()))
+                    .collect(),
+                slot => shown(slot, s.value)
+                    .map(|v| format!("{}={v}", s.name()))
+                    .into_iter()
+                    .collect(),
+            }
         })
         .collect()
 }

@@ -88,6 +88,13 @@ pub struct RuleOptions {
     /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
     /// to; set, the listener refuses clients without one.
     pub tls_client_ca: Option<PathBuf>,
+    /// `[tls-allow-subject=CN=alice*]` (oi, repeatable): with
+    /// `tls-client-ca`, only client certificates whose subject matches one
+    /// entry are served.
+    pub tls_allow_subject: Option<Vec<String>>,
+    /// `[tls-allow-issuer=CN=team-ca]` (oi, repeatable): as
+    /// `tls-allow-subject`, on the issuer's name.
+    pub tls_allow_issuer: Option<Vec<String>>,
     /// `[tls-alpn=h2:http/1.1]` (oi): application protocols the listener
     /// offers a TLS client, in order of preference.
     pub tls_alpn: Option<String>,
@@ -142,6 +149,8 @@ impl RuleOptions {
         tls_cert: None,
         tls_key: None,
         tls_client_ca: None,
+        tls_allow_subject: None,
+        tls_allow_issuer: None,
         tls_alpn: None,
         tls_handshake_timeout: None,
         tls_connect: None,
@@ -626,6 +635,37 @@ pub static SETTINGS: &[Setting] = &[
               extension, with tls-cert): a client that sends none, or one \
               these do not sign, fails the handshake and is closed.",
         rule: Some(|o| Slot::Path(&mut o.tls_client_ca)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-allow-subject"),
+        yaml: Some("tls.allow_subject"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any certificate tls-client-ca signs"),
+        doc: "Serve only clients whose certificate's subject has this \
+              attribute matching this pattern (an oi extension, with \
+              tls-client-ca): [tls-allow-subject=CN=alice*] admits CN=alice \
+              and CN=alice-laptop. Repeat the option for more entries; a \
+              subject that matches any one is served (YAML: allow_subject: \
+              [\"CN=alice*\", \"OU=ops\"] under tls:). With tls-allow-issuer \
+              too, both must match. A refused client is closed after its \
+              handshake, logged tls-subject-denied, its subject in oi's \
+              diagnostics. --check refuses it without tls-client-ca.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_subject)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-allow-issuer"),
+        yaml: Some("tls.allow_issuer"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any issuer tls-client-ca holds"),
+        doc: "As tls-allow-subject, on the name of the certificate's issuer \
+              (an oi extension, with tls-client-ca): with several CAs in \
+              tls-client-ca, [tls-allow-issuer=CN=ops-ca] serves only the \
+              clients ops-ca signed. Repeatable; any one entry admits.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_issuer)),
         ..BASE
     },
     Setting {
