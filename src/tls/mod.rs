@@ -182,8 +182,8 @@ pub(crate) fn for_rule(s: &RuleOptions, hosts: &[&str]) -> Result<Option<RouteTl
         return Err("tls-client-ca needs tls-cert and tls-key".into());
     }
     let allow = (
-        s.tls_allow_subject.clone().unwrap_or_default(),
-        s.tls_allow_issuer.clone().unwrap_or_default(),
+        s.tls_allow_subject.as_deref().cloned().unwrap_or_default(),
+        s.tls_allow_issuer.as_deref().cloned().unwrap_or_default(),
     );
     if (!allow.0.is_empty() || !allow.1.is_empty()) && s.tls_client_ca.is_none() {
         return Err(

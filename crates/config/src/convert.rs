@@ -22,7 +22,11 @@ use std::fmt::Write;
 /// switches as YAML booleans when `yaml`.
 fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
     if let (Slot::List(list), true) = (&slot, yaml) {
-        let items: Vec<String> = list.iter().flatten().map(|e| quoted(e)).collect();
+        let items: Vec<String> = list
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|e| quoted(e))
+            .collect();
         return (!items.is_empty()).then(|| format!("[{}]", items.join(", ")));
     }
     let text = settings::shown_value(slot, value)?;

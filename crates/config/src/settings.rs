@@ -33,7 +33,7 @@ pub fn shown_value(slot: Slot<'_>, value: Value) -> Option<String> {
 pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
     layers::fill(to, from)
 }
-pub use table::{RuleOptions, SETTINGS};
+pub use table::{List, RuleOptions, SETTINGS};
 
 use super::{
     Config, Globals, Host, IpFilter, LogFormat, Mptcp, ProxyHeader, SpliceMode, StatusFormat,
@@ -185,7 +185,7 @@ pub enum Slot<'a> {
     /// A smaller count.
     Small(&'a mut Option<u32>),
     /// Bytes per second (`rate=`, `rule-rate=`, ...).
-    Rate(&'a mut Option<u64>),
+    Rate(&'a mut Option<std::num::NonZeroU64>),
     /// A switch.
     Switch(&'a mut Option<bool>),
     /// A keyword alone.
@@ -215,7 +215,7 @@ pub enum Slot<'a> {
     Text(&'a mut Option<String>),
     /// Entries of an option that may be repeated, in the order written
     /// (`tls-allow-subject`): each one adds to the list.
-    List(&'a mut Option<Vec<String>>),
+    List(&'a mut Option<table::List>),
 }
 
 /// Which file format a value is read from: they spell switches and a few

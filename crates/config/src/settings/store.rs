@@ -50,7 +50,11 @@ pub fn store(
             let n = bounded(name, value, min, max, "")?;
             s.replace(u32::try_from(n).unwrap_or(u32::MAX)).is_some()
         }
-        Slot::Rate(s) => s.replace(rate(name, value, min, max)?).is_some(),
+        Slot::Rate(s) => {
+            let r = rate(name, value, min, max)?;
+            let r = std::num::NonZeroU64::new(r).ok_or_else(|| format!("{name} must not be 0"))?;
+            s.replace(r).is_some()
+        }
         Slot::Switch(s) => s.replace(switch(syntax, name, value)?).is_some(),
         Slot::Flag(s) => {
             let was = *s;
@@ -127,7 +131,7 @@ pub fn store(
         }
         Slot::List(s) => {
             let entry = crate::cert_name::parse(name, value)?;
-            let list = s.get_or_insert_with(Vec::new);
+            let list = s.get_or_insert_with(Box::default);
             if list.len() >= MAX_LIST {
                 return Err(format!("{name}: at most {MAX_LIST} entries on one rule"));
             }
@@ -282,7 +286,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         }),
         Slot::Count(n) => n.map(|n| n.to_string()),
         Slot::Small(n) => n.map(|n| n.to_string()),
-        Slot::Rate(n) => n.map(rate_text),
+        Slot::Rate(n) => n.map(|n| rate_text(n.get())),
         Slot::Switch(b) => b.map(on),
         Slot::Flag(b) => b.then(|| on(true)),
         Slot::Host(h) => h.as_ref().map(Host::to_string),
@@ -341,7 +345,7 @@ pub fn written(o: &RuleOptions) -> Vec<String> {
             match at(&mut copy) {
                 Slot::List(l) => l
                     .iter()
-                    .flatten()
+                    .flat_map(|l| l.iter())
                     .map(|e| format!("{}={e}", s.name()))
                     .collect(),
                 slot => shown(slot, s.value)
