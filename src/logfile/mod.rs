@@ -157,6 +157,9 @@ pub struct LogEvent {
     /// The TLS server name the client asked for, on a listener rules share
     /// by server name (`[sni=...]`); written as one more field at the end.
     pub server_name: Option<Arc<str>>,
+    /// The subject of the certificate the client presented (`tls-client-ca`):
+    /// `logformat json` writes it; rinetd's formats stay as they were.
+    pub tls_subject: Option<Arc<str>>,
     /// The connection's id, rule name, backend and age, once it has a live
     /// entry: `logformat json` writes them (rinetd's formats have no place for them).
     pub flow: Option<Flow>,

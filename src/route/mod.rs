@@ -92,6 +92,9 @@ pub struct Route {
     /// says why they could not be (a file changed after the reload's check):
     /// such a rule closes its clients rather than forward them in clear.
     pub(crate) tls: Result<Option<Arc<crate::tls::RouteTls>>, Arc<str>>,
+    /// The same TLS as the views show it (which ends, the certificates'
+    /// expiry), read with it; the listener hands it to the rule's counters.
+    pub(crate) tls_shown: Option<Arc<crate::stats::TlsShown>>,
 }
 
 /// Where a shared listener's connections go by server name.
@@ -218,6 +221,7 @@ impl Route {
         };
         Route {
             tls,
+            tls_shown: crate::tls::seen::shown(&settings).map(Arc::new),
             rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
@@ -381,6 +385,7 @@ impl Route {
             to_client: bytes.to_client,
             event,
             server_name: None,
+            tls_subject: None,
             flow: None,
         }
     }

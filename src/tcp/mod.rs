@@ -33,7 +33,9 @@ use crate::route::edge::{self, Origin};
 use crate::route::limits::Held;
 use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
+use crate::stats::{
+    ConnKind, ConnState, ConnectFailure, Registered, RuleStats, TlsFailure, TlsSide,
+};
 use oi_runtime::reactor::Async;
 use pump::{Half, Limits, Pump, PumpOutcome, Side};
 use std::future::Future;
@@ -134,6 +136,12 @@ pub(crate) async fn open<G: Guards>(
             let (routed, name) = match Box::pin(chosen).await {
                 Ok(routed) => routed,
                 Err(name) => {
+                    // No rule here is for that name, so neither is any
+                    // certificate: a TLS listener counts it as such.
+                    if matches!(&route.tls, Ok(Some(t)) if t.server.is_some()) {
+                        live.rule()
+                            .tls_failed(TlsSide::Client, TlsFailure::UnknownName);
+                    }
                     let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
                     line.server_name = name;
                     shared.log.log(line);
@@ -167,6 +175,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     };
@@ -193,8 +202,17 @@ pub(crate) async fn open<G: Guards>(
     let client_tls = match &tls {
         None => None,
         Some(t) => match Box::pin(crate::tls::accept(t, &client)).await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                if let Some(c) = &conn {
+                    stats.tls_done(TlsSide::Client, crate::tls::seen::resumed(c));
+                    if let Some(subject) = crate::tls::seen::client_subject(c) {
+                        live.client_subject(subject.into());
+                    }
+                }
+                conn
+            }
             Err(why) => {
+                stats.tls_failed(TlsSide::Client, why.class);
                 log::info!(reason = "tls-handshake-failed"; "{peer}: TLS handshake with the client on {}: {why}", route.bind);
                 shared
                     .log
@@ -206,12 +224,6 @@ pub(crate) async fn open<G: Guards>(
     // A verified client certificate the rule's subject or issuer lists do
     // not admit: closed before the backend is dialled, counted as refused.
     if let (Some(t), Some(conn)) = (&tls, &client_tls) {
-        if log::log_enabled!(log::Level::Debug) {
-            if let Some(subject) = crate::tls::client_subject(conn) {
-                let subject = oi_config::Shown(&subject);
-                log::debug!("{peer}: client certificate '{subject}' on {}", route.bind);
-            }
-        }
         if let Err(who) = crate::tls::admits_client(t, conn) {
             log::info!(reason = "tls-subject-denied"; "{peer}: client certificate not allowed on {}: {who}", route.bind);
             stats.refused(Event::TlsSubjectDenied);
@@ -276,8 +288,14 @@ pub(crate) async fn open<G: Guards>(
             // Verified for its own host name (a pool's backends may differ).
             let which = lease.member().backend();
             match Box::pin(crate::tls::connect(t, &backend, deadline, which)).await {
-                Ok(conn) => conn,
+                Ok(conn) => {
+                    if let Some(c) = &conn {
+                        stats.tls_done(TlsSide::Backend, crate::tls::seen::resumed(c));
+                    }
+                    conn
+                }
                 Err(why) => {
+                    stats.tls_failed(TlsSide::Backend, why.class);
                     log::warn!(
                         reason = "tls-backend-failed";
                         "{peer} -> {}: TLS to the backend failed: {why}",
@@ -442,9 +460,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             (None, Some(lease)) => lease.member().label().to_string(),
             (None, None) => "?".to_string(),
         };
-        log::debug!(
-            rule:% = route.bind, client:% = live.client(), backend:% = reached,
-            reason = ev.as_str();
+        let text = format!(
             "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             live.client(),
             route.names.bind_host,
@@ -454,6 +470,18 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             outcome.from_client,
             outcome.to_client,
         );
+        // The client certificate's subject, when it showed one, as the
+        // journal's OI_TLS_SUBJECT.
+        match live.tls_subject() {
+            Some(subject) => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(), tls_subject:% = subject; "{text}"
+            ),
+            None => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(); "{text}"
+            ),
+        }
     }
     let bytes = Bytes {
         from_client: outcome.from_client,
@@ -462,6 +490,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     open.shared.log.log_with(|| {
         let mut line = route.event(live.client().client(), ev, bytes);
         line.server_name = live.server_name();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     });

@@ -23,6 +23,7 @@
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod seen;
 pub(crate) mod subject;
 
 use futures_lite::FutureExt;
@@ -89,12 +90,12 @@ impl Drop for HandshakeSlot {
 pub(crate) async fn accept(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some(config) = &tls.server else {
         return Ok(None);
     };
     let Some(_slot) = tls.handshake_slot() else {
-        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress"));
+        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress").into());
     };
     let conn = rustls::ServerConnection::new(config.clone())
         .map(Connection::Server)
@@ -119,13 +120,6 @@ pub(crate) fn admits_client(tls: &RouteTls, conn: &Connection) -> Result<(), Str
     subject::allowed(leaf, subjects, issuers)
 }
 
-/// The subject of the certificate the client of `conn` presented
-/// ([`subject::subject_of`]: RFC 4514, cut), if it presented one.
-pub(crate) fn client_subject(conn: &Connection) -> Option<String> {
-    let leaf = conn.peer_certificates()?.first()?;
-    subject::subject_of(leaf)
-}
-
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
 /// within `deadline` (the rule's connect timeout), verified for the name of
 /// the pool's `backend`-th backend (file order). `Ok(None)`: it does not.
@@ -134,12 +128,12 @@ pub(crate) async fn connect(
     socket: &Async<TcpStream>,
     deadline: Duration,
     backend: usize,
-) -> Result<Option<Connection>, String> {
+) -> Result<Option<Connection>, seen::Failed> {
     let Some((config, names)) = &tls.client else {
         return Ok(None);
     };
     let Some(name) = names.get(backend).or(names.first()) else {
-        return Err("no server name to verify the backend for".into());
+        return Err(String::from("no server name to verify the backend for").into());
     };
     let conn = rustls::ClientConnection::new(config.clone(), name.clone())
         .map(Connection::Client)
@@ -154,7 +148,7 @@ async fn handshake_within(
     mut conn: Connection,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Connection, String> {
+) -> Result<Connection, seen::Failed> {
     let timeout = async {
         Timer::after(deadline).await;
         Err(std::io::Error::new(
@@ -165,7 +159,7 @@ async fn handshake_within(
     io::handshake(&mut conn, socket)
         .or(timeout)
         .await
-        .map_err(|e| io::reason(&e))?;
+        .map_err(|e| seen::Failed::of(&e))?;
     Ok(conn)
 }
 

@@ -58,6 +58,7 @@ mod tls_pools;
 mod tls_rate;
 mod tls_subject;
 mod tls_upgrade;
+mod tls_views;
 mod top;
 mod transparent;
 mod transparent_reload;

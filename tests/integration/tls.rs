@@ -23,7 +23,7 @@ pub(super) fn openssl_present() -> bool {
 }
 
 /// Runs `openssl` with `args`, failing the test with its stderr.
-fn openssl(args: &[&str]) {
+pub(super) fn openssl(args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .output()

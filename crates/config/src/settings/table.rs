@@ -895,8 +895,9 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The log file's format (an oi extension): tab and common are \
               rinetd's two, byte for byte; json writes one JSON object per \
               connection event: time, id (as oi connections shows it), rule, \
-              bind, connect, client, backend, server_name, bytes each way, \
-              duration_ms and event (rinetd's words). Wins over logcommon.",
+              bind, connect, client, backend, server_name, tls_subject (the \
+              client certificate's subject), bytes each way, duration_ms and \
+              event (rinetd's words). Wins over logcommon.",
         global: Some(|c| Slot::LogFormat(&mut c.globals.log_format)),
         check: Some("the log file's format"),
         ..BASE
