@@ -145,10 +145,19 @@ impl Route {
     /// by server name (`rule.sni`) when it shares its listener. The
     /// listener's route is then `rule`'s (its ACL, limits, backlog), with
     /// the pool of `rule`'s own entry in [`ServerNames`].
-    pub fn new(mut rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+    pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        Self::with_files(rule, global_acl, &mut crate::tls::Files::default())
+    }
+
+    /// [`Route::new`], with the TLS files of rules `files` has read already.
+    fn with_files(
+        mut rule: ResolvedRule,
+        global_acl: Arc<AclRules>,
+        files: &mut crate::tls::Files,
+    ) -> Self {
         let carried = std::mem::take(&mut rule.sni);
         if carried.is_empty() && rule.server_name().is_none() {
-            return Self::one(rule, global_acl);
+            return Self::one(rule, global_acl, files);
         }
         let mut names = ServerNames {
             named: Vec::with_capacity(carried.len() + 1),
@@ -157,14 +166,14 @@ impl Route {
         let mut own_pool = None;
         for r in std::iter::once(rule.clone()).chain(carried) {
             let pattern = r.server_name().and_then(|p| NamePattern::parse(p).ok());
-            let route = Arc::new(Self::one(r, global_acl.clone()));
+            let route = Arc::new(Self::one(r, global_acl.clone(), files));
             own_pool.get_or_insert_with(|| route.pool.clone());
             match pattern {
                 Some(p) => names.named.push((p, route)),
                 None => names.default = Some(route),
             }
         }
-        let mut route = Self::one(rule, global_acl);
+        let mut route = Self::one(rule, global_acl, files);
         if let Some(pool) = own_pool {
             route.pool = pool;
         }
@@ -173,7 +182,7 @@ impl Route {
     }
 
     /// The route of one rule, without the rules it carries.
-    fn one(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+    fn one(rule: ResolvedRule, global_acl: Arc<AclRules>, files: &mut crate::tls::Files) -> Self {
         let settings = rule.settings();
         let pool = Arc::new(BackendPool::new(&rule));
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
@@ -198,8 +207,10 @@ impl Route {
         let unix_backend = rule.rule.connect().unix().filter(|_| all_unix).cloned();
         let backend_proto = rule.rule.connect().proto;
         // Read before privileges drop at start-up; a reload's files were
-        // checked (`tls::check`) before the routes were built.
-        let tls = match crate::tls::for_rule(&settings, &crate::tls::backend_hosts(&rule)) {
+        // checked (`tls::check`) before the routes were built. Once per
+        // rule: the ports of a range share what `files` read.
+        let tls_shown = files.shown(&rule, &settings);
+        let tls = match files.for_rule(&rule, &settings) {
             Ok(tls) => Ok(tls.map(Arc::new)),
             Err(why) => {
                 log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
@@ -221,7 +232,7 @@ impl Route {
         };
         Route {
             tls,
-            tls_shown: crate::tls::seen::shown(&settings).map(Arc::new),
+            tls_shown,
             rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
@@ -247,9 +258,12 @@ impl Route {
     /// Gives the rules this listener routes by server name the counts of
     /// the same rules in `old` (this listener's route before a reload): a
     /// rule is the same when its server name pattern is (or both are the
-    /// default). Called before the route is shared, so connections already
-    /// open stay counted against the new limits.
+    /// default); and this route and each of those rules the TLS handshakes
+    /// in progress (and the session state) of the same rule in `old`.
+    /// Called before the route is shared, so connections already open stay
+    /// counted against the new limits.
     pub(crate) fn keep_counts_of(&mut self, old: &Route) {
+        self.keep_tls_of(old);
         let (Some(new), Some(old)) = (self.sni.as_mut().and_then(Arc::get_mut), &old.sni) else {
             return;
         };
@@ -257,7 +271,19 @@ impl Route {
         for (pattern, route) in routes.chain(new.default.iter_mut().map(|r| (None, r))) {
             if let (Some(route), Some(was)) = (Arc::get_mut(route), old.same_rule(pattern)) {
                 route.limits = was.limits.clone();
+                route.keep_tls_of(was);
             }
+        }
+    }
+
+    /// Takes over the TLS handshakes in progress and the session state of
+    /// `old`, the same rule before a reload ([`crate::tls::RouteTls::keep_of`]).
+    fn keep_tls_of(&mut self, old: &Route) {
+        let (Ok(Some(new)), Ok(Some(was))) = (&mut self.tls, &old.tls) else {
+            return;
+        };
+        if let Some(new) = Arc::get_mut(new) {
+            new.keep_of(was);
         }
     }
 
@@ -312,10 +338,11 @@ impl Route {
     pub fn all(cfg: &ResolvedConfig) -> Vec<Route> {
         let global = Arc::new(cfg.config.global_acl.clone());
         let mut by_name: HashMap<&str, Arc<BackendPool>> = HashMap::new();
+        let mut files = crate::tls::Files::default();
         cfg.rules
             .iter()
             .map(|r| {
-                let mut route = Route::new(r.clone(), global.clone());
+                let mut route = Route::with_files(r.clone(), global.clone(), &mut files);
                 if let Some(name) = &r.rule.name {
                     let pool = by_name.entry(name).or_insert_with(|| route.pool.clone());
                     route.pool = pool.clone();

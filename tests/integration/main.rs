@@ -56,6 +56,8 @@ mod status_page;
 mod tls;
 mod tls_pools;
 mod tls_rate;
+mod tls_resume;
+mod tls_stall;
 mod tls_subject;
 mod tls_upgrade;
 mod tls_views;

@@ -7,7 +7,7 @@ use crate::bounded::Shown;
 use crate::values::{bounded, octal_mode, seconds};
 use crate::{Config, Host, IpFilter, LogFormat, ProxyHeader, StatusFormat};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Most entries of an option that repeats (`tls-allow-subject`) on one
@@ -138,6 +138,12 @@ pub fn store(
             list.push(entry);
             // Repeating it is how a list is written: never a duplicate.
             false
+        }
+        Slot::File(s) => {
+            if value.is_empty() {
+                return Err(format!("{name} must not be empty"));
+            }
+            s.replace(Path::new(value).into()).is_some()
         }
         Slot::Text(s) => {
             if let Value::Text(max) = setting.value {
@@ -302,6 +308,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Mode(m) => m.map(|m| format!("{m:04o}")),
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        Slot::File(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
         Slot::Text(t) => t.clone(),
         Slot::List(l) => l.as_ref().map(|l| l.join(", ")),
     }

@@ -13,7 +13,7 @@ use crate::{
     MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
 use std::num::NonZeroU64;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 /// The bracketed options after a forwarding rule (YAML: a rule's keys).
@@ -84,12 +84,12 @@ pub struct RuleOptions {
     pub sni: Option<String>,
     /// `[tls-cert=PATH]` (oi): PEM certificate chain the listener presents
     /// when it ends TLS itself.
-    pub tls_cert: Option<PathBuf>,
+    pub tls_cert: Option<Box<Path>>,
     /// `[tls-key=PATH]` (oi): PEM private key of `tls-cert`.
-    pub tls_key: Option<PathBuf>,
+    pub tls_key: Option<Box<Path>>,
     /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
     /// to; set, the listener refuses clients without one.
-    pub tls_client_ca: Option<PathBuf>,
+    pub tls_client_ca: Option<Box<Path>>,
     /// `[tls-allow-subject=CN=alice*]` (oi, repeatable): with
     /// `tls-client-ca`, only client certificates whose subject matches one
     /// entry are served. Boxed, as [`List`]: one word in every rule's options.
@@ -107,16 +107,26 @@ pub struct RuleOptions {
     pub tls_connect: Option<bool>,
     /// `[tls-ca=PATH|system]` (oi): the roots the backend's certificate must
     /// chain to; `None` and `system` are the system's (/etc/ssl/certs).
-    pub tls_ca: Option<PathBuf>,
+    pub tls_ca: Option<Box<Path>>,
     /// `[tls-name=NAME]` (oi): server name sent to and verified against the
     /// backend; `None` = the backend's host name.
     pub tls_name: Option<String>,
     /// `[tls-insecure]` (oi): accept any backend certificate (no verification).
     pub tls_insecure: Option<bool>,
     /// `[tls-client-cert=PATH]` (oi): PEM certificate oi presents to the backend.
-    pub tls_client_cert: Option<PathBuf>,
+    pub tls_client_cert: Option<Box<Path>>,
     /// `[tls-client-key=PATH]` (oi): PEM private key of `tls-client-cert`.
-    pub tls_client_key: Option<PathBuf>,
+    pub tls_client_key: Option<Box<Path>>,
+    /// `[tls-resumption=on|off]` (oi): whether a client may resume an earlier
+    /// TLS session (and oi one with the backend); off gives every connection
+    /// fresh keys.
+    pub tls_resumption: Option<bool>,
+    /// `[tls-ocsp=PATH]` (oi): a DER OCSP response stapled to the listener's
+    /// certificate.
+    pub tls_ocsp: Option<Box<Path>>,
+    /// `[tls-max-handshakes=N]` (oi): most client TLS handshakes in progress
+    /// at once on one listener of the rule.
+    pub tls_max_handshakes: Option<u32>,
 }
 
 impl RuleOptions {
@@ -161,6 +171,9 @@ impl RuleOptions {
         tls_insecure: None,
         tls_client_cert: None,
         tls_client_key: None,
+        tls_resumption: None,
+        tls_ocsp: None,
+        tls_max_handshakes: None,
     };
 }
 
@@ -618,7 +631,7 @@ pub static SETTINGS: &[Setting] = &[
               the default rule's. --check reads the file, parses it, checks the \
               key matches and warns when it expires within 14 days; SIGHUP \
               reads it again for new handshakes. In YAML: tls: {cert: ..., key: ...}.",
-        rule: Some(|o| Slot::Path(&mut o.tls_cert)),
+        rule: Some(|o| Slot::File(&mut o.tls_cert)),
         ..BASE
     },
     Setting {
@@ -631,7 +644,7 @@ pub static SETTINGS: &[Setting] = &[
               extension). Read at start-up and on SIGHUP, before privileges \
               are dropped, and never logged; --check warns when others may \
               read it.",
-        rule: Some(|o| Slot::Path(&mut o.tls_key)),
+        rule: Some(|o| Slot::File(&mut o.tls_key)),
         ..BASE
     },
     Setting {
@@ -643,7 +656,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "PEM certificates a client's certificate must chain to (an oi \
               extension, with tls-cert): a client that sends none, or one \
               these do not sign, fails the handshake and is closed.",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_ca)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_ca)),
         ..BASE
     },
     Setting {
@@ -726,7 +739,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The PEM certificates a backend's certificate must chain to, with \
               tls-connect (an oi extension); system means the system's roots \
               (/etc/ssl/certs, read from disk, no network).",
-        rule: Some(|o| Slot::Path(&mut o.tls_ca)),
+        rule: Some(|o| Slot::File(&mut o.tls_ca)),
         ..BASE
     },
     Setting {
@@ -764,7 +777,7 @@ pub static SETTINGS: &[Setting] = &[
         default: Default::Unset("none"),
         doc: "A PEM certificate chain oi presents to a backend that asks for \
               one, with tls-connect and tls-client-key (an oi extension).",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_cert)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_cert)),
         ..BASE
     },
     Setting {
@@ -775,7 +788,57 @@ pub static SETTINGS: &[Setting] = &[
         default: Default::Unset("none"),
         doc: "The PEM private key of tls-client-cert (an oi extension); read as \
               tls-key is.",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_key)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_key)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-resumption"),
+        yaml: Some("tls.resumption"),
+        value: Value::Switch,
+        applies: &[Applies::TcpListener, Applies::TcpBackend],
+        default: Default::Is("on"),
+        doc: "Whether TLS sessions may be resumed (an oi extension). On, a \
+              listener with tls-cert gives TLS 1.3 and TLS 1.2 clients session \
+              tickets sealed with keys rustls makes at random and rotates every \
+              6 hours (a ticket stays good up to 12 hours; the keys are never \
+              written anywhere) and remembers the last 256 TLS 1.2 session IDs; \
+              with tls-connect oi resumes its own sessions with the backend \
+              (one server name, at most 8 TLS 1.3 tickets). The tickets and \
+              the cache belong to the rule and survive a reload that keeps its \
+              certificate, key and tls-client-ca; a reload that changes one \
+              of them starts afresh, so no session made under the old \
+              certificate resumes. Off: every connection makes a full \
+              handshake with fresh keys (forward secrecy per connection).",
+        rule: Some(|o| Slot::Switch(&mut o.tls_resumption)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-ocsp"),
+        yaml: Some("tls.ocsp"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no OCSP response stapled"),
+        doc: "A DER OCSP response (as openssl ocsp -respout writes it, at most \
+              64 KiB) stapled to tls-cert for clients that ask (an oi \
+              extension). Read with the certificate at start-up and on SIGHUP: \
+              fetch a fresh response before the old one's nextUpdate and \
+              reload. --check fails when it cannot be read or is empty, and \
+              warns when it is not a DER OCSP response or not a successful one.",
+        rule: Some(|o| Slot::File(&mut o.tls_ocsp)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-max-handshakes"),
+        yaml: Some("tls.max_handshakes"),
+        value: Value::Number(1, 1_000_000),
+        applies: &[Applies::TcpListener],
+        default: Default::Is("1024"),
+        doc: "Most client TLS handshakes in progress at once on each listener \
+              of the rule (an oi extension, with tls-cert): one more client is \
+              closed at once, logged tls-handshake-failed. Each costs a socket \
+              and rustls's state until it finishes or tls-handshake-timeout \
+              ends it. The count is carried across a reload.",
+        rule: Some(|o| Slot::Small(&mut o.tls_max_handshakes)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
