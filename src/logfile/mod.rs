@@ -94,6 +94,10 @@ pub enum Event {
     /// oi's TLS handshake with the backend failed (`tls-connect`): an
     /// untrusted or expired certificate, a wrong name, or the backend's refusal.
     TlsBackendFailed,
+    /// The client's certificate, verified, matched none of the rule's
+    /// `tls-allow-subject` or `tls-allow-issuer` entries: closed after its
+    /// handshake.
+    TlsSubjectDenied,
 }
 
 impl Event {
@@ -113,6 +117,7 @@ impl Event {
             Event::SniUnrouted => "sni-unrouted",
             Event::TlsHandshakeFailed => "tls-handshake-failed",
             Event::TlsBackendFailed => "tls-backend-failed",
+            Event::TlsSubjectDenied => "tls-subject-denied",
         }
     }
 }

@@ -23,6 +23,7 @@ use oi_wire::client_hello::{best_match, NamePattern};
 use oi_wire::proxy::ProxyVersion;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -224,10 +225,10 @@ impl Route {
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
         let rates = crate::stats::rate::Rates {
-            up: settings.rate_up.or(settings.rate),
-            down: settings.rate_down.or(settings.rate),
-            rule: settings.rule_rate,
-            client: settings.client_rate,
+            up: settings.rate_up.or(settings.rate).map(NonZeroU64::get),
+            down: settings.rate_down.or(settings.rate).map(NonZeroU64::get),
+            rule: settings.rule_rate.map(NonZeroU64::get),
+            client: settings.client_rate.map(NonZeroU64::get),
         };
         Route {
             tls,

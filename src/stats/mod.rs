@@ -44,6 +44,7 @@ mod rules;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+pub(crate) mod throttle;
 mod tls;
 
 pub(crate) use carry::Sent;

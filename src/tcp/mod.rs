@@ -23,7 +23,6 @@ mod mover;
 mod pump;
 pub(crate) mod sni;
 pub(crate) mod splice;
-mod throttle;
 
 use crate::backends::connect::{self, ConnectError};
 use crate::backends::Lease;
@@ -222,6 +221,16 @@ pub(crate) async fn open<G: Guards>(
             }
         },
     };
+    // A verified client certificate the rule's subject or issuer lists do
+    // not admit: closed before the backend is dialled, counted as refused.
+    if let (Some(t), Some(conn)) = (&tls, &client_tls) {
+        if let Err(who) = crate::tls::admits_client(t, conn) {
+            log::info!(reason = "tls-subject-denied"; "{peer}: client certificate not allowed on {}: {who}", route.bind);
+            stats.refused(Event::TlsSubjectDenied);
+            shared.log.log(event(Event::TlsSubjectDenied, Bytes::NONE));
+            return None;
+        }
+    }
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
@@ -276,7 +285,9 @@ pub(crate) async fn open<G: Guards>(
         None => None,
         Some(t) => {
             let deadline = timeout;
-            match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
+            // Verified for its own host name (a pool's backends may differ).
+            let which = lease.member().backend();
+            match Box::pin(crate::tls::connect(t, &backend, deadline, which)).await {
                 Ok(conn) => {
                     if let Some(c) = &conn {
                         stats.tls_done(TlsSide::Backend, crate::tls::seen::resumed(c));
@@ -485,9 +496,10 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     });
 }
 
-/// Pumps a connection oi speaks TLS on (`crate::tls::pump`): no splice, no
-/// bandwidth limits yet, and no hand-over: rustls's state cannot be
-/// carried to the new oi, so such a connection runs in the old one to its end.
+/// Pumps a connection oi speaks TLS on (`crate::tls::pump`), within the
+/// rule's bandwidth limits: no splice, and no hand-over: rustls's state
+/// cannot be carried to the new oi, so such a connection runs in the old
+/// one to its end.
 async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutcome {
     use crate::tls::pump::{run, End};
     let client = End {
@@ -498,7 +510,10 @@ async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutco
         socket: &open.backend,
         tls: sessions.backend.as_mut(),
     };
-    let outcome = run(client, backend).await;
+    let stats = open.live.rule();
+    let ip = open.live.client().client();
+    let limits = open.route.rates.limits(&stats.rates, ip.ip());
+    let outcome = run(client, backend, limits, stats).await;
     PumpOutcome {
         from_client: outcome.from_client,
         to_client: outcome.to_client,

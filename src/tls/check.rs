@@ -57,15 +57,6 @@ fn rule_warnings(s: &RuleOptions) -> Vec<String> {
                 .to_string(),
         );
     }
-    let rated = [s.rate, s.rate_up, s.rate_down, s.rule_rate, s.client_rate];
-    let tls = s.tls_cert.is_some() || s.tls_connect == Some(true);
-    if tls && rated.iter().any(Option::is_some) {
-        out.push(
-            "bandwidth limits (rate, rule-rate, client-rate) do not apply yet to \
-             connections oi speaks TLS on"
-                .to_string(),
-        );
-    }
     if let Some(fault) = s
         .tls_ocsp
         .as_deref()

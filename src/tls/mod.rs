@@ -14,7 +14,9 @@
 //!   the certificate);
 //! - `check.rs`: `--check`'s (and a reload's) reading of every rule's files;
 //! - `io.rs`: rustls over oi's reactor sockets, and the handshakes;
-//! - `pump.rs`: the two directions once both handshakes are done.
+//! - `pump.rs`: the two directions once both handshakes are done;
+//! - `subject.rs`: a certificate's subject for the logs and views, and a
+//!   client's checked against `tls-allow-subject`/`tls-allow-issuer`.
 //!
 //! A rule's files are read once ([`Files`]: a port range's ports share
 //! them); each route counts its own handshakes in progress ([`RouteTls`]),
@@ -63,8 +65,9 @@ pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
 
 /// TLS sessions with the backend oi keeps to resume (`tls-connect`): the
-/// rule has one server name (`tls-name`), and rustls keeps up to 8 TLS 1.3
-/// tickets per name, so 8 is one name's worth (its TLS 1.2 session too).
+/// rule has one server name (`tls-name`, else each backend's own, which
+/// then share these), and rustls keeps up to 8 TLS 1.3 tickets per name,
+/// so 8 is one name's worth (its TLS 1.2 session too).
 const CLIENT_SESSIONS: usize = 8;
 
 /// A rule's TLS, built once per route from its settings.
@@ -80,7 +83,10 @@ pub(crate) struct RouteTls {
     /// rule's across a reload ([`RouteTls::keep_of`]).
     pub(crate) handshakes: Arc<AtomicUsize>,
     /// Beginning TLS to the backend (`tls-connect`), and the name verified.
-    pub(crate) client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    pub(crate) client: Option<(Arc<ClientConfig>, Vec<ServerName<'static>>)>,
+    /// `tls-allow-subject` and `tls-allow-issuer` entries (empty: not
+    /// given), checked on each client certificate after its handshake.
+    pub(crate) allow: (Vec<String>, Vec<String>),
 }
 
 /// A handshake's place below the rule's cap, given back when dropped.
@@ -141,15 +147,35 @@ pub(crate) async fn accept(
         .map(Some)
 }
 
+/// Whether the rule's `tls-allow-subject`/`tls-allow-issuer` admit the
+/// client of `conn` (its handshake done, its certificate verified): `Ok`
+/// when the rule has no such list; else the certificate's subject and
+/// issuer, escaped and cut, for the refusal's diagnostic.
+pub(crate) fn admits_client(tls: &RouteTls, conn: &Connection) -> Result<(), String> {
+    let (subjects, issuers) = &tls.allow;
+    if subjects.is_empty() && issuers.is_empty() {
+        return Ok(());
+    }
+    let Some(leaf) = conn.peer_certificates().and_then(|c| c.first()) else {
+        return Err("no client certificate".into());
+    };
+    subject::allowed(leaf, subjects, issuers)
+}
+
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
-/// within `deadline` (the rule's connect timeout). `Ok(None)`: it does not.
+/// within `deadline` (the rule's connect timeout), verified for the name of
+/// the pool's `backend`-th backend (file order). `Ok(None)`: it does not.
 pub(crate) async fn connect(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
     deadline: Duration,
+    backend: usize,
 ) -> Result<Option<Connection>, seen::Failed> {
-    let Some((config, name)) = &tls.client else {
+    let Some((config, names)) = &tls.client else {
         return Ok(None);
+    };
+    let Some(name) = names.get(backend).or(names.first()) else {
+        return Err(String::from("no server name to verify the backend for").into());
     };
     let conn = rustls::ClientConnection::new(config.clone(), name.clone())
         .map(Connection::Client)
@@ -186,18 +212,18 @@ async fn handshake_within(
 pub(crate) struct Loaded {
     /// The listener's side, when the rule ends TLS.
     server: Option<server::ServerTls>,
-    /// The backend's side, when it begins TLS.
-    client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// The backend's side, when it begins TLS, with each backend's name.
+    client: Option<(Arc<ClientConfig>, Vec<ServerName<'static>>)>,
 }
 
 /// What makes two rules one for [`Loaded`]: the line that wrote it (a port
-/// range is one line), the backend's name, and every TLS setting.
+/// range is one line), the backends' names, and every TLS setting.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct RuleKey {
     /// The rule's file (`None`: the main file) and line.
     at: (Option<Arc<str>>, usize),
-    /// The backend's host as written (the default `tls-name`).
-    host: Arc<str>,
+    /// Each backend's host as written (the default `tls-name`s).
+    hosts: Vec<Arc<str>>,
     /// The paths of the rule's TLS files.
     paths: [Option<Box<Path>>; 7],
     /// `tls-alpn` and `tls-name`.
@@ -211,7 +237,12 @@ impl RuleKey {
     fn of(rule: &ResolvedRule, s: &RuleOptions) -> Self {
         RuleKey {
             at: (rule.rule.file.clone(), rule.rule.line),
-            host: rule.rule.connect().host_text.clone(),
+            hosts: rule
+                .rule
+                .backends
+                .iter()
+                .map(|b| b.endpoint.host_text.clone())
+                .collect(),
             paths: [
                 s.tls_cert.clone(),
                 s.tls_key.clone(),
@@ -248,7 +279,7 @@ impl Files {
         }
         self.loaded
             .entry(RuleKey::of(rule, s))
-            .or_insert_with(|| load(s, &rule.rule.connect().host_text))
+            .or_insert_with(|| load(s, &backend_hosts(rule)))
             .clone()
     }
 
@@ -288,6 +319,10 @@ impl Files {
                 .max(1),
             handshakes: Arc::new(AtomicUsize::new(0)),
             client: loaded.client,
+            allow: (
+                s.tls_allow_subject.as_deref().cloned().unwrap_or_default(),
+                s.tls_allow_issuer.as_deref().cloned().unwrap_or_default(),
+            ),
         }))
     }
 }
@@ -300,12 +335,24 @@ pub(crate) fn names_tls(s: &RuleOptions) -> bool {
         || s.tls_client_ca.is_some()
         || s.tls_alpn.is_some()
         || s.tls_ocsp.is_some()
+        || s.tls_allow_subject.is_some()
+        || s.tls_allow_issuer.is_some()
         || s.tls_connect == Some(true)
 }
 
-/// Reads every file the TLS settings `s` of a rule whose backend is named
-/// `host` name; `Ok(None)` when the rule has no TLS.
-fn load(s: &RuleOptions, host: &str) -> Result<Option<Loaded>, String> {
+/// The host name of each of `rule`'s backends as written, in file order:
+/// what `tls-connect` verifies each for when `tls-name` is not given.
+fn backend_hosts(rule: &ResolvedRule) -> Vec<&str> {
+    rule.rule
+        .backends
+        .iter()
+        .map(|b| &*b.endpoint.host_text)
+        .collect()
+}
+
+/// Reads every file the TLS settings `s` of a rule whose backends are
+/// named `hosts` (file order) name; `Ok(None)` when the rule has no TLS.
+fn load(s: &RuleOptions, hosts: &[&str]) -> Result<Option<Loaded>, String> {
     let server = match (&s.tls_cert, &s.tls_key) {
         (None, None) => None,
         (Some(_), None) => return Err("tls-cert needs tls-key".into()),
@@ -322,8 +369,16 @@ fn load(s: &RuleOptions, host: &str) -> Result<Option<Loaded>, String> {
             return Err(format!("{name} needs tls-cert and tls-key"));
         }
     }
+    if (s.tls_allow_subject.is_some() || s.tls_allow_issuer.is_some()) && s.tls_client_ca.is_none()
+    {
+        return Err(
+            "tls-allow-subject and tls-allow-issuer need tls-client-ca (the CA \
+             that signs the client certificates they are checked on)"
+                .into(),
+        );
+    }
     let client = match s.tls_connect {
-        Some(true) => Some(client_config(s, host)?),
+        Some(true) => Some(client_config(s, hosts)?),
         _ => None,
     };
     if server.is_none() && client.is_none() {
@@ -338,14 +393,24 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The backend's side: verified against `tls-ca` (else the system's roots)
-/// for `tls-name` (else `host`), or not at all with `tls-insecure`.
+/// for `tls-name` (else each backend for its own host name in `hosts`: a
+/// pool's backends need not share a certificate), or not at all with
+/// `tls-insecure`.
 fn client_config(
     s: &RuleOptions,
-    host: &str,
-) -> Result<(Arc<ClientConfig>, ServerName<'static>), String> {
-    let name_text = s.tls_name.as_deref().unwrap_or(host);
-    let name = ServerName::try_from(name_text.to_string())
-        .map_err(|e| format!("tls-name '{}': {e}", Shown(name_text)))?;
+    hosts: &[&str],
+) -> Result<(Arc<ClientConfig>, Vec<ServerName<'static>>), String> {
+    let texts = match s.tls_name.as_deref() {
+        Some(name) => vec![name],
+        None => hosts.to_vec(),
+    };
+    let names = texts
+        .into_iter()
+        .map(|text| {
+            ServerName::try_from(text.to_string())
+                .map_err(|e| format!("tls-name '{}': {e}", Shown(text)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -374,7 +439,7 @@ fn client_config(
     } else {
         Resumption::in_memory_sessions(CLIENT_SESSIONS)
     };
-    Ok((Arc::new(config), name))
+    Ok((Arc::new(config), names))
 }
 
 #[cfg(test)]
@@ -389,6 +454,7 @@ mod tests {
             max_handshakes: MAX_HANDSHAKES,
             handshakes: Arc::new(AtomicUsize::new(0)),
             client: None,
+            allow: (Vec::new(), Vec::new()),
         };
         let held: Vec<HandshakeSlot> = (0..MAX_HANDSHAKES)
             .map_while(|_| tls.handshake_slot())

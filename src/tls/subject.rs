@@ -1,8 +1,16 @@
 //! A certificate's subject as an RFC 4514 string (`CN=alice,O=Example`),
-//! for the logs and the views: x509-parser reads the DER (rustls and
+//! for the logs and the views, and a client certificate's subject and
+//! issuer checked against the rule's `tls-allow-subject` and
+//! `tls-allow-issuer` ([`allowed`]): x509-parser reads the DER (rustls and
 //! webpki verify a chain but do not expose its names).
+//!
+//! The check runs on a certificate rustls has already verified (its chain
+//! to `tls-client-ca`, its dates, its signature). Attributes are matched
+//! one by one (`CN=alice*` against each CN of the name), never as one
+//! string, so a `,` or `+` inside a value cannot pass for another attribute.
 
-use x509_parser::prelude::{FromDer, X509Certificate};
+use oi_config::{cert_name, Shown};
+use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
 
 /// Longest subject kept, in bytes: a subject is the certificate holder's
 /// text, and a log line or a label must not carry kilobytes of it. Real
@@ -15,8 +23,47 @@ pub(crate) const MAX_SUBJECT: usize = 256;
 /// certificate cannot be read.
 pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
+    Some(rfc4514(cert.subject()))
+}
+
+/// Whether the rule's lists admit the client certificate `der`: `Ok` when
+/// every list given (`subjects`, `issuers`; empty: not given) has an entry
+/// its name matches; else its subject and issuer (RFC 4514, cut, escaped)
+/// for the refusal's diagnostic. A certificate that does not parse is
+/// refused.
+pub(crate) fn allowed(der: &[u8], subjects: &[String], issuers: &[String]) -> Result<(), String> {
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return Err("a certificate oi cannot read".into());
+    };
+    let admits = |list: &[String], name: &X509Name<'_>| {
+        list.is_empty() || list.iter().any(|entry| entry_matches(entry, name))
+    };
+    if admits(subjects, cert.subject()) && admits(issuers, cert.issuer()) {
+        return Ok(());
+    }
+    Err(format!(
+        "subject '{}', issuer '{}'",
+        Shown(&rfc4514(cert.subject())),
+        Shown(&rfc4514(cert.issuer()))
+    ))
+}
+
+/// Whether one `ATTR=PATTERN` entry matches an attribute of `name`.
+fn entry_matches(entry: &str, name: &X509Name<'_>) -> bool {
+    let Some((oid, pattern)) = cert_name::split(entry) else {
+        return false;
+    };
+    name.iter_attributes()
+        .filter(|a| a.attr_type().to_id_string() == oid)
+        .filter_map(|a| a.as_str().ok())
+        .any(|value| cert_name::matches(pattern, value))
+}
+
+/// `name` as RFC 4514 writes it (last RDN first, `,` between RDNs, `+`
+/// inside one, specials escaped), cut to [`MAX_SUBJECT`].
+fn rfc4514(name: &X509Name<'_>) -> String {
     let mut out = String::new();
-    let rdns: Vec<_> = cert.subject().iter_rdn().collect();
+    let rdns: Vec<_> = name.iter_rdn().collect();
     for (i, rdn) in rdns.into_iter().rev().enumerate() {
         if i > 0 {
             out.push(',');
@@ -56,11 +103,11 @@ pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
                 }
             }
             if out.len() > MAX_SUBJECT {
-                return Some(cut(out));
+                return cut(out);
             }
         }
     }
-    Some(cut(out))
+    cut(out)
 }
 
 /// The short names RFC 4514 3 lists, and the two more that certificates
@@ -141,5 +188,11 @@ mod tests {
     fn what_is_not_a_certificate_has_no_subject() {
         assert_eq!(subject_of(b""), None);
         assert_eq!(subject_of(&[0x30, 0x03, 0x02, 0x01, 0x00]), None);
+    }
+
+    #[test]
+    fn a_certificate_that_does_not_parse_is_refused_not_admitted() {
+        let subjects = ["CN=*".to_string()];
+        assert!(allowed(b"not DER", &subjects, &[]).is_err());
     }
 }

@@ -12,6 +12,7 @@ use crate::{
     Host, Mptcp, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
     MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
+use std::num::NonZeroU64;
 use std::path::Path;
 use std::time::Duration;
 
@@ -59,18 +60,19 @@ pub struct RuleOptions {
     /// `[check-expect=TEXT]` (oi): what the backend's reply must begin with, as written.
     pub check_expect: Option<String>,
     /// `[rate=10M]` (oi): bytes per second each connection (UDP: association)
-    /// may move in each direction.
-    pub rate: Option<u64>,
+    /// may move in each direction. Non-zero (the range starts at 1), so each
+    /// rate costs 8 bytes, not 16, in every rule's options.
+    pub rate: Option<NonZeroU64>,
     /// `[rate-up=N]` (oi): as `rate`, client to backend only; wins over `rate`.
-    pub rate_up: Option<u64>,
+    pub rate_up: Option<NonZeroU64>,
     /// `[rate-down=N]` (oi): as `rate`, backend to client only; wins over `rate`.
-    pub rate_down: Option<u64>,
+    pub rate_down: Option<NonZeroU64>,
     /// `[rule-rate=N]` (oi): bytes per second all the rule's connections
     /// together may move in each direction.
-    pub rule_rate: Option<u64>,
+    pub rule_rate: Option<NonZeroU64>,
     /// `[client-rate=N]` (oi): bytes per second all of one client address's
     /// connections on the rule together may move in each direction.
-    pub client_rate: Option<u64>,
+    pub client_rate: Option<NonZeroU64>,
     /// `[transparent]` (oi): connect to the backend from the client's own
     /// address (IP_TRANSPARENT), so the backend sees the real client.
     pub transparent: Option<bool>,
@@ -88,6 +90,13 @@ pub struct RuleOptions {
     /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
     /// to; set, the listener refuses clients without one.
     pub tls_client_ca: Option<Box<Path>>,
+    /// `[tls-allow-subject=CN=alice*]` (oi, repeatable): with
+    /// `tls-client-ca`, only client certificates whose subject matches one
+    /// entry are served. Boxed, as [`List`]: one word in every rule's options.
+    pub tls_allow_subject: Option<List>,
+    /// `[tls-allow-issuer=CN=team-ca]` (oi, repeatable): as
+    /// `tls-allow-subject`, on the issuer's name.
+    pub tls_allow_issuer: Option<List>,
     /// `[tls-alpn=h2:http/1.1]` (oi): application protocols the listener
     /// offers a TLS client, in order of preference.
     pub tls_alpn: Option<String>,
@@ -152,6 +161,8 @@ impl RuleOptions {
         tls_cert: None,
         tls_key: None,
         tls_client_ca: None,
+        tls_allow_subject: None,
+        tls_allow_issuer: None,
         tls_alpn: None,
         tls_handshake_timeout: None,
         tls_connect: None,
@@ -165,6 +176,13 @@ impl RuleOptions {
         tls_max_handshakes: None,
     };
 }
+
+/// The entries of an option that repeats (`tls-allow-subject`), in the
+/// order written. Boxed: `None` costs one word in every rule's options, not
+/// a `Vec`'s three (`oi --check` of 26,296 rules must stay within 64 MiB,
+/// `shared_host::check_of_any_16_mib_input_runs_within_64_mib`).
+#[allow(clippy::box_collection)]
+pub type List = Box<Vec<String>>;
 
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
 /// short exchange, and the expected prefix is what a probe holds in memory.
@@ -642,6 +660,37 @@ pub static SETTINGS: &[Setting] = &[
         ..BASE
     },
     Setting {
+        conf: Some("tls-allow-subject"),
+        yaml: Some("tls.allow_subject"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any certificate tls-client-ca signs"),
+        doc: "Serve only clients whose certificate's subject has this \
+              attribute matching this pattern (an oi extension, with \
+              tls-client-ca): [tls-allow-subject=CN=alice*] admits CN=alice \
+              and CN=alice-laptop. Repeat the option for more entries; a \
+              subject that matches any one is served (YAML: allow_subject: \
+              [\"CN=alice*\", \"OU=ops\"] under tls:). With tls-allow-issuer \
+              too, both must match. A refused client is closed after its \
+              handshake, logged tls-subject-denied, its subject in oi's \
+              diagnostics. --check refuses it without tls-client-ca.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_subject)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-allow-issuer"),
+        yaml: Some("tls.allow_issuer"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any issuer tls-client-ca holds"),
+        doc: "As tls-allow-subject, on the name of the certificate's issuer \
+              (an oi extension, with tls-client-ca): with several CAs in \
+              tls-client-ca, [tls-allow-issuer=CN=ops-ca] serves only the \
+              clients ops-ca signed. Repeatable; any one entry admits.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_issuer)),
+        ..BASE
+    },
+    Setting {
         conf: Some("tls-alpn"),
         yaml: Some("tls.alpn"),
         value: Value::Name,
@@ -698,10 +747,12 @@ pub static SETTINGS: &[Setting] = &[
         yaml: Some("tls.name"),
         value: Value::Name,
         applies: &[Applies::TcpBackend],
-        default: Default::Unset("the backend's host name"),
+        default: Default::Unset("each backend's own host name"),
         doc: "The server name oi sends to the backend and checks its \
               certificate against, with tls-connect (an oi extension). Needed \
-              when the backend is written as an address.",
+              when the backend is written as an address. Without it, each \
+              backend of a pool is verified for its own host name as written; \
+              given, it is verified on every backend.",
         rule: Some(|o| Slot::Text(&mut o.tls_name)),
         ..BASE
     },
