@@ -91,8 +91,9 @@ enum Command {
         #[arg(long, default_value_t = 60.0)]
         open_secs: f64,
     },
-    /// Reads a length (8 bytes, big-endian) and that many bytes, answers `k`;
-    /// the backend of `tls-bulk`.
+    /// Reads `u` and a length (8 bytes, big-endian) and that many bytes, then
+    /// answers `k`; or `d` and a length, and sends that many; the backend of
+    /// `tls-bulk`.
     Sink {
         /// Address to listen on.
         bind: SocketAddr,
@@ -118,7 +119,7 @@ enum Command {
         #[arg(long)]
         resume: bool,
     },
-    /// Concurrent TLS uploads to the sink; prints Gbit/s of plaintext.
+    /// Concurrent TLS uploads to the sink (or downloads); prints Gbit/s of plaintext.
     TlsBulk {
         /// Address to connect to (a TLS forwarder to a sink).
         addr: SocketAddr,
@@ -134,6 +135,9 @@ enum Command {
         /// Streams at once.
         #[arg(long, default_value_t = 1)]
         streams: usize,
+        /// Download from the sink instead of uploading to it.
+        #[arg(long)]
+        down: bool,
     },
 }
 
@@ -195,7 +199,8 @@ fn main() -> ExitCode {
             name,
             bytes,
             streams,
-        } => tls::bulk(addr, &ca, &name, bytes, streams.max(1)),
+            down,
+        } => tls::bulk(addr, &ca, &name, bytes, streams.max(1), down),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! TLS load for `benches/tls.sh`: handshakes (full or resumed) and bulk
-//! uploads, with rustls as the client, and the plain sink the uploads go to.
+//! uploads and downloads, with rustls as the client, and the plain sink
+//! (and source) the bulk goes to (and comes from).
 //!
 //! A Rust client rather than `openssl s_time`: it counts exactly what it
 //! did (full handshakes, resumed ones, bytes the sink confirmed), it pins
@@ -184,20 +185,27 @@ fn one_handshake(
 
 /// `streams` connections at once, each uploading `bytes` of plaintext to
 /// the sink through `addr` and waiting for the sink to confirm it has them
-/// all; prints Gbit/s of plaintext.
+/// all (or, `down`, downloading `bytes` the sink sends); prints Gbit/s of
+/// plaintext.
 pub fn bulk(
     addr: SocketAddr,
     ca: &Path,
     name: &str,
     bytes: u64,
     streams: usize,
+    down: bool,
 ) -> Result<(), String> {
     let name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
     let config = client_config(ca, false)?;
     let start = Instant::now();
     let results: Vec<io::Result<u64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..streams)
-            .map(|_| scope.spawn(|| upload(addr, &config, &name, bytes)))
+            .map(|_| {
+                scope.spawn(|| match down {
+                    false => upload(addr, &config, &name, bytes),
+                    true => download(addr, &config, &name, bytes),
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -231,8 +239,15 @@ pub fn bulk(
     Ok(())
 }
 
-/// One upload: the length (8 bytes, big-endian), the bytes, then the sink's
-/// one-byte confirmation.
+/// A request to the sink: `u` (upload) or `d` (download), then the length
+/// (8 bytes, big-endian).
+fn header(op: u8, bytes: u64) -> [u8; 9] {
+    let mut h = [op; 9];
+    h[1..].copy_from_slice(&bytes.to_be_bytes());
+    h
+}
+
+/// One upload: the header, the bytes, then the sink's one-byte confirmation.
 fn upload(
     addr: SocketAddr,
     config: &Arc<ClientConfig>,
@@ -240,7 +255,7 @@ fn upload(
     bytes: u64,
 ) -> io::Result<u64> {
     let mut tls = open(addr, config, name)?;
-    tls.write_all(&bytes.to_be_bytes())?;
+    tls.write_all(&header(b'u', bytes))?;
     let chunk = crate::request(CHUNK);
     let mut left = bytes;
     // Bounded: `left` falls by up to CHUNK each pass.
@@ -261,8 +276,36 @@ fn upload(
     Ok(bytes)
 }
 
-/// The sink: for each connection (a thread each), reads the length, then
-/// that many bytes, answers `k`; serves until killed.
+/// One download: the header, then `bytes` from the sink.
+fn download(
+    addr: SocketAddr,
+    config: &Arc<ClientConfig>,
+    name: &ServerName<'static>,
+    bytes: u64,
+) -> io::Result<u64> {
+    let mut tls = open(addr, config, name)?;
+    tls.write_all(&header(b'd', bytes))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = bytes;
+    // Bounded: each pass reads at least a byte or fails (EOF, the timeout).
+    while left > 0 {
+        let want = usize::try_from(left).map_or(CHUNK, |l| l.min(CHUNK));
+        let n = tls.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{left} bytes short"),
+            ));
+        }
+        left -= n as u64;
+    }
+    close(tls);
+    Ok(bytes)
+}
+
+/// The sink: for each connection (a thread each), reads the header; for an
+/// upload, that many bytes, then answers `k`; for a download, sends that
+/// many. Serves until killed.
 pub fn sink(bind: SocketAddr) -> Result<(), String> {
     let listener = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -286,13 +329,27 @@ pub fn sink(bind: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-/// One sink connection: length, bytes, `k`.
+/// One sink connection: header, then the bytes either way.
 fn drain(mut s: TcpStream) -> io::Result<()> {
     s.set_nodelay(true)?;
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head)?;
     let mut len = [0u8; 8];
-    s.read_exact(&mut len)?;
+    len.copy_from_slice(&head[1..]);
     let mut left = u64::from_be_bytes(len);
     let mut buf = vec![0u8; 256 * 1024];
+    if head[0] == b'd' {
+        let chunk = crate::request(buf.len());
+        // Bounded: `left` falls by up to a chunk each pass.
+        while left > 0 {
+            let n = usize::try_from(left).map_or(chunk.len(), |l| l.min(chunk.len()));
+            s.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        // Wait for the client's end, so the last bytes are not lost to a reset.
+        let _ = s.read(&mut buf);
+        return Ok(());
+    }
     // Bounded: each pass reads at least a byte or returns.
     while left > 0 {
         let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
