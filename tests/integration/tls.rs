@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Whether `openssl` runs; when it does not, the test is skipped unless
 /// OI_REQUIRE_TOOLS is set.
-fn openssl_present() -> bool {
+pub(super) fn openssl_present() -> bool {
     tool_present("openssl", "version", "openssl")
 }
 
