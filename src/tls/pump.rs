@@ -86,6 +86,11 @@ struct Direction {
     bytes: u64,
     /// Whether close_notify has been queued for the sink.
     notified: bool,
+    /// A TLS source's socket had nothing (EAGAIN) when last read: the next
+    /// read waits for the reactor's edge instead of asking the kernel again.
+    /// Without it, a batch sent because the socket was empty cost a second
+    /// failed recvfrom right after it (one more call a record).
+    drained: bool,
 }
 
 impl Direction {
@@ -102,6 +107,7 @@ impl Direction {
             state: State::Running,
             bytes: 0,
             notified: false,
+            drained: false,
         }
     }
 
@@ -229,7 +235,17 @@ impl Direction {
             }
             // Answers rustls owes the peer (a key update) go out first.
             let _ = poll_flush(conn, from.socket, cx)?;
-            match poll_fill(conn, from.socket, cx)? {
+            let filled = match self.drained {
+                // Read only once the socket has signalled bytes since.
+                true => match from.socket.poll_readable(cx) {
+                    Poll::Ready(Ok(())) => poll_fill(conn, from.socket, cx)?,
+                    Poll::Ready(Err(e)) => return Err(e),
+                    Poll::Pending => Poll::Pending,
+                },
+                false => poll_fill(conn, from.socket, cx)?,
+            };
+            self.drained = filled.is_pending();
+            match filled {
                 // The socket has no more for now: what was gathered goes
                 // out (the waker stays registered for the rest).
                 Poll::Pending if got > 0 => return Ok(Poll::Ready(Read_::Bytes(got))),
