@@ -13,6 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 oi=${1:-$here/../../target/debug/oi}
 command -v promtool >/dev/null || { echo "promtool missing: apt-get install prometheus" >&2; exit 1; }
 command -v prometheus >/dev/null || { echo "prometheus missing: apt-get install prometheus" >&2; exit 1; }
+command -v openssl >/dev/null || { echo "openssl missing: apt-get install openssl" >&2; exit 1; }
 
 promtool check rules "$here/oi-alerts.yml"
 (cd "$here" && promtool test rules oi-alerts.test.yml)
@@ -44,10 +45,17 @@ read -r -t 20 echo_port <&3
 # a listener two rules share by server name, each a rule of its own (named
 # 127.0.0.1:PORT/tcp[sni=NAME]) in every series the alerts and panels read.
 sni_port=$(port)
+# A rule that ends TLS, so the TLS series (handshakes, failures, the
+# certificate's expiry the expiry alert reads) exist.
+tls_port=$(port)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -subj /CN=check.test -keyout "$work/tls.key" -out "$work/tls.pem" 2>/dev/null
+chmod 600 "$work/tls.key"
 cat > "$work/oi.conf" <<CONF
 127.0.0.1 $fwd_port 127.0.0.1 $echo_port [check-interval=1]
 127.0.0.1 $sni_port 127.0.0.1 $echo_port [sni=a.example.com,check-interval=1]
 127.0.0.1 $sni_port 127.0.0.1 $echo_port
+127.0.0.1 $tls_port 127.0.0.1 $echo_port [tls-cert=$work/tls.pem,tls-key=$work/tls.key]
 CONF
 "$oi" -c "$work/oi.conf" --metrics "127.0.0.1:$metrics_port" 2>"$work/oi.err" &
 oi_pid=$!

@@ -17,6 +17,14 @@ pub(crate) enum ConnectError {
     Connect(io::Error),
 }
 
+impl super::Member {
+    /// Which of the rule's backends (file order) it is one of: what
+    /// `tls-connect` verifies it for (`tls::connect`).
+    pub(crate) fn backend(&self) -> usize {
+        self.group
+    }
+}
+
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -308,6 +308,7 @@ impl Listeners {
             routed::count(&self.shared, &base, &route, &stats, None);
             self.watch_names(&route, &stats);
             stats.set_pool(route.pool.clone());
+            stats.set_tls(route.tls_shown.clone());
             let route = Arc::new(ArcSwap::from_pointee(route));
             let limits = Arc::new(RuleLimits::default());
             let file = match &socket {
@@ -427,6 +428,7 @@ impl Listeners {
             drop(old);
             self.watch_names(&route, &running.stats);
             running.stats.set_pool(route.pool.clone());
+            running.stats.set_tls(route.tls_shown.clone());
             running.route.store(Arc::new(route));
             keep.insert(key, running);
         }

@@ -92,6 +92,7 @@ pub(super) fn count(
         };
         if !Arc::ptr_eq(&stats, own) {
             stats.set_pool(r.pool.clone());
+            stats.set_tls(r.tls_shown.clone());
         }
         // Each route is fresh, so this is its first and only set.
         let _ = r.stats.set(stats);

@@ -22,11 +22,12 @@ use std::fmt::Write as _;
 /// them; longer text is cut, not refused).
 pub(super) const MAX_FIELD: usize = 255;
 
-/// The longest line [`format_json`] writes, newline included: eight text
-/// fields (time, rule, bind, connect, client, backend, server name, event)
+/// The longest line [`format_json`] writes, newline included: nine text
+/// fields (time, rule, bind, connect, client, backend, server name, client
+/// certificate subject, event)
 /// of at most [`MAX_FIELD`] bytes each, sixfold when every byte is escaped,
 /// plus the keys, the punctuation and four 20-digit numbers (under 512 bytes).
-pub const MAX_JSON_LINE: usize = 8 * 6 * MAX_FIELD + 512;
+pub const MAX_JSON_LINE: usize = 9 * 6 * MAX_FIELD + 512;
 
 /// What a log line knows about the connection beyond rinetd's fields, once
 /// it has an entry in the live list (`oi connections`).
@@ -113,6 +114,7 @@ pub(super) fn format_json(ev: &LogEvent, out: &mut String) {
     let backend = flow.and_then(|f| f.backend).map(|b| b.to_string());
     field(out, "backend", backend.as_deref());
     field(out, "server_name", ev.server_name.as_deref());
+    field(out, "tls_subject", ev.tls_subject.as_deref());
     number(out, "bytes_from_client", Some(ev.from_client));
     number(out, "bytes_to_client", Some(ev.to_client));
     number(out, "duration_ms", flow.map(|f| f.duration_ms));

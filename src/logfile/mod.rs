@@ -94,6 +94,10 @@ pub enum Event {
     /// oi's TLS handshake with the backend failed (`tls-connect`): an
     /// untrusted or expired certificate, a wrong name, or the backend's refusal.
     TlsBackendFailed,
+    /// The client's certificate, verified, matched none of the rule's
+    /// `tls-allow-subject` or `tls-allow-issuer` entries: closed after its
+    /// handshake.
+    TlsSubjectDenied,
 }
 
 impl Event {
@@ -113,6 +117,7 @@ impl Event {
             Event::SniUnrouted => "sni-unrouted",
             Event::TlsHandshakeFailed => "tls-handshake-failed",
             Event::TlsBackendFailed => "tls-backend-failed",
+            Event::TlsSubjectDenied => "tls-subject-denied",
         }
     }
 }
@@ -152,6 +157,9 @@ pub struct LogEvent {
     /// The TLS server name the client asked for, on a listener rules share
     /// by server name (`[sni=...]`); written as one more field at the end.
     pub server_name: Option<Arc<str>>,
+    /// The subject of the certificate the client presented (`tls-client-ca`):
+    /// `logformat json` writes it; rinetd's formats stay as they were.
+    pub tls_subject: Option<Arc<str>>,
     /// The connection's id, rule name, backend and age, once it has a live
     /// entry: `logformat json` writes them (rinetd's formats have no place for them).
     pub flow: Option<Flow>,

@@ -19,6 +19,7 @@ fn event(ev: Event) -> LogEvent {
         to_client: 345,
         event: ev,
         server_name: None,
+        tls_subject: None,
         flow: None,
     }
 }
@@ -160,6 +161,7 @@ impl LogHandle {
 fn json_lines_carry_every_field_in_order() {
     let mut ev = event(Event::DoneRemoteClosed);
     ev.server_name = Some("app.example.com".into());
+    ev.tls_subject = Some("CN=alice,O=Example\\, Inc.".into());
     ev.flow = Some(Flow {
         id: 7,
         rule: "0.0.0.0:80/tcp".into(),
@@ -173,6 +175,7 @@ fn json_lines_carry_every_field_in_order() {
         "{\"time\":\"2023-11-14T22:13:20.000Z\",\"id\":7,\"rule\":\"0.0.0.0:80/tcp\",\
          \"bind\":\"0.0.0.0:80\",\"connect\":\"backend:8080\",\"client\":\"127.0.0.2\",\
          \"backend\":\"10.0.0.1:8080\",\"server_name\":\"app.example.com\",\
+         \"tls_subject\":\"CN=alice,O=Example\\\\, Inc.\",\
          \"bytes_from_client\":12,\"bytes_to_client\":345,\"duration_ms\":1500,\
          \"event\":\"done-remote-closed\"}\n"
     );
@@ -214,6 +217,7 @@ fn the_longest_json_line_is_within_its_bound() {
         connect_port: u16::MAX,
     });
     ev.server_name = Some(worst.clone());
+    ev.tls_subject = Some(worst.clone());
     ev.from_client = u64::MAX;
     ev.to_client = u64::MAX;
     ev.flow = Some(Flow {

@@ -105,6 +105,10 @@ pub fn status_json(s: &Snapshot) -> Value {
                     v
                 })
                 .collect();
+            let mut oi = counters_json(c);
+            if let Some(tls) = super::tls::json(r, s.taken_at) {
+                oi["tls"] = tls;
+            }
             json!({
                 "name": r.name,
                 "algorithm": r.algorithm,
@@ -113,7 +117,7 @@ pub fn status_json(s: &Snapshot) -> Value {
                 "bytes_in": both_ways(c),
                 "bytes_out": both_ways(c),
                 "backends": backends,
-                "oi": counters_json(c),
+                "oi": oi,
             })
         })
         .collect();
@@ -340,6 +344,7 @@ pub fn status_text(s: &Snapshot) -> String {
             human_bytes(c.to_client)
         );
         let _ = writeln!(o, "    {}", counters_text(c));
+        super::tls::text(&mut o, r, s.taken_at);
         if !r.backends.is_empty() {
             let _ = writeln!(o, "    Backends:");
             for b in &r.backends {
@@ -386,6 +391,7 @@ pub fn connections_json(list: &[ConnInfo]) -> Value {
                 "bytes_to_client": c.to_client,
                 "state": c.state.as_str(),
                 "server_name": c.server_name,
+                "tls_subject": c.tls_subject,
             })
         })
         .collect();
@@ -405,6 +411,7 @@ pub fn connections_text(rows: &Value) -> String {
         "TO_CLIENT",
         "STATE",
         "SERVER_NAME",
+        "TLS_SUBJECT",
         "ID",
     ]
     .map(String::from)];
@@ -422,10 +429,13 @@ pub fn connections_text(rows: &Value) -> String {
             num("bytes_to_client"),
             text("state"),
             text("server_name"),
+            // RFC 4514 lets any character be written `\XX`: a space so
+            // written keeps the column one field for `awk`. The id stays last.
+            text("tls_subject").replace(' ', "\\20"),
             num("id"),
         ]);
     }
-    let mut widths = [0usize; 10];
+    let mut widths = [0usize; 11];
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());

@@ -13,7 +13,7 @@
 use super::limits;
 use super::slots::{Slot, Slots};
 use crate::route::shared::Shared;
-use crate::stats::{CounterDef, Family, MetricKind, RuleValues, Snapshot, COUNTERS};
+use crate::stats::{CounterDef, Family, Metric, MetricKind, RuleValues, Snapshot, COUNTERS};
 use async_io::Async;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use oi_wire::request;
@@ -111,6 +111,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder<'_>) -> Result<(), 
         s.accept_errors,
     )?;
     counter_families(rules, enc)?;
+    certificate_expiry(rules, enc)?;
     let addrs: Vec<Vec<String>> = rules
         .iter()
         .map(|r| r.backends.iter().map(|b| b.addr.to_string()).collect())
@@ -292,9 +293,9 @@ fn counter_families(
         }
     }
     for f in families {
-        let members: Vec<(&CounterDef, Option<(&str, &str)>)> = COUNTERS
+        let members: Vec<(&CounterDef, Metric)> = COUNTERS
             .iter()
-            .filter_map(|c| Some((c, c.metric.filter(|m| m.family == f)?.label)))
+            .filter_map(|c| Some((c, c.metric.filter(|m| m.family == f)?)))
             .collect();
         let mut samples = Vec::new();
         for r in rules {
@@ -302,16 +303,17 @@ fn counter_families(
             let value = |c: &CounterDef| (c.get)(&r.counters);
             let unlabelled: Vec<u64> = members
                 .iter()
-                .filter(|(_, l)| l.is_none())
+                .filter(|(_, m)| m.label.is_none())
                 .map(|(c, _)| value(c))
                 .collect();
             if !unlabelled.is_empty() {
                 let sum = unlabelled.iter().fold(0u64, |a, b| a.saturating_add(*b));
                 samples.push((vec![rule], sum));
             }
-            for (c, label) in &members {
-                if let Some(label) = label {
-                    samples.push((vec![rule, *label], value(c)));
+            for (c, m) in &members {
+                if let Some(label) = m.label {
+                    let labels = std::iter::once(rule).chain(m.split).chain([label]);
+                    samples.push((labels.collect(), value(c)));
                 }
             }
         }
@@ -322,6 +324,37 @@ fn counter_families(
         family(enc, f.name, f.help, kind, &samples)?;
     }
     Ok(())
+}
+
+/// `oi_tls_certificate_expiry_seconds`: each certificate a rule presents
+/// (`tls-cert`, `tls-client-cert`), its notAfter in seconds since 1970, as
+/// the blackbox exporter's `probe_ssl_earliest_cert_expiry`, so one alert
+/// rule (`time() + 14 days > ...`) serves both. Only when a rule has TLS,
+/// so the output without is as it was.
+fn certificate_expiry(
+    rules: &[RuleValues],
+    enc: &mut DescriptorEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let mut samples = Vec::new();
+    for r in rules {
+        for c in r.tls.iter().flat_map(|t| &t.certificates) {
+            if let Some(at) = c.not_after {
+                let subject = c.subject.as_deref().unwrap_or("");
+                let labels = vec![("rule", r.name.as_str()), ("file", c.file.as_str())];
+                samples.push(([labels, vec![("subject", subject)]].concat(), at));
+            }
+        }
+    }
+    if samples.is_empty() {
+        return Ok(());
+    }
+    family(
+        enc,
+        "oi_tls_certificate_expiry_seconds",
+        "When each certificate a rule presents (tls-cert, tls-client-cert) expires: its notAfter, in seconds since 1970; read again at each reload.",
+        MetricType::Gauge,
+        &samples,
+    )
 }
 
 /// The metrics endpoint's registry, with its snapshot collector.
@@ -474,6 +507,24 @@ mod tests {
                         backend("10.0.0.1:8080", Some("db[0]"), true, 20),
                         backend("[::1]:8081", None, false, 30),
                     ],
+                    tls: Some(std::sync::Arc::new(crate::stats::TlsShown {
+                        terminates: true,
+                        originates: true,
+                        certificates: vec![
+                            crate::stats::CertShown {
+                                file: "/etc/oi/web.pem".into(),
+                                role: "cert",
+                                subject: Some("CN=web.example,O=Ex\\\"ample".into()),
+                                not_after: Some(1_790_864_000),
+                            },
+                            crate::stats::CertShown {
+                                file: "/etc/oi/client.pem".into(),
+                                role: "client-cert",
+                                subject: None,
+                                not_after: Some(1_795_000_000),
+                            },
+                        ],
+                    })),
                 },
                 RuleValues {
                     name: "127.0.0.1:53/udp".into(),
@@ -481,6 +532,7 @@ mod tests {
                     proto: Proto::Udp,
                     counters: counters(300),
                     backends: Vec::new(),
+                    tls: None,
                 },
                 // A rule routed by server name on a shared listener: a rule
                 // of its own, its name the listener's and its pattern.
@@ -490,6 +542,7 @@ mod tests {
                     proto: Proto::Tcp,
                     counters: counters(400),
                     backends: vec![backend("10.0.0.9:443", None, true, 40)],
+                    tls: None,
                 },
             ],
             descriptors: Some(42),
@@ -585,9 +638,12 @@ mod tests {
                 } else {
                     ""
                 };
+                let split = m
+                    .split
+                    .map_or(String::new(), |(k, v)| format!(",{k}=\"{v}\""));
                 let sample = match m.label {
                     Some((k, v)) => format!(
-                        "{}{suffix}{{rule=\"{}\",{k}=\"{v}\"}} {value}\n",
+                        "{}{suffix}{{rule=\"{}\"{split},{k}=\"{v}\"}} {value}\n",
                         m.family.name, rule.name
                     ),
                     None => format!("{}{suffix}{{rule=\"{}\"}} ", m.family.name, rule.name),

@@ -16,6 +16,7 @@ mod metrics;
 mod page;
 mod slots;
 mod status_file;
+mod tls;
 
 pub use admin::ask_admin;
 pub(crate) use admin::ServiceAsk;

@@ -23,6 +23,7 @@ use oi_wire::client_hello::{best_match, NamePattern};
 use oi_wire::proxy::ProxyVersion;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -91,6 +92,9 @@ pub struct Route {
     /// says why they could not be (a file changed after the reload's check):
     /// such a rule closes its clients rather than forward them in clear.
     pub(crate) tls: Result<Option<Arc<crate::tls::RouteTls>>, Arc<str>>,
+    /// The same TLS as the views show it (which ends, the certificates'
+    /// expiry), read with it; the listener hands it to the rule's counters.
+    pub(crate) tls_shown: Option<Arc<crate::stats::TlsShown>>,
 }
 
 /// Where a shared listener's connections go by server name.
@@ -141,10 +145,19 @@ impl Route {
     /// by server name (`rule.sni`) when it shares its listener. The
     /// listener's route is then `rule`'s (its ACL, limits, backlog), with
     /// the pool of `rule`'s own entry in [`ServerNames`].
-    pub fn new(mut rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+    pub fn new(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+        Self::with_files(rule, global_acl, &mut crate::tls::Files::default())
+    }
+
+    /// [`Route::new`], with the TLS files of rules `files` has read already.
+    fn with_files(
+        mut rule: ResolvedRule,
+        global_acl: Arc<AclRules>,
+        files: &mut crate::tls::Files,
+    ) -> Self {
         let carried = std::mem::take(&mut rule.sni);
         if carried.is_empty() && rule.server_name().is_none() {
-            return Self::one(rule, global_acl);
+            return Self::one(rule, global_acl, files);
         }
         let mut names = ServerNames {
             named: Vec::with_capacity(carried.len() + 1),
@@ -153,14 +166,14 @@ impl Route {
         let mut own_pool = None;
         for r in std::iter::once(rule.clone()).chain(carried) {
             let pattern = r.server_name().and_then(|p| NamePattern::parse(p).ok());
-            let route = Arc::new(Self::one(r, global_acl.clone()));
+            let route = Arc::new(Self::one(r, global_acl.clone(), files));
             own_pool.get_or_insert_with(|| route.pool.clone());
             match pattern {
                 Some(p) => names.named.push((p, route)),
                 None => names.default = Some(route),
             }
         }
-        let mut route = Self::one(rule, global_acl);
+        let mut route = Self::one(rule, global_acl, files);
         if let Some(pool) = own_pool {
             route.pool = pool;
         }
@@ -169,7 +182,7 @@ impl Route {
     }
 
     /// The route of one rule, without the rules it carries.
-    fn one(rule: ResolvedRule, global_acl: Arc<AclRules>) -> Self {
+    fn one(rule: ResolvedRule, global_acl: Arc<AclRules>, files: &mut crate::tls::Files) -> Self {
         let settings = rule.settings();
         let pool = Arc::new(BackendPool::new(&rule));
         let listen_backlog = i32::try_from(rule.listen_backlog()).unwrap_or(i32::MAX);
@@ -193,6 +206,17 @@ impl Route {
             .all(|b| b.endpoint.unix().is_some());
         let unix_backend = rule.rule.connect().unix().filter(|_| all_unix).cloned();
         let backend_proto = rule.rule.connect().proto;
+        // Read before privileges drop at start-up; a reload's files were
+        // checked (`tls::check`) before the routes were built. Once per
+        // rule: the ports of a range share what `files` read.
+        let tls_shown = files.shown(&rule, &settings);
+        let tls = match files.for_rule(&rule, &settings) {
+            Ok(tls) => Ok(tls.map(Arc::new)),
+            Err(why) => {
+                log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
+                Err(Arc::from(why))
+            }
+        };
         let names = Arc::new(RuleNames {
             connect_host: rule.rule.connect().host_text.clone(),
             bind_host: rule.rule.bind.host_text,
@@ -201,22 +225,14 @@ impl Route {
             connect_port: rule.connect.first().map_or(0, |a| a.port()),
         });
         let rates = crate::stats::rate::Rates {
-            up: settings.rate_up.or(settings.rate),
-            down: settings.rate_down.or(settings.rate),
-            rule: settings.rule_rate,
-            client: settings.client_rate,
-        };
-        // Read before privileges drop at start-up; a reload's files were
-        // checked (`tls::check`) before the routes were built.
-        let tls = match crate::tls::for_rule(&settings, &names.connect_host) {
-            Ok(tls) => Ok(tls.map(Arc::new)),
-            Err(why) => {
-                log::error!("rule {}: TLS: {why}; its clients are closed", rule.bind);
-                Err(Arc::from(why))
-            }
+            up: settings.rate_up.or(settings.rate).map(NonZeroU64::get),
+            down: settings.rate_down.or(settings.rate).map(NonZeroU64::get),
+            rule: settings.rule_rate.map(NonZeroU64::get),
+            client: settings.client_rate.map(NonZeroU64::get),
         };
         Route {
             tls,
+            tls_shown,
             rates,
             bind: rule.bind,
             bind_proto: rule.rule.bind.proto,
@@ -242,9 +258,12 @@ impl Route {
     /// Gives the rules this listener routes by server name the counts of
     /// the same rules in `old` (this listener's route before a reload): a
     /// rule is the same when its server name pattern is (or both are the
-    /// default). Called before the route is shared, so connections already
-    /// open stay counted against the new limits.
+    /// default); and this route and each of those rules the TLS handshakes
+    /// in progress (and the session state) of the same rule in `old`.
+    /// Called before the route is shared, so connections already open stay
+    /// counted against the new limits.
     pub(crate) fn keep_counts_of(&mut self, old: &Route) {
+        self.keep_tls_of(old);
         let (Some(new), Some(old)) = (self.sni.as_mut().and_then(Arc::get_mut), &old.sni) else {
             return;
         };
@@ -252,7 +271,19 @@ impl Route {
         for (pattern, route) in routes.chain(new.default.iter_mut().map(|r| (None, r))) {
             if let (Some(route), Some(was)) = (Arc::get_mut(route), old.same_rule(pattern)) {
                 route.limits = was.limits.clone();
+                route.keep_tls_of(was);
             }
+        }
+    }
+
+    /// Takes over the TLS handshakes in progress and the session state of
+    /// `old`, the same rule before a reload ([`crate::tls::RouteTls::keep_of`]).
+    fn keep_tls_of(&mut self, old: &Route) {
+        let (Ok(Some(new)), Ok(Some(was))) = (&mut self.tls, &old.tls) else {
+            return;
+        };
+        if let Some(new) = Arc::get_mut(new) {
+            new.keep_of(was);
         }
     }
 
@@ -307,10 +338,11 @@ impl Route {
     pub fn all(cfg: &ResolvedConfig) -> Vec<Route> {
         let global = Arc::new(cfg.config.global_acl.clone());
         let mut by_name: HashMap<&str, Arc<BackendPool>> = HashMap::new();
+        let mut files = crate::tls::Files::default();
         cfg.rules
             .iter()
             .map(|r| {
-                let mut route = Route::new(r.clone(), global.clone());
+                let mut route = Route::with_files(r.clone(), global.clone(), &mut files);
                 if let Some(name) = &r.rule.name {
                     let pool = by_name.entry(name).or_insert_with(|| route.pool.clone());
                     route.pool = pool.clone();
@@ -380,6 +412,7 @@ impl Route {
             to_client: bytes.to_client,
             event,
             server_name: None,
+            tls_subject: None,
             flow: None,
         }
     }

@@ -36,6 +36,9 @@ pub enum MetricKind {
 pub struct Metric {
     /// The family.
     pub family: Family,
+    /// A label written before `label`, for a family split two ways (TLS
+    /// handshakes: by side, then by kind), if any.
+    pub split: Option<(&'static str, &'static str)>,
     /// `(name, value)` of the label that tells this counter apart, if any.
     pub label: Option<(&'static str, &'static str)>,
 }
@@ -92,6 +95,7 @@ pub struct CounterDef {
 const fn in_family(family: Family) -> Option<Metric> {
     Some(Metric {
         family,
+        split: None,
         label: None,
     })
 }
@@ -100,6 +104,22 @@ const fn in_family(family: Family) -> Option<Metric> {
 const fn labelled(family: Family, name: &'static str, value: &'static str) -> Option<Metric> {
     Some(Metric {
         family,
+        split: None,
+        label: Some((name, value)),
+    })
+}
+
+/// A TLS counter of `family` on `side` (`client`: oi ends the client's TLS;
+/// `backend`: oi begins TLS to the backend), told apart by `name="value"`.
+const fn tls(
+    family: Family,
+    side: &'static str,
+    name: &'static str,
+    value: &'static str,
+) -> Option<Metric> {
+    Some(Metric {
+        family,
+        split: Some(("side", side)),
         label: Some((name, value)),
     })
 }
@@ -139,6 +159,17 @@ const CONNECT: Family = Family {
 const SNI: Family = Family {
     name: "oi_sni_connections",
     help: "Connections on listeners shared by TLS server name, by rule and outcome (named rule, default rule, closed).",
+    kind: MetricKind::Counter,
+};
+
+const TLS_DONE: Family = Family {
+    name: "oi_tls_handshakes",
+    help: "TLS handshakes completed, by rule, side (client: oi ends the client's TLS; backend: oi begins TLS to the backend) and kind (full, or resumed from an earlier session).",
+    kind: MetricKind::Counter,
+};
+const TLS_FAILED: Family = Family {
+    name: "oi_tls_handshake_failures",
+    help: "TLS handshakes that failed, by rule, side and reason: incompatible (no protocol version, cipher suite, group or signature scheme in common), bad_certificate (a certificate refused: untrusted, expired, wrong name, or none when one is required; either end's verdict), timeout, unknown_name (a server name no rule's certificate is for), other.",
     kind: MetricKind::Counter,
 };
 
@@ -371,6 +402,48 @@ counter_list! {
         }),
         text: text(TextSection::Udp, "replies-dropped"),
     }
+    /// Client TLS handshakes completed in full (`tls-cert`).
+    tls_client_full { json: "tls_client_handshakes_full",
+        metric: tls(TLS_DONE, "client", "kind", "full"), text: None }
+    /// Client TLS handshakes that resumed an earlier session.
+    tls_client_resumed { json: "tls_client_handshakes_resumed",
+        metric: tls(TLS_DONE, "client", "kind", "resumed"), text: None }
+    /// Client handshakes without a version, cipher suite, group or signature scheme in common.
+    tls_client_incompatible { json: "tls_client_failed_incompatible",
+        metric: tls(TLS_FAILED, "client", "reason", "incompatible"), text: None }
+    /// Client handshakes ended over a certificate (the client's refused, or ours by the client).
+    tls_client_bad_certificate { json: "tls_client_failed_bad_certificate",
+        metric: tls(TLS_FAILED, "client", "reason", "bad_certificate"), text: None }
+    /// Client handshakes not done within `tls-handshake-timeout`.
+    tls_client_timeout { json: "tls_client_failed_timeout",
+        metric: tls(TLS_FAILED, "client", "reason", "timeout"), text: None }
+    /// ClientHellos naming a server no rule on the listener has a certificate for.
+    tls_client_unknown_name { json: "tls_client_failed_unknown_name",
+        metric: tls(TLS_FAILED, "client", "reason", "unknown_name"), text: None }
+    /// Client handshakes that failed otherwise (not TLS, closed, the cap of handshakes).
+    tls_client_other { json: "tls_client_failed_other",
+        metric: tls(TLS_FAILED, "client", "reason", "other"), text: None }
+    /// Backend TLS handshakes completed in full (`tls-connect`).
+    tls_backend_full { json: "tls_backend_handshakes_full",
+        metric: tls(TLS_DONE, "backend", "kind", "full"), text: None }
+    /// Backend TLS handshakes that resumed an earlier session.
+    tls_backend_resumed { json: "tls_backend_handshakes_resumed",
+        metric: tls(TLS_DONE, "backend", "kind", "resumed"), text: None }
+    /// Backend handshakes without a version, cipher suite, group or signature scheme in common.
+    tls_backend_incompatible { json: "tls_backend_failed_incompatible",
+        metric: tls(TLS_FAILED, "backend", "reason", "incompatible"), text: None }
+    /// Backend handshakes ended over a certificate (the backend's refused, or ours by it).
+    tls_backend_bad_certificate { json: "tls_backend_failed_bad_certificate",
+        metric: tls(TLS_FAILED, "backend", "reason", "bad_certificate"), text: None }
+    /// Backend handshakes not done within the connect timeout.
+    tls_backend_timeout { json: "tls_backend_failed_timeout",
+        metric: tls(TLS_FAILED, "backend", "reason", "timeout"), text: None }
+    /// Backend handshakes the backend ended for the server name oi sent (`unrecognized_name`).
+    tls_backend_unknown_name { json: "tls_backend_failed_unknown_name",
+        metric: tls(TLS_FAILED, "backend", "reason", "unknown_name"), text: None }
+    /// Backend handshakes that failed otherwise.
+    tls_backend_other { json: "tls_backend_failed_other",
+        metric: tls(TLS_FAILED, "backend", "reason", "other"), text: None }
 }
 
 impl CounterValues {

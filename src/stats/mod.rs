@@ -5,6 +5,8 @@
 //!   with its JSON key, Prometheus family and text-status place.
 //! - `rules.rs`: a rule's counters ([`RuleStats`]) and its backends'.
 //! - `snapshot.rs`: the process's ([`Stats`]) and the [`Snapshot`].
+//! - `tls.rs`: a rule's TLS as the views show it ([`TlsShown`]: which ends,
+//!   the certificates' expiry) and which counters a handshake bumps.
 //! - `rules/live.rs`: the live list of open connections and associations.
 //!   A child of `rules`, not a sibling: a rule holds the list its
 //!   connections join and each entry holds its rule, one knot of types.
@@ -42,6 +44,8 @@ mod rules;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+pub(crate) mod throttle;
+mod tls;
 
 pub(crate) use carry::Sent;
 pub(crate) use counters::ConnectFailure;
@@ -52,5 +56,6 @@ pub use rules::{BackendValues, RuleStats, RuleValues};
 pub(crate) use rules::{Conn, Live, Registered};
 pub use rules::{ConnInfo, ConnState};
 pub use snapshot::{Pools, Snapshot, Stats};
+pub use tls::{CertShown, TlsFailure, TlsShown, TlsSide};
 
 use counters::drop_one;

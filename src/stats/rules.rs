@@ -111,6 +111,9 @@ pub struct RuleStats {
     /// because this is what a listener keeps across a reload and what every
     /// connection of the rule already holds, so a reload keeps them.
     pub(crate) rates: crate::stats::rate::RuleRates,
+    /// The rule's TLS as the views show it (ends, certificates), set with
+    /// its pool each time the route is built; `None` without TLS.
+    pub(super) tls: arc_swap::ArcSwapOption<super::TlsShown>,
 }
 
 impl RuleStats {
@@ -175,6 +178,26 @@ impl RuleStats {
     /// the process's total so far, for the rate-limited warning.
     pub(crate) fn udp_proxy_dropped(&self) -> u64 {
         self.count(|c| &c.udp_proxy_dropped)
+    }
+
+    /// Counts a TLS handshake completed on `side`, `resumed` or in full.
+    pub(crate) fn tls_done(&self, side: super::TlsSide, resumed: bool) {
+        self.count(super::tls::done(side, resumed));
+    }
+
+    /// Counts a TLS handshake on `side` that failed, and why.
+    pub(crate) fn tls_failed(&self, side: super::TlsSide, why: super::TlsFailure) {
+        self.count(super::tls::failed(side, why));
+    }
+
+    /// Sets the rule's TLS as the views show it (`None`: it has none).
+    pub(crate) fn set_tls(&self, shown: Option<Arc<super::TlsShown>>) {
+        self.tls.store(shown);
+    }
+
+    /// The rule's TLS as shown, if it has any.
+    pub(crate) fn tls(&self) -> Option<Arc<super::TlsShown>> {
+        self.tls.load_full()
     }
 
     /// Counts a backend connect that failed.
@@ -272,4 +295,6 @@ pub struct RuleValues {
     pub counters: CounterValues,
     /// Its backends' counters.
     pub backends: Vec<BackendValues>,
+    /// Its TLS (which ends, the certificates it presents); `None` without.
+    pub tls: Option<Arc<super::TlsShown>>,
 }

@@ -66,6 +66,7 @@ impl Stats {
             live: self.live.clone(),
             pool: arc_swap::ArcSwapOption::empty(),
             rates: crate::stats::rate::RuleRates::default(),
+            tls: arc_swap::ArcSwapOption::empty(),
             backends: arc_swap::ArcSwap::from_pointee(
                 backends.iter().map(|a| BackendStats::new(*a)).collect(),
             ),
@@ -182,6 +183,7 @@ impl Stats {
                     proto: r.proto,
                     counters: r.counters.values(rule_ended, from, to),
                     backends,
+                    tls: r.tls(),
                 }
             })
             .collect();

@@ -23,7 +23,6 @@ mod mover;
 mod pump;
 pub(crate) mod sni;
 pub(crate) mod splice;
-mod throttle;
 
 use crate::backends::connect::{self, ConnectError};
 use crate::backends::Lease;
@@ -34,7 +33,9 @@ use crate::route::edge::{self, Origin};
 use crate::route::limits::Held;
 use crate::route::shared::Shared;
 use crate::route::{Bytes, Route};
-use crate::stats::{ConnKind, ConnState, ConnectFailure, Registered, RuleStats};
+use crate::stats::{
+    ConnKind, ConnState, ConnectFailure, Registered, RuleStats, TlsFailure, TlsSide,
+};
 use oi_runtime::reactor::Async;
 use pump::{Half, Limits, Pump, PumpOutcome, Side};
 use std::future::Future;
@@ -135,6 +136,12 @@ pub(crate) async fn open<G: Guards>(
             let (routed, name) = match Box::pin(chosen).await {
                 Ok(routed) => routed,
                 Err(name) => {
+                    // No rule here is for that name, so neither is any
+                    // certificate: a TLS listener counts it as such.
+                    if matches!(&route.tls, Ok(Some(t)) if t.server.is_some()) {
+                        live.rule()
+                            .tls_failed(TlsSide::Client, TlsFailure::UnknownName);
+                    }
                     let mut line = route.event(ip, Event::SniUnrouted, Bytes::NONE);
                     line.server_name = name;
                     shared.log.log(line);
@@ -168,6 +175,7 @@ pub(crate) async fn open<G: Guards>(
     let event = |event: Event, bytes: Bytes| {
         let mut line = route.event(ip, event, bytes);
         line.server_name = server_name.clone();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     };
@@ -194,8 +202,17 @@ pub(crate) async fn open<G: Guards>(
     let client_tls = match &tls {
         None => None,
         Some(t) => match Box::pin(crate::tls::accept(t, &client)).await {
-            Ok(conn) => conn,
+            Ok(conn) => {
+                if let Some(c) = &conn {
+                    stats.tls_done(TlsSide::Client, crate::tls::seen::resumed(c));
+                    if let Some(subject) = crate::tls::seen::client_subject(c) {
+                        live.client_subject(subject.into());
+                    }
+                }
+                conn
+            }
             Err(why) => {
+                stats.tls_failed(TlsSide::Client, why.class);
                 log::info!(reason = "tls-handshake-failed"; "{peer}: TLS handshake with the client on {}: {why}", route.bind);
                 shared
                     .log
@@ -204,6 +221,16 @@ pub(crate) async fn open<G: Guards>(
             }
         },
     };
+    // A verified client certificate the rule's subject or issuer lists do
+    // not admit: closed before the backend is dialled, counted as refused.
+    if let (Some(t), Some(conn)) = (&tls, &client_tls) {
+        if let Err(who) = crate::tls::admits_client(t, conn) {
+            log::info!(reason = "tls-subject-denied"; "{peer}: client certificate not allowed on {}: {who}", route.bind);
+            stats.refused(Event::TlsSubjectDenied);
+            shared.log.log(event(Event::TlsSubjectDenied, Bytes::NONE));
+            return None;
+        }
+    }
     let timeout = route.connect_timeout(shared.settings.connect_timeout);
     let counted = |e: &std::io::Error| stats.connect_failed(ConnectFailure::of(e));
     // A unix client has no address: iphash and affinity see them all as one.
@@ -258,9 +285,17 @@ pub(crate) async fn open<G: Guards>(
         None => None,
         Some(t) => {
             let deadline = timeout;
-            match Box::pin(crate::tls::connect(t, &backend, deadline)).await {
-                Ok(conn) => conn,
+            // Verified for its own host name (a pool's backends may differ).
+            let which = lease.member().backend();
+            match Box::pin(crate::tls::connect(t, &backend, deadline, which)).await {
+                Ok(conn) => {
+                    if let Some(c) = &conn {
+                        stats.tls_done(TlsSide::Backend, crate::tls::seen::resumed(c));
+                    }
+                    conn
+                }
                 Err(why) => {
+                    stats.tls_failed(TlsSide::Backend, why.class);
                     log::warn!(
                         reason = "tls-backend-failed";
                         "{peer} -> {}: TLS to the backend failed: {why}",
@@ -425,9 +460,7 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             (None, Some(lease)) => lease.member().label().to_string(),
             (None, None) => "?".to_string(),
         };
-        log::debug!(
-            rule:% = route.bind, client:% = live.client(), backend:% = reached,
-            reason = ev.as_str();
+        let text = format!(
             "{} -> {reached} ({}:{} -> {}:{}): {} bytes from the client, {} to it; {ended}",
             live.client(),
             route.names.bind_host,
@@ -437,6 +470,18 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
             outcome.from_client,
             outcome.to_client,
         );
+        // The client certificate's subject, when it showed one, as the
+        // journal's OI_TLS_SUBJECT.
+        match live.tls_subject() {
+            Some(subject) => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(), tls_subject:% = subject; "{text}"
+            ),
+            None => log::debug!(
+                rule:% = route.bind, client:% = live.client(), backend:% = reached,
+                reason = ev.as_str(); "{text}"
+            ),
+        }
     }
     let bytes = Bytes {
         from_client: outcome.from_client,
@@ -445,14 +490,16 @@ fn ended<G>(open: &Open<G>, outcome: PumpOutcome) {
     open.shared.log.log_with(|| {
         let mut line = route.event(live.client().client(), ev, bytes);
         line.server_name = live.server_name();
+        line.tls_subject = live.tls_subject();
         line.flow = Some(live.flow());
         line
     });
 }
 
-/// Pumps a connection oi speaks TLS on (`crate::tls::pump`): no splice, no
-/// bandwidth limits yet, and no hand-over: rustls's state cannot be
-/// carried to the new oi, so such a connection runs in the old one to its end.
+/// Pumps a connection oi speaks TLS on (`crate::tls::pump`), within the
+/// rule's bandwidth limits: no splice, and no hand-over: rustls's state
+/// cannot be carried to the new oi, so such a connection runs in the old
+/// one to its end.
 async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutcome {
     use crate::tls::pump::{run, End};
     let client = End {
@@ -463,7 +510,10 @@ async fn tls_pumped<G>(open: &Open<G>, mut sessions: Box<Sessions>) -> PumpOutco
         socket: &open.backend,
         tls: sessions.backend.as_mut(),
     };
-    let outcome = run(client, backend).await;
+    let stats = open.live.rule();
+    let ip = open.live.client().client();
+    let limits = open.route.rates.limits(&stats.rates, ip.ip());
+    let outcome = run(client, backend, limits, stats).await;
     PumpOutcome {
         from_client: outcome.from_client,
         to_client: outcome.to_client,

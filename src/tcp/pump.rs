@@ -18,11 +18,11 @@
 use super::copy::CopyMover;
 use super::mover::{Fault, Meter, Step};
 use super::splice::SpliceMover;
-use super::throttle::Throttle;
 use crate::net::buffers::BufferPool;
 use crate::net::pipes::PipePool;
 use crate::route::shared::Shared;
 use crate::stats::rate::Limit;
+use crate::stats::throttle::Throttle;
 use crate::stats::RuleStats;
 use oi_runtime::reactor::{Async, Timer};
 use std::future::Future;
@@ -30,7 +30,6 @@ use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 /// Bytes one direction may move in a single poll before yielding.
 pub(crate) const POLL_BUDGET: usize = 512 * 1024;
@@ -455,18 +454,7 @@ impl Pump<'_> {
         let last = other.state == State::Done;
         let polled = direction.poll(cx, (from, to), &pools, progress, last);
         if let Some(t) = &mut direction.throttle {
-            // A limited direction's waits reach the counters as they end
-            // (whole milliseconds; the rest waits for the next).
-            if t.delayed > 0 {
-                self.stats.count_by(|c| &c.rate_delayed_bytes, t.delayed);
-                t.delayed = 0;
-            }
-            let ms = t.waited.as_millis();
-            if ms > 0 {
-                let ms = u64::try_from(ms).unwrap_or(u64::MAX);
-                self.stats.count_by(|c| &c.rate_wait_ms, ms);
-                t.waited = t.waited.saturating_sub(Duration::from_millis(ms));
-            }
+            t.report(self.stats);
         }
         match polled {
             Poll::Pending => None,

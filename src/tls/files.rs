@@ -14,23 +14,29 @@ use std::time::{Duration, SystemTime};
 /// and reading it whole would put an unbounded file in memory.
 const MAX_PEM_BYTES: u64 = 4 << 20;
 
+/// Largest OCSP response read: one signed by the CA itself is under 2 KiB,
+/// one with a delegated responder's certificate about 4 KiB.
+const MAX_OCSP_BYTES: u64 = 64 << 10;
+
 /// A certificate expiring within this long gives a `--check` warning.
 pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// The bytes of `path`, at most [`MAX_PEM_BYTES`].
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    read_at_most(path, what, MAX_PEM_BYTES, "not a PEM file")
+}
+
+/// The bytes of `path`, refused past `max` bytes as `not` says.
+fn read_at_most(path: &Path, what: &str, max: u64, not: &str) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let shown = path.display();
     let file = std::fs::File::open(path).map_err(|e| unreadable(what, &shown, &e))?;
     let mut bytes = Vec::new();
-    file.take(MAX_PEM_BYTES + 1)
+    file.take(max.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {what} {shown}: {e}"))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!(
-            "{what} {shown} is over {} MiB: not a PEM file",
-            MAX_PEM_BYTES >> 20
-        ));
+    if bytes.len() as u64 > max {
+        return Err(format!("{what} {shown} is over {} KiB: {not}", max >> 10));
     }
     Ok(bytes)
 }
@@ -108,6 +114,37 @@ pub(crate) fn certified(
         )
     })?;
     Ok(Arc::new(certified))
+}
+
+/// The DER OCSP response of `tls-ocsp` at `path`, stapled as it is:
+/// refused when it cannot be read, is empty or is over 64 KiB.
+pub(crate) fn ocsp(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes = read_at_most(
+        path,
+        "OCSP response",
+        MAX_OCSP_BYTES,
+        "not an OCSP response",
+    )?;
+    if bytes.is_empty() {
+        return Err(format!("OCSP response {} is empty", path.display()));
+    }
+    Ok(bytes)
+}
+
+/// What is wrong with the OCSP response `der`, read without a full parser:
+/// `OCSPResponse ::= SEQUENCE { responseStatus ENUMERATED, responseBytes
+/// [0] EXPLICIT ... OPTIONAL }`, the whole file one SEQUENCE, its status 0
+/// (successful) and its response bytes there. `None`: it has that shape.
+pub(crate) fn ocsp_fault(der: &[u8]) -> Option<&'static str> {
+    let Some((0x30, body, [])) = tlv(der) else {
+        return Some("not a DER OCSP response (openssl ocsp -respout writes one)");
+    };
+    match tlv(body) {
+        Some((0x0a, [0], rest)) if matches!(tlv(rest), Some((0xa0, _, _))) => None,
+        Some((0x0a, [0], _)) => Some("a successful OCSP response without its response bytes"),
+        Some((0x0a, _, _)) => Some("an OCSP response whose status is not successful"),
+        _ => Some("not a DER OCSP response (openssl ocsp -respout writes one)"),
+    }
 }
 
 /// Trust roots: the PEM file `path`, or the system's (`None`, or the word
@@ -217,6 +254,20 @@ fn asn1_time(tag: u8, text: &[u8]) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ocsp_responses_are_told_from_garbage_by_their_shape() {
+        // SEQUENCE { ENUMERATED 0, [0] { SEQUENCE {} } }
+        let good = [0x30, 0x07, 0x0a, 0x01, 0x00, 0xa0, 0x02, 0x30, 0x00];
+        assert_eq!(ocsp_fault(&good), None);
+        // tryLater (3), no response bytes.
+        let later = [0x30, 0x03, 0x0a, 0x01, 0x03];
+        assert!(ocsp_fault(&later).is_some_and(|w| w.contains("not successful")));
+        assert!(ocsp_fault(b"-----BEGIN").is_some_and(|w| w.contains("not a DER")));
+        let trailing = [0x30, 0x03, 0x0a, 0x01, 0x00, 0x00];
+        assert!(ocsp_fault(&trailing).is_some());
+        assert!(ocsp_fault(&[]).is_some());
+    }
 
     #[test]
     fn asn1_times_read_as_calendar_dates() {

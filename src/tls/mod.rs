@@ -8,9 +8,19 @@
 //! the backend, and the backend's after the connect; then
 //! [`pump`] moves plaintext both ways instead of the plain pump.
 //!
-//! - `files.rs`: PEM certificates, keys and roots, checked as `--check` reports them;
+//! - `files.rs`: PEM certificates, keys and roots, and OCSP responses;
+//! - `server.rs`: the listener's config: certificate, stapled OCSP
+//!   response, session tickets and cache (kept across a reload that keeps
+//!   the certificate);
+//! - `check.rs`: `--check`'s (and a reload's) reading of every rule's files;
 //! - `io.rs`: rustls over oi's reactor sockets, and the handshakes;
-//! - `pump.rs`: the two directions once both handshakes are done.
+//! - `pump.rs`: the two directions once both handshakes are done;
+//! - `subject.rs`: a certificate's subject for the logs and views, and a
+//!   client's checked against `tls-allow-subject`/`tls-allow-issuer`.
+//!
+//! A rule's files are read once ([`Files`]: a port range's ports share
+//! them); each route counts its own handshakes in progress ([`RouteTls`]),
+//! and a reload hands the count to the same rule's new route.
 //!
 //! kTLS seam: once a handshake is done, rustls can give the traffic
 //! secrets (`dangerous_extract_secrets`); a kernel with kTLS would take
@@ -18,54 +28,91 @@
 //! included) would run on the socket. This kernel has no `tls` module, so
 //! [`pump`] encrypts in user space; `pump::run` is where the choice goes.
 
+pub(crate) mod check;
 pub(crate) mod files;
 pub(crate) mod io;
 pub(crate) mod pump;
+pub(crate) mod seen;
+pub(crate) mod server;
+pub(crate) mod subject;
 
 use futures_lite::FutureExt;
-use oi_config::{ConfigError, ConfigErrors, ResolvedConfig, ResolvedRule, RuleOptions, Shown};
+use oi_config::{ResolvedRule, RuleOptions, Shown};
 use oi_runtime::reactor::{Async, Timer};
+use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, Connection, ServerConfig};
+use rustls::{ClientConfig, Connection};
+use std::collections::HashMap;
 use std::net::TcpStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+pub(crate) use check::check;
 
 /// How long a client may take over its handshake unless
 /// `tls-handshake-timeout` says otherwise.
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Most client handshakes in progress at once on one rule's listener: each
-/// holds rustls's state (about 10 KiB) and a socket for up to the
-/// handshake timeout, so a flood of clients that never finish holds at
-/// most 1,024 of them; past that, new clients are closed at once.
+/// Most client handshakes in progress at once on one rule's listener unless
+/// `tls-max-handshakes` says otherwise: each holds a socket, its task and
+/// rustls's state for up to the handshake timeout (11 KiB of oi's memory
+/// for a client that says nothing, 15 KiB for one that sent half a
+/// ClientHello, measured by `tests/integration/tls_stall.rs`), so a flood of
+/// clients that never finish holds at most 1,024 of them, about 15 MiB;
+/// past that, new clients are closed at once.
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
+
+/// TLS sessions with the backend oi keeps to resume (`tls-connect`): the
+/// rule has one server name (`tls-name`, else each backend's own, which
+/// then share these), and rustls keeps up to 8 TLS 1.3 tickets per name,
+/// so 8 is one name's worth (its TLS 1.2 session too).
+const CLIENT_SESSIONS: usize = 8;
 
 /// A rule's TLS, built once per route from its settings.
 pub(crate) struct RouteTls {
-    /// Ending TLS from clients (`tls-cert`, `tls-key`, `tls-client-ca`).
-    pub(crate) server: Option<Arc<ServerConfig>>,
+    /// Ending TLS from clients (`tls-cert`, `tls-key`, `tls-client-ca`,
+    /// `tls-ocsp`), with the session state clients resume from.
+    pub(crate) server: Option<server::ServerTls>,
     /// How long a client's handshake may take.
     pub(crate) handshake_timeout: Duration,
-    /// Client handshakes in progress, held below [`MAX_HANDSHAKES`].
+    /// Most client handshakes in progress at once (`tls-max-handshakes`).
+    pub(crate) max_handshakes: usize,
+    /// Client handshakes in progress, held below `max_handshakes`; the
+    /// rule's across a reload ([`RouteTls::keep_of`]).
     pub(crate) handshakes: Arc<AtomicUsize>,
     /// Beginning TLS to the backend (`tls-connect`), and the name verified.
-    pub(crate) client: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    pub(crate) client: Option<(Arc<ClientConfig>, Vec<ServerName<'static>>)>,
+    /// `tls-allow-subject` and `tls-allow-issuer` entries (empty: not
+    /// given), checked on each client certificate after its handshake.
+    pub(crate) allow: (Vec<String>, Vec<String>),
 }
 
-/// A handshake's place below [`MAX_HANDSHAKES`], given back when dropped.
+/// A handshake's place below the rule's cap, given back when dropped.
 pub(crate) struct HandshakeSlot(Arc<AtomicUsize>);
 
 impl RouteTls {
     /// A place for one more client handshake, or `None` at the cap.
     pub(crate) fn handshake_slot(&self) -> Option<HandshakeSlot> {
+        let max = self.max_handshakes;
         let taken = self
             .handshakes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_HANDSHAKES).then_some(n + 1)
+                (n < max).then_some(n + 1)
             });
         taken.ok().map(|_| HandshakeSlot(self.handshakes.clone()))
+    }
+
+    /// Takes over what the same rule had before a reload (`old`): its
+    /// handshakes in progress, so the cap holds across the reload rather
+    /// than counting afresh from 0, and its session tickets and cache when
+    /// the certificate is the same ([`server::ServerTls::keep_sessions_of`]).
+    pub(crate) fn keep_of(&mut self, old: &RouteTls) {
+        self.handshakes = old.handshakes.clone();
+        if let (Some(new), Some(was)) = (self.server.as_mut(), old.server.as_ref()) {
+            new.keep_sessions_of(was);
+        }
     }
 }
 
@@ -81,14 +128,18 @@ impl Drop for HandshakeSlot {
 pub(crate) async fn accept(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
-) -> Result<Option<Connection>, String> {
-    let Some(config) = &tls.server else {
+) -> Result<Option<Connection>, seen::Failed> {
+    let Some(server) = &tls.server else {
         return Ok(None);
     };
     let Some(_slot) = tls.handshake_slot() else {
-        return Err(format!("{MAX_HANDSHAKES} handshakes already in progress"));
+        return Err(format!(
+            "{} handshakes already in progress (tls-max-handshakes)",
+            tls.max_handshakes
+        )
+        .into());
     };
-    let conn = rustls::ServerConnection::new(config.clone())
+    let conn = rustls::ServerConnection::new(server.config.clone())
         .map(Connection::Server)
         .map_err(|e| e.to_string())?;
     handshake_within(conn, socket, tls.handshake_timeout)
@@ -96,15 +147,35 @@ pub(crate) async fn accept(
         .map(Some)
 }
 
+/// Whether the rule's `tls-allow-subject`/`tls-allow-issuer` admit the
+/// client of `conn` (its handshake done, its certificate verified): `Ok`
+/// when the rule has no such list; else the certificate's subject and
+/// issuer, escaped and cut, for the refusal's diagnostic.
+pub(crate) fn admits_client(tls: &RouteTls, conn: &Connection) -> Result<(), String> {
+    let (subjects, issuers) = &tls.allow;
+    if subjects.is_empty() && issuers.is_empty() {
+        return Ok(());
+    }
+    let Some(leaf) = conn.peer_certificates().and_then(|c| c.first()) else {
+        return Err("no client certificate".into());
+    };
+    subject::allowed(leaf, subjects, issuers)
+}
+
 /// Begins TLS to the backend on `socket` when the rule does (`tls-connect`),
-/// within `deadline` (the rule's connect timeout). `Ok(None)`: it does not.
+/// within `deadline` (the rule's connect timeout), verified for the name of
+/// the pool's `backend`-th backend (file order). `Ok(None)`: it does not.
 pub(crate) async fn connect(
     tls: &RouteTls,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Option<Connection>, String> {
-    let Some((config, name)) = &tls.client else {
+    backend: usize,
+) -> Result<Option<Connection>, seen::Failed> {
+    let Some((config, names)) = &tls.client else {
         return Ok(None);
+    };
+    let Some(name) = names.get(backend).or(names.first()) else {
+        return Err(String::from("no server name to verify the backend for").into());
     };
     let conn = rustls::ClientConnection::new(config.clone(), name.clone())
         .map(Connection::Client)
@@ -119,7 +190,7 @@ async fn handshake_within(
     mut conn: Connection,
     socket: &Async<TcpStream>,
     deadline: Duration,
-) -> Result<Connection, String> {
+) -> Result<Connection, seen::Failed> {
     let timeout = async {
         Timer::after(deadline).await;
         Err(std::io::Error::new(
@@ -130,38 +201,190 @@ async fn handshake_within(
     io::handshake(&mut conn, socket)
         .or(timeout)
         .await
-        .map_err(|e| io::reason(&e))?;
+        .map_err(|e| seen::Failed::of(&e))?;
     Ok(conn)
 }
 
-/// The TLS of a rule with settings `s` whose backend is named `host`;
-/// `Ok(None)` when it has none. Reads every file it names.
-pub(crate) fn for_rule(s: &RuleOptions, host: &str) -> Result<Option<RouteTls>, String> {
+/// What a rule's TLS files make, read once per rule: the ports of a
+/// range, and the route a listener shared by server name builds twice for
+/// the rule that binds it, share one (and so one session cache).
+#[derive(Clone)]
+pub(crate) struct Loaded {
+    /// The listener's side, when the rule ends TLS.
+    server: Option<server::ServerTls>,
+    /// The backend's side, when it begins TLS, with each backend's name.
+    client: Option<(Arc<ClientConfig>, Vec<ServerName<'static>>)>,
+}
+
+/// What makes two rules one for [`Loaded`]: the line that wrote it (a port
+/// range is one line), the backends' names, and every TLS setting.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct RuleKey {
+    /// The rule's file (`None`: the main file) and line.
+    at: (Option<Arc<str>>, usize),
+    /// Each backend's host as written (the default `tls-name`s).
+    hosts: Vec<Arc<str>>,
+    /// The paths of the rule's TLS files.
+    paths: [Option<Box<Path>>; 7],
+    /// `tls-alpn` and `tls-name`.
+    texts: [Option<String>; 2],
+    /// `tls-connect`, `tls-insecure` and `tls-resumption`.
+    switches: [Option<bool>; 3],
+}
+
+impl RuleKey {
+    /// The key of `rule`, whose settings are `s`.
+    fn of(rule: &ResolvedRule, s: &RuleOptions) -> Self {
+        RuleKey {
+            at: (rule.rule.file.clone(), rule.rule.line),
+            hosts: rule
+                .rule
+                .backends
+                .iter()
+                .map(|b| b.endpoint.host_text.clone())
+                .collect(),
+            paths: [
+                s.tls_cert.clone(),
+                s.tls_key.clone(),
+                s.tls_client_ca.clone(),
+                s.tls_ocsp.clone(),
+                s.tls_ca.clone(),
+                s.tls_client_cert.clone(),
+                s.tls_client_key.clone(),
+            ],
+            texts: [s.tls_alpn.clone(), s.tls_name.clone()],
+            switches: [s.tls_connect, s.tls_insecure, s.tls_resumption],
+        }
+    }
+}
+
+/// Each rule's [`Loaded`] (or why it could not be), so that building the
+/// routes of a configuration, or checking it, reads each rule's files once.
+#[derive(Default)]
+pub(crate) struct Files {
+    /// Each rule's configs, or why its files did not load.
+    loaded: HashMap<RuleKey, Result<Option<Loaded>, String>>,
+    /// Each rule's TLS as the views show it (its certificates' expiry).
+    shown: HashMap<RuleKey, Option<Arc<crate::stats::TlsShown>>>,
+}
+
+impl Files {
+    /// The TLS of `rule` with settings `s`: its files read the first time
+    /// this rule is asked for, the same [`Loaded`] after.
+    fn load(&mut self, rule: &ResolvedRule, s: &RuleOptions) -> Result<Option<Loaded>, String> {
+        if !names_tls(s) {
+            // Nothing kept for a rule without TLS: 32,768 such rules would
+            // hold 10 MiB of keys for nothing.
+            return Ok(None);
+        }
+        self.loaded
+            .entry(RuleKey::of(rule, s))
+            .or_insert_with(|| load(s, &backend_hosts(rule)))
+            .clone()
+    }
+
+    /// The TLS of `rule` with settings `s` as the views show it
+    /// ([`seen::shown`]), its certificates read once per rule too.
+    pub(crate) fn shown(
+        &mut self,
+        rule: &ResolvedRule,
+        s: &RuleOptions,
+    ) -> Option<Arc<crate::stats::TlsShown>> {
+        if !names_tls(s) {
+            return None;
+        }
+        self.shown
+            .entry(RuleKey::of(rule, s))
+            .or_insert_with(|| seen::shown(s).map(Arc::new))
+            .clone()
+    }
+
+    /// The route's TLS for `rule` with settings `s`; `Ok(None)` when it has
+    /// none. Each route counts its own handshakes.
+    pub(crate) fn for_rule(
+        &mut self,
+        rule: &ResolvedRule,
+        s: &RuleOptions,
+    ) -> Result<Option<RouteTls>, String> {
+        let Some(loaded) = self.load(rule, s)? else {
+            return Ok(None);
+        };
+        Ok(Some(RouteTls {
+            server: loaded.server,
+            handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
+            max_handshakes: s
+                .tls_max_handshakes
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(MAX_HANDSHAKES)
+                .max(1),
+            handshakes: Arc::new(AtomicUsize::new(0)),
+            client: loaded.client,
+            allow: (
+                s.tls_allow_subject.as_deref().cloned().unwrap_or_default(),
+                s.tls_allow_issuer.as_deref().cloned().unwrap_or_default(),
+            ),
+        }))
+    }
+}
+
+/// Whether the settings `s` ask for TLS at either end (or name a file that
+/// needs it, which [`load`] refuses).
+pub(crate) fn names_tls(s: &RuleOptions) -> bool {
+    s.tls_cert.is_some()
+        || s.tls_key.is_some()
+        || s.tls_client_ca.is_some()
+        || s.tls_alpn.is_some()
+        || s.tls_ocsp.is_some()
+        || s.tls_allow_subject.is_some()
+        || s.tls_allow_issuer.is_some()
+        || s.tls_connect == Some(true)
+}
+
+/// The host name of each of `rule`'s backends as written, in file order:
+/// what `tls-connect` verifies each for when `tls-name` is not given.
+fn backend_hosts(rule: &ResolvedRule) -> Vec<&str> {
+    rule.rule
+        .backends
+        .iter()
+        .map(|b| &*b.endpoint.host_text)
+        .collect()
+}
+
+/// Reads every file the TLS settings `s` of a rule whose backends are
+/// named `hosts` (file order) name; `Ok(None)` when the rule has no TLS.
+fn load(s: &RuleOptions, hosts: &[&str]) -> Result<Option<Loaded>, String> {
     let server = match (&s.tls_cert, &s.tls_key) {
         (None, None) => None,
         (Some(_), None) => return Err("tls-cert needs tls-key".into()),
         (None, Some(_)) => return Err("tls-key needs tls-cert".into()),
-        (Some(cert), Some(key)) => Some(server_config(s, cert, key)?),
+        (Some(cert), Some(key)) => Some(server::server_tls(s, cert, key)?),
     };
-    if s.tls_client_ca.is_some() && server.is_none() {
-        return Err("tls-client-ca needs tls-cert and tls-key".into());
+    let needs_cert = [
+        (s.tls_client_ca.is_some(), "tls-client-ca"),
+        (s.tls_alpn.is_some(), "tls-alpn"),
+        (s.tls_ocsp.is_some(), "tls-ocsp"),
+    ];
+    for (set, name) in needs_cert {
+        if set && server.is_none() {
+            return Err(format!("{name} needs tls-cert and tls-key"));
+        }
     }
-    if s.tls_alpn.is_some() && server.is_none() {
-        return Err("tls-alpn needs tls-cert and tls-key".into());
+    if (s.tls_allow_subject.is_some() || s.tls_allow_issuer.is_some()) && s.tls_client_ca.is_none()
+    {
+        return Err(
+            "tls-allow-subject and tls-allow-issuer need tls-client-ca (the CA \
+             that signs the client certificates they are checked on)"
+                .into(),
+        );
     }
     let client = match s.tls_connect {
-        Some(true) => Some(client_config(s, host)?),
+        Some(true) => Some(client_config(s, hosts)?),
         _ => None,
     };
     if server.is_none() && client.is_none() {
         return Ok(None);
     }
-    Ok(Some(RouteTls {
-        server,
-        handshake_timeout: s.tls_handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
-        handshakes: Arc::new(AtomicUsize::new(0)),
-        client,
-    }))
+    Ok(Some(Loaded { server, client }))
 }
 
 /// The crypto provider every config uses: ring (see `Cargo.toml`).
@@ -169,84 +392,25 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The listener's side: TLS 1.2 and 1.3, the rule's certificate, and client
-/// certificates when `tls-client-ca` is set.
-fn server_config(
-    s: &RuleOptions,
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<Arc<ServerConfig>, String> {
-    let certified = files::certified(cert, key)?;
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
-    let builder = match &s.tls_client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let roots = files::roots(Some(ca))?;
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider(),
-            )
-            .build()
-            .map_err(|e| format!("tls-client-ca {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_cert_resolver(Arc::new(One(certified)));
-    if let Some(list) = &s.tls_alpn {
-        config.alpn_protocols = alpn(list)?;
-    }
-    Ok(Arc::new(config))
-}
-
-/// `tls-alpn`'s protocol names, separated by colons (a comma ends the
-/// option in rinetd.conf), each 1 to 255 bytes.
-fn alpn(list: &str) -> Result<Vec<Vec<u8>>, String> {
-    if list.contains(',') {
-        return Err(format!(
-            "tls-alpn '{}': separate protocols with ':' (h2:http/1.1)",
-            Shown(list)
-        ));
-    }
-    list.split(':')
-        .map(|p| {
-            let p = p.trim();
-            if p.is_empty() || p.len() > 255 {
-                return Err(format!(
-                    "tls-alpn '{}': each protocol is 1 to 255 bytes",
-                    Shown(list)
-                ));
-            }
-            Ok(p.as_bytes().to_vec())
-        })
-        .collect()
-}
-
-/// The one certificate a rule presents: on a listener shared by server
-/// name, the ClientHello has already chosen the rule (`route::ServerNames`),
-/// so each rule's config resolves to its own certificate.
-#[derive(Debug)]
-struct One(Arc<rustls::sign::CertifiedKey>);
-
-impl rustls::server::ResolvesServerCert for One {
-    fn resolve(
-        &self,
-        _hello: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.0.clone())
-    }
-}
-
 /// The backend's side: verified against `tls-ca` (else the system's roots)
-/// for `tls-name` (else `host`), or not at all with `tls-insecure`.
+/// for `tls-name` (else each backend for its own host name in `hosts`: a
+/// pool's backends need not share a certificate), or not at all with
+/// `tls-insecure`.
 fn client_config(
     s: &RuleOptions,
-    host: &str,
-) -> Result<(Arc<ClientConfig>, ServerName<'static>), String> {
-    let name_text = s.tls_name.as_deref().unwrap_or(host);
-    let name = ServerName::try_from(name_text.to_string())
-        .map_err(|e| format!("tls-name '{}': {e}", Shown(name_text)))?;
+    hosts: &[&str],
+) -> Result<(Arc<ClientConfig>, Vec<ServerName<'static>>), String> {
+    let texts = match s.tls_name.as_deref() {
+        Some(name) => vec![name],
+        None => hosts.to_vec(),
+    };
+    let names = texts
+        .into_iter()
+        .map(|text| {
+            ServerName::try_from(text.to_string())
+                .map_err(|e| format!("tls-name '{}': {e}", Shown(text)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -269,93 +433,13 @@ fn client_config(
         }
         _ => return Err("tls-client-cert and tls-client-key go together".into()),
     };
-    Ok((Arc::new(config), name))
-}
-
-/// Checks the TLS files of every rule of `cfg` as start-up and a reload
-/// would read them: every bad rule at once, each at its file and line.
-/// Returns the warnings (a key others may read, a certificate about to
-/// expire, `tls-insecure`), each at its rule's line.
-pub(crate) fn check(cfg: &ResolvedConfig, file: &str) -> Result<Vec<ConfigError>, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut warnings = Vec::new();
-    let rules = cfg
-        .rules
-        .iter()
-        .flat_map(|r| std::iter::once(r).chain(r.sni.iter()));
-    for rule in rules {
-        let s = rule.settings();
-        let host = &*rule.rule.connect().host_text;
-        match for_rule(&s, host) {
-            Ok(_) => warnings.extend(rule_warnings(&s).into_iter().map(|w| at(rule, w))),
-            Err(e) => errors.push(at(rule, e)),
-        }
-        if errors.len() >= oi_config::MAX_ERRORS {
-            break;
-        }
-    }
-    if errors.is_empty() {
-        return Ok(warnings);
-    }
-    Err(ConfigErrors {
-        file: file.to_string(),
-        errors,
-        omitted: 0,
-    })
-}
-
-/// What `--check` warns about in a rule's TLS that loads.
-fn rule_warnings(s: &RuleOptions) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.tls_insecure == Some(true) && s.tls_connect == Some(true) {
-        out.push(
-            "tls-insecure: the backend's certificate is not verified; anyone on \
-             the path can pretend to be it"
-                .to_string(),
-        );
-    }
-    let rated = [s.rate, s.rate_up, s.rate_down, s.rule_rate, s.client_rate];
-    let tls = s.tls_cert.is_some() || s.tls_connect == Some(true);
-    if tls && rated.iter().any(Option::is_some) {
-        out.push(
-            "bandwidth limits (rate, rule-rate, client-rate) do not apply yet to \
-             connections oi speaks TLS on"
-                .to_string(),
-        );
-    }
-    for key in [&s.tls_key, &s.tls_client_key].into_iter().flatten() {
-        out.extend(files::key_exposed(key));
-    }
-    for cert in [&s.tls_cert, &s.tls_client_cert].into_iter().flatten() {
-        let Ok(chain) = files::certs(cert, "certificate") else {
-            continue;
-        };
-        let Some(ends) = chain.first().and_then(|c| files::not_after(c)) else {
-            continue;
-        };
-        match ends.duration_since(SystemTime::now()) {
-            Err(_) => out.push(format!("certificate {} has expired", cert.display())),
-            Ok(left) if left < files::EXPIRY_WARNING => out.push(format!(
-                "certificate {} expires in {} days",
-                cert.display(),
-                left.as_secs() / 86_400
-            )),
-            Ok(_) => {}
-        }
-    }
-    out
-}
-
-/// `message` at `rule`'s file and line.
-fn at(rule: &ResolvedRule, message: String) -> ConfigError {
-    ConfigError {
-        file: rule.rule.file.clone(),
-        line: rule.rule.line,
-        column: 0,
-        message,
-        text: String::new(),
-        more: 0,
-    }
+    let mut config = config;
+    config.resumption = if s.tls_resumption == Some(false) {
+        Resumption::disabled()
+    } else {
+        Resumption::in_memory_sessions(CLIENT_SESSIONS)
+    };
+    Ok((Arc::new(config), names))
 }
 
 #[cfg(test)]
@@ -367,8 +451,10 @@ mod tests {
         let tls = RouteTls {
             server: None,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_handshakes: MAX_HANDSHAKES,
             handshakes: Arc::new(AtomicUsize::new(0)),
             client: None,
+            allow: (Vec::new(), Vec::new()),
         };
         let held: Vec<HandshakeSlot> = (0..MAX_HANDSHAKES)
             .map_while(|_| tls.handshake_slot())

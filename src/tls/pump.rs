@@ -8,8 +8,17 @@
 //! decrypted or encrypted. With kTLS (not in this kernel) the sockets would
 //! carry plaintext and `tcp::pump`, splice included, would run instead;
 //! [`run`] is that seam.
+//!
+//! Bandwidth limits (`rate`, `rule-rate`, `client-rate`) apply to the
+//! plaintext, through the plain pump's [`Throttle`]: a limited direction
+//! reads at most what its turn in the buckets allows (a TLS source's
+//! record stays in rustls until its turn), so the bytes a client or backend
+//! receives stay within the rule's rates whether or not oi speaks TLS to it.
 
 use super::io::{poll_fill, poll_flush};
+use crate::stats::rate::Limit;
+use crate::stats::throttle::Throttle;
+use crate::stats::RuleStats;
 use oi_runtime::reactor::Async;
 use rustls::Connection;
 use std::future::poll_fn;
@@ -86,6 +95,8 @@ struct Direction {
     bytes: u64,
     /// Whether close_notify has been queued for the sink.
     notified: bool,
+    /// The bandwidth limit, when the rule sets one for this direction.
+    throttle: Option<Box<Throttle>>,
     /// A TLS source's socket had nothing (EAGAIN) when last read: the next
     /// read waits for the reactor's edge instead of asking the kernel again.
     /// Without it, a batch sent because the socket was empty cost a second
@@ -94,8 +105,9 @@ struct Direction {
 }
 
 impl Direction {
-    /// A direction from `from` to `to`, its buffer sized for them.
-    fn new(from: &End<'_>, to: &End<'_>) -> Self {
+    /// A direction from `from` to `to`, its buffer sized for them, drawing
+    /// from `limit` when it has one.
+    fn new(from: &End<'_>, to: &End<'_>, limit: Option<Limit>) -> Self {
         let size = match (&from.tls, &to.tls) {
             (Some(_), None) => BATCH,
             _ => RECORD,
@@ -107,7 +119,24 @@ impl Direction {
             state: State::Running,
             bytes: 0,
             notified: false,
+            throttle: limit.map(|l| Box::new(Throttle::new(l))),
             drained: false,
+        }
+    }
+
+    /// Adds this direction's ended waits to the rule's counters.
+    fn report(&mut self, stats: &RuleStats) {
+        if let Some(t) = &mut self.throttle {
+            t.report(stats);
+        }
+    }
+
+    /// The direction stopped (nothing to read, nowhere to write, the end):
+    /// what its turn allowed and it did not read goes back to the buckets,
+    /// for the directions waiting behind it, as the plain pump's does.
+    fn release(&mut self) {
+        if let Some(t) = &mut self.throttle {
+            t.release();
         }
     }
 
@@ -147,7 +176,10 @@ impl Direction {
                                 pending,
                             ) {
                                 Poll::Ready(n) => n?,
-                                Poll::Pending => return Poll::Pending,
+                                Poll::Pending => {
+                                    self.release();
+                                    return Poll::Pending;
+                                }
                             }
                         }
                         Some(conn) => {
@@ -159,6 +191,7 @@ impl Direction {
                             if n < pending.len() {
                                 let flushed = poll_flush(conn, to.socket, cx)?;
                                 if n == 0 && flushed.is_pending() {
+                                    self.release();
                                     return Poll::Pending;
                                 }
                             }
@@ -168,17 +201,40 @@ impl Direction {
                     self.start += n;
                 }
                 State::Running => {
-                    match self.read(from, cx)? {
+                    // Under a limit, a read takes what the turn allows;
+                    // before its turn the direction sleeps on the timer,
+                    // keeping its place in the buckets' queue.
+                    let room = match &mut self.throttle {
+                        None => self.buf.len(),
+                        Some(t) => match t.admit(cx, RECORD, false) {
+                            Some(allowed) => allowed.clamp(1, RECORD),
+                            None => {
+                                // What a TLS sink holds goes out before the wait.
+                                if let Some(conn) = to.tls.as_deref_mut() {
+                                    let _ = poll_flush(conn, to.socket, cx)?;
+                                }
+                                return Poll::Pending;
+                            }
+                        },
+                    };
+                    match self.read(from, cx, room)? {
                         Poll::Pending => {
                             // The source has no more for now: a TLS sink
                             // sends what it holds before the task waits.
                             if let Some(conn) = to.tls.as_deref_mut() {
                                 let _ = poll_flush(conn, to.socket, cx)?;
                             }
+                            self.release();
                             return Poll::Pending;
                         }
-                        Poll::Ready(Read_::End) => self.state = State::ShuttingDown,
+                        Poll::Ready(Read_::End) => {
+                            self.release();
+                            self.state = State::ShuttingDown;
+                        }
                         Poll::Ready(Read_::Bytes(n)) => {
+                            if let Some(t) = &mut self.throttle {
+                                t.charge(n);
+                            }
                             (self.start, self.end) = (0, n);
                             self.bytes = self.bytes.saturating_add(n as u64);
                         }
@@ -191,33 +247,37 @@ impl Direction {
         Poll::Pending
     }
 
-    /// Reads from `from` into the (empty) buffer.
-    fn read(&mut self, from: &mut End<'_>, cx: &mut Context<'_>) -> io::Result<Poll<Read_>> {
+    /// Reads at most `room` bytes (1 to the buffer's length) from `from`
+    /// into the (empty) buffer.
+    fn read(
+        &mut self,
+        from: &mut End<'_>,
+        cx: &mut Context<'_>,
+        room: usize,
+    ) -> io::Result<Poll<Read_>> {
+        let len = self.buf.len();
+        let buf = &mut self.buf[..room.clamp(1, len)];
         let Some(conn) = from.tls.as_deref_mut() else {
             let mut socket = from.socket;
-            return match futures_lite::AsyncRead::poll_read(
-                Pin::new(&mut socket),
-                cx,
-                &mut self.buf,
-            ) {
+            return match futures_lite::AsyncRead::poll_read(Pin::new(&mut socket), cx, buf) {
                 Poll::Ready(Ok(0)) => Ok(Poll::Ready(Read_::End)),
                 Poll::Ready(Ok(n)) => Ok(Poll::Ready(Read_::Bytes(n))),
                 Poll::Ready(Err(e)) => Err(e),
                 Poll::Pending => Ok(Poll::Pending),
             };
         };
-        // Plaintext gathered so far: records are taken until the buffer is
-        // full or the socket has no more, then written in one go.
+        // Plaintext gathered so far: records are taken until `buf` is full
+        // or the socket has no more, then written in one go.
         let mut got = 0;
-        // Bounded: each pass takes plaintext (the buffer fills), or a record
+        // Bounded: each pass takes plaintext (`buf` fills), or a record
         // from the socket, or returns.
         loop {
-            match conn.reader().read(&mut self.buf[got..]) {
+            match conn.reader().read(&mut buf[got..]) {
                 Ok(0) if got > 0 => return Ok(Poll::Ready(Read_::Bytes(got))),
                 Ok(0) => return Ok(Poll::Ready(Read_::End)),
                 Ok(n) => {
                     got += n;
-                    if got == self.buf.len() {
+                    if got == buf.len() {
                         return Ok(Poll::Ready(Read_::Bytes(got)));
                     }
                     continue;
@@ -257,14 +317,23 @@ impl Direction {
     }
 }
 
-/// Pumps `client` and `backend` until both directions are done or one fails.
+/// Pumps `client` and `backend` until both directions are done or one fails,
+/// each direction within its bandwidth limit (`limits`: client to backend,
+/// backend to client; `None`: unlimited), whose waits go to `stats`.
 /// The kTLS seam: with keys handed to the kernel, the plain pump would run here.
-pub(crate) async fn run(mut client: End<'_>, mut backend: End<'_>) -> Outcome {
-    let mut up = Direction::new(&client, &backend);
-    let mut down = Direction::new(&backend, &client);
+pub(crate) async fn run(
+    mut client: End<'_>,
+    mut backend: End<'_>,
+    limits: (Option<Limit>, Option<Limit>),
+    stats: &RuleStats,
+) -> Outcome {
+    let mut up = Direction::new(&client, &backend, limits.0);
+    let mut down = Direction::new(&backend, &client, limits.1);
     let mut client_first = None;
     let error = poll_fn(|cx| {
-        let up_done = match up.poll(&mut client, &mut backend, cx) {
+        let polled = up.poll(&mut client, &mut backend, cx);
+        up.report(stats);
+        let up_done = match polled {
             Poll::Ready(Err(e)) => {
                 client_first.get_or_insert(true);
                 return Poll::Ready(Some(e));
@@ -275,7 +344,9 @@ pub(crate) async fn run(mut client: End<'_>, mut backend: End<'_>) -> Outcome {
             }
             Poll::Pending => false,
         };
-        let down_done = match down.poll(&mut backend, &mut client, cx) {
+        let polled = down.poll(&mut backend, &mut client, cx);
+        down.report(stats);
+        let down_done = match polled {
             Poll::Ready(Err(e)) => {
                 client_first.get_or_insert(false);
                 return Poll::Ready(Some(e));

@@ -9,6 +9,9 @@
 use serde_json::Value;
 use std::collections::HashMap;
 
+mod tls;
+pub use tls::TlsRow;
+
 /// One rule's counters in a sample.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RuleSample {
@@ -30,6 +33,8 @@ pub struct RuleSample {
     pub errors: u64,
     /// The rule's backends.
     pub backends: Vec<BackendSample>,
+    /// Its TLS, when oi speaks TLS on it.
+    pub tls: Option<TlsRow>,
 }
 
 /// One backend of a rule in a sample.
@@ -152,6 +157,7 @@ fn rule(r: &Value) -> RuleSample {
     let none = Value::Null;
     let oi = r.get("oi").unwrap_or(&none);
     RuleSample {
+        tls: TlsRow::parse(&s(r, "name"), oi),
         name: s(r, "name"),
         asked_as: raw(r, "name"),
         active: u(r, "connections_active"),
@@ -367,6 +373,8 @@ pub struct View {
     pub backends: Vec<BackendRow>,
     /// Live connections, busiest first.
     pub conns: Vec<ConnRow>,
+    /// The rules oi speaks TLS on, in rule order.
+    pub tls: Vec<TlsRow>,
 }
 
 /// `(now - before) / secs`, zero when the counter went backwards or no time passed.
@@ -386,7 +394,9 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, opts: &ViewOptions) -> View {
         .unwrap_or_default();
     let mut rules = Vec::new();
     let mut backends = Vec::new();
+    let mut tls = Vec::new();
     for r in cur.rules.iter().filter(|r| opts.shows(&r.name)) {
+        tls.extend(r.tls.clone());
         let b = before.get(r.name.as_str()).copied();
         let was = |f: fn(&RuleSample) -> u64| b.map_or(f(r), f);
         rules.push(RuleRow {
@@ -436,6 +446,7 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, opts: &ViewOptions) -> View {
         rules,
         backends,
         conns,
+        tls,
     }
 }
 
@@ -527,6 +538,7 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
         .map(|r| r.name.len())
         .chain(v.backends.iter().map(|b| b.rule.len()))
         .chain(v.conns.iter().map(|c| c.rule.len()))
+        .chain(v.tls.iter().map(|t| t.rule.len()))
         .fold(28, usize::max);
     let _ = writeln!(
         out,
@@ -546,6 +558,7 @@ pub fn text(v: &View, opts: &ViewOptions) -> String {
             r.errors
         );
     }
+    tls::text(&mut out, &v.tls, w);
     let _ = writeln!(
         out,
         "\n{:<w$} {:<24} {:<5} {:>7} {:>6} {:>10} {:>8}",

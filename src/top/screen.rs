@@ -31,9 +31,15 @@ const KEYS: &str = "q quit   s sort   f filter by rule   p pause   j/k select ba
 pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header, c: &Controls) {
     let rule_rows = v.rules.len() as u16;
     let backend_rows = v.backends.len() as u16;
-    let [head, rules, backends, conns, status, keys] = Layout::vertical([
+    // The TLS table only when a rule speaks TLS.
+    let tls_rows = match v.tls.len() as u16 {
+        0 => 0,
+        n => n.saturating_add(3),
+    };
+    let [head, rules, tls, backends, conns, status, keys] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Max(rule_rows.saturating_add(3)),
+        Constraint::Max(tls_rows),
         Constraint::Max(backend_rows.saturating_add(3)),
         Constraint::Min(4),
         Constraint::Length(1),
@@ -119,6 +125,38 @@ pub(super) fn draw(f: &mut Frame, v: &View, opts: &ViewOptions, h: &Header, c: &
     .header(Row::new(["RULE", "ACTIVE", "NEW/S", "IN", "OUT", "REFUSED", "ERRORS"]).style(bold))
     .block(Block::bordered().title("Rules"));
     f.render_widget(table, rules);
+
+    if !v.tls.is_empty() {
+        let tls_rule_w = fit(v.tls.iter().map(|t| t.rule.chars().count()).max(), "RULE");
+        let table = Table::new(
+            v.tls.iter().map(|t| {
+                let row = Row::new(vec![
+                    t.rule.clone(),
+                    t.ends.to_string(),
+                    t.handshakes.to_string(),
+                    t.resumed.to_string(),
+                    t.failed.to_string(),
+                    t.expires(),
+                ]);
+                if t.trouble() {
+                    row.red()
+                } else {
+                    row
+                }
+            }),
+            [
+                tls_rule_w,
+                Constraint::Length(8),
+                Constraint::Length(11),
+                Constraint::Length(8),
+                Constraint::Length(7),
+                Constraint::Length(8),
+            ],
+        )
+        .header(Row::new(["RULE", "TLS", "HANDSHAKES", "RESUMED", "FAILED", "EXPIRES"]).style(bold))
+        .block(Block::bordered().title("TLS"));
+        f.render_widget(table, tls);
+    }
 
     let table = Table::new(
         v.backends.iter().map(|b| {

@@ -11,7 +11,7 @@
 //! ([`Start`]), one way for both.
 
 use super::activity::{Activity, Carried, Since};
-use super::reply::{within, Reply};
+use super::reply::{with_kept, Reply};
 use super::udp_to_tcp::{self, Control, Pause, Paused, Queued};
 use super::{backend_socket, batch, datagram_header, is_transient, BackendSocket, BATCH};
 use crate::backends::Lease;
@@ -323,15 +323,13 @@ impl Association {
     /// backend cannot stall the other clients of the listener.
     pub(crate) fn forward_run(&self, run: &[&[u8]]) {
         self.activity.touch();
-        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
-        let mut n = 0;
-        for payload in run.iter().take(batch::RUN_MAX) {
-            if within(self.up.as_ref(), payload, &self.activity) {
-                kept[n] = payload;
-                n += 1;
-            }
-        }
-        let kept = &kept[..n];
+        with_kept(self.up.as_ref(), run, &self.activity, |kept| {
+            self.forward_kept(kept);
+        });
+    }
+
+    /// [`Association::forward_run`]'s datagrams that passed the rate limit.
+    fn forward_kept(&self, kept: &[&[u8]]) {
         match &self.upstream {
             Upstream::Udp(socket) => {
                 let header = self.proxy.as_ref().map(|h| h.as_bytes());
@@ -427,6 +425,7 @@ async fn udp_replies(
     // for a full listening socket): more may wait with no edge to come (the
     // reactor is edge-triggered).
     let mut more = false;
+    let mut pace = batch::Pace::default();
     loop {
         if !more {
             // `oi close` ends the association as a backend error would: the
@@ -447,7 +446,7 @@ async fn udp_replies(
         let mut failed = None;
         while moved < BATCH && dropped == 0 {
             let each = |_, run: &[&[u8]]| dropped += reply.send_run(run);
-            match batch::recv_runs(socket.get_ref(), family, each) {
+            match batch::recv_runs(socket.get_ref(), family, &mut pace, each) {
                 Ok(got) => {
                     moved += got.datagrams.max(1);
                     if got.drained {

@@ -93,6 +93,7 @@ impl Listener {
         let socket = self.socket.clone();
         batch::enable_gro(socket.get_ref());
         let family = batch::Family::of_socket(socket.get_ref());
+        let mut pace = batch::Pace::default();
         // Started by `oi upgrade`: nothing is read before the associations
         // the previous oi handed over are in the map.
         self.shared.parking.released().await;
@@ -153,7 +154,7 @@ impl Listener {
                     let mut moved = 0;
                     while moved < BATCH {
                         let each = |peer, run: &[&[u8]]| self.datagrams(run, peer);
-                        match batch::recv_runs(socket.get_ref(), family, each) {
+                        match batch::recv_runs(socket.get_ref(), family, &mut pace, each) {
                             Ok(got) => {
                                 moved += got.datagrams.max(1);
                                 if got.drained {

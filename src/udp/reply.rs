@@ -30,11 +30,37 @@ pub(super) struct Reply {
     down: Option<Limit>,
 }
 
+/// Calls `f` with the datagrams of `run` (at most [`batch::RUN_MAX`]) that
+/// `limit` lets through, in order: `run` itself when there is no limit, so
+/// the common case builds no copy of the run (a 64-slot array initialised
+/// per send; with the lone-datagram path in `batch::recv_runs`, 6,607 ->
+/// 5,661 user-space instructions a 64 B UDP round trip, callgrind).
+pub(super) fn with_kept<R>(
+    limit: Option<&Limit>,
+    run: &[&[u8]],
+    activity: &Activity,
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
+    let run = &run[..run.len().min(batch::RUN_MAX)];
+    if limit.is_none() {
+        return f(run);
+    }
+    let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
+    let mut n = 0;
+    for payload in run {
+        if within(limit, payload, activity) {
+            kept[n] = payload;
+            n += 1;
+        }
+    }
+    f(&kept[..n])
+}
+
 /// Whether a datagram of `payload` is within `limit` (taking its bytes from
 /// every bucket); one that is not is counted as dropped. UDP is policed, not
 /// queued: a queue would add latency and memory for what the sender's own
 /// congestion control (if any) handles better.
-pub(super) fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
+fn within(limit: Option<&Limit>, payload: &[u8], activity: &Activity) -> bool {
     let Some(limit) = limit else {
         return true;
     };
@@ -74,15 +100,9 @@ impl Reply {
     /// socket's buffer and were dropped.
     pub(super) fn send_run(&self, run: &[&[u8]]) -> usize {
         self.activity.touch();
-        let mut kept: [&[u8]; batch::RUN_MAX] = [&[]; batch::RUN_MAX];
-        let mut n = 0;
-        for payload in run.iter().take(batch::RUN_MAX) {
-            if within(self.down.as_ref(), payload, &self.activity) {
-                kept[n] = payload;
-                n += 1;
-            }
-        }
-        let sent = batch::send_run(self.listener.get_ref(), Some(self.client), None, &kept[..n]);
+        let sent = with_kept(self.down.as_ref(), run, &self.activity, |kept| {
+            batch::send_run(self.listener.get_ref(), Some(self.client), None, kept)
+        });
         if let Some(e) = sent.error {
             log::debug!("reply to {}: {e}", self.client);
         }

@@ -5,7 +5,8 @@
 //! oi runs in a mount namespace of its own where a socket the test bound
 //! is mounted on /run/systemd/journal/socket (oi has no way to be pointed
 //! at another socket), and JOURNAL_STREAM is what systemd would set: the
-//! device and inode of the stderr oi is given.
+//! device and inode of the stderr oi is given. A TLS connection's line
+//! carries its client certificate's subject as OI_TLS_SUBJECT.
 
 use crate::common::*;
 use std::collections::HashMap;
@@ -240,6 +241,77 @@ fn a_journal_stream_that_is_not_stderr_leaves_lines_on_stderr() {
         got.as_ref()
             .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
         "nothing reaches the journal socket: {got:?}"
+    );
+    let (status, _) = oi.stop();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_client_certificate_s_subject_is_a_field_of_its_connection_s_line() {
+    if !can_run() || !crate::tls::openssl_present() {
+        return;
+    }
+    use crate::tls::{ca, leaf};
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket_path = dir.path().join("journal.sock");
+    let journal = UnixDatagram::bind(&socket_path).expect("bind the journal socket");
+    journal.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let root = ca(dir.path(), "ca");
+    let edge = leaf(dir.path(), &root, "edge.test", 30);
+    let client = leaf(dir.path(), &root, "client.test", 30);
+    let backend = echo_backend("127.0.0.1:0");
+    let port = free_port();
+    let conf = dir.path().join("oi.conf");
+    write_atomic(
+        &conf,
+        &format!(
+            "127.0.0.1 {port} 127.0.0.1 {} [tls-cert={},tls-key={},tls-client-ca={}]\n",
+            backend.port(),
+            edge.cert.display(),
+            edge.key.display(),
+            root.cert.display()
+        ),
+    );
+    // The connection's line is at debug level.
+    let script = oi_under_journal(dir.path(), &socket_path, None);
+    let debug = dir.path().join("oi-debug");
+    std::fs::write(
+        &debug,
+        format!(
+            "#!/bin/sh\nRUST_LOG=debug exec {} \"$@\"\n",
+            script.display()
+        ),
+    )
+    .expect("write script");
+    let mut perm = std::fs::metadata(&debug).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&debug, perm).expect("chmod");
+    let oi = OiProcess::start_program(&debug, dir.path(), &conf, &[]);
+    let mut c = crate::tls_views::rustls_client_with_cert(
+        port,
+        &root.cert,
+        "edge.test",
+        &client.cert,
+        &client.key,
+    );
+    c.write_all(b"ping").expect("write");
+    let mut back = [0u8; 4];
+    c.read_exact(&mut back).expect("echo");
+    drop(c);
+    let seen = until(&journal, &oi, "with OI_TLS_SUBJECT", |e| {
+        e.contains_key("OI_TLS_SUBJECT")
+    });
+    let line = seen.last().expect("an entry");
+    assert_eq!(
+        line.get("OI_TLS_SUBJECT").map(String::as_str),
+        Some("CN=client.test"),
+        "{line:?}"
+    );
+    assert_eq!(
+        line.get("OI_RULE").map(String::as_str),
+        Some(format!("127.0.0.1:{port}").as_str()),
+        "{line:?}"
     );
     let (status, _) = oi.stop();
     assert!(status.success(), "{status}");

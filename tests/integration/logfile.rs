@@ -151,6 +151,7 @@ fn a_fifo_nobody_reads_loses_lines_counted_and_the_queue_stays_bounded() {
             to_client: 0,
             event: oxidinetd::Event::Opened,
             server_name: None,
+            tls_subject: None,
             flow: None,
         });
         peak = peak.max(log.queued());

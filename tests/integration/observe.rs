@@ -316,13 +316,13 @@ fn the_text_status_file_and_the_stats_line_read_like_rinetd_uv() {
 }
 
 /// One sample of a scrape: its name, labels and value.
-type Sample = (String, Vec<(String, String)>, f64);
+pub(super) type Sample = (String, Vec<(String, String)>, f64);
 
 /// Parses the Prometheus/OpenMetrics text format strictly: every line is a
 /// `# HELP`, `# TYPE`, `# UNIT` or `# EOF` line, or a sample of a family
 /// declared before it; label values are quoted with `\\`, `\"`, `\n` escapes;
 /// `# EOF` ends the text. Panics on anything else.
-fn parse_exposition(text: &str) -> Vec<Sample> {
+pub(super) fn parse_exposition(text: &str) -> Vec<Sample> {
     let name_ok = |n: &str| {
         !n.is_empty()
             && n.chars().enumerate().all(|(i, c)| {
@@ -432,7 +432,7 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
 }
 
 /// `GET path` (or another request line) to `addr`; returns the whole answer.
-fn http(addr: SocketAddr, request: &str) -> String {
+pub(super) fn http(addr: SocketAddr, request: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("connect to metrics");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -443,7 +443,7 @@ fn http(addr: SocketAddr, request: &str) -> String {
 }
 
 /// The value of the sample `name` with exactly these labels.
-fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(super) fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples
         .iter()
         .find(|(n, l, _)| {

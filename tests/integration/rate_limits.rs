@@ -24,35 +24,35 @@ const MIB: usize = 1 << 20;
 
 /// The burst a bucket of `rate` bytes per second allows (docs: a tenth of a
 /// second's worth, at least 64 KiB).
-fn burst(rate: usize) -> usize {
+pub(super) fn burst(rate: usize) -> usize {
     (rate / 10).max(64 * 1024)
 }
 
 /// The least time `bytes` can take through one bucket of `rate`, less 3% for
 /// the clocks of two processes (the bound itself is exact).
-fn least(bytes: usize, rate: usize) -> Duration {
+pub(super) fn least(bytes: usize, rate: usize) -> Duration {
     Duration::from_secs_f64((bytes - burst(rate)) as f64 / rate as f64 * 0.97)
 }
 
 /// The most `bytes` may take through one bucket of `rate`: 1.5 times what
 /// they take at the rate, the burst not counted.
-fn most(bytes: usize, rate: usize) -> Duration {
+pub(super) fn most(bytes: usize, rate: usize) -> Duration {
     Duration::from_secs_f64(1.5 * bytes as f64 / rate as f64)
 }
 
 /// What a sink backend saw of one connection: the bytes' hash and count,
 /// and when the last one arrived.
-struct Received {
+pub(super) struct Received {
     /// SHA-256 of everything read.
-    sha: String,
+    pub(super) sha: String,
     /// How many bytes.
-    len: usize,
+    pub(super) len: usize,
     /// When EOF was read.
-    at: Instant,
+    pub(super) at: Instant,
 }
 
 /// A backend that reads each connection to EOF and reports what it got.
-fn sink_backend() -> (SocketAddr, mpsc::Receiver<Received>) {
+pub(super) fn sink_backend() -> (SocketAddr, mpsc::Receiver<Received>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind sink");
     let addr = l.local_addr().expect("addr");
     let (tx, rx) = mpsc::channel();
@@ -75,7 +75,7 @@ fn sink_backend() -> (SocketAddr, mpsc::Receiver<Received>) {
 }
 
 /// A backend that writes `data` to each connection, then closes it.
-fn source_backend(data: Vec<u8>) -> SocketAddr {
+pub(super) fn source_backend(data: Vec<u8>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind source");
     let addr = l.local_addr().expect("addr");
     let data = std::sync::Arc::new(data);
@@ -125,7 +125,7 @@ fn start(rules: &str) -> (OiProcess, SocketAddr, tempfile::TempDir) {
 }
 
 /// The sum of a counter family's samples in `/metrics`.
-fn metric(addr: SocketAddr, family: &str) -> u64 {
+pub(super) fn metric(addr: SocketAddr, family: &str) -> u64 {
     let mut m = TcpStream::connect(addr).expect("metrics listener");
     m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .expect("request");

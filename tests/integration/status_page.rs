@@ -12,7 +12,11 @@ use std::process::Command;
 
 /// Debian's chromium with the flags a closed, sandboxed machine needs (no
 /// background networking, no sync, a fresh profile).
-fn chromium(profile: &std::path::Path, args: &[&str], url: &str) -> std::process::Output {
+pub(super) fn chromium(
+    profile: &std::path::Path,
+    args: &[&str],
+    url: &str,
+) -> std::process::Output {
     Command::new("chromium")
         .args([
             "--headless",
@@ -33,7 +37,7 @@ fn chromium(profile: &std::path::Path, args: &[&str], url: &str) -> std::process
         .expect("run chromium")
 }
 
-fn chromium_present() -> bool {
+pub(super) fn chromium_present() -> bool {
     tool_present("chromium", "--version", "chromium")
 }
 

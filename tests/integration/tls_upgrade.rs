@@ -61,6 +61,12 @@ fn a_tls_connection_stays_with_the_old_oi_across_an_upgrade() {
     );
     let mut fresh = rustls_client(port, &root.cert, "edge.test");
     assert!(echoed(&mut fresh, b"a new client"));
+    // The handshake counters carry over like every counter: the old oi's
+    // one and the new oi's own.
+    let st = crate::upgrade_udp::status_json(&control);
+    let rule = &st["rules"][0]["oi"];
+    assert_eq!(rule["tls_client_handshakes_full"], 2, "{st}");
+    assert_eq!(rule["tls"]["client"]["handshakes"], 2, "{st}");
     assert!(
         old.exited_within(Duration::from_millis(300)).is_none(),
         "the old oi waits for its connection"

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A tmux server of the test's own (`-L`), killed when the test ends.
-struct Tmux {
+pub(super) struct Tmux {
     /// The server's socket name, unique to this test process.
     name: String,
 }
@@ -20,7 +20,7 @@ struct Tmux {
 impl Tmux {
     /// A tmux server of its own (named `tag` and this process's id) running
     /// `oi top` on `socket` at a 200 ms interval in a 150x40 terminal.
-    fn top(tag: &str, socket: &str) -> Self {
+    pub(super) fn top(tag: &str, socket: &str) -> Self {
         let tmux = Tmux {
             name: format!("{tag}-{}", std::process::id()),
         };
@@ -62,7 +62,7 @@ impl Tmux {
     }
 
     /// Waits until the screen satisfies `cond`; fails showing the last screen.
-    fn wait_for(&self, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    pub(super) fn wait_for(&self, what: &str, cond: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let s = self.screen();
@@ -88,7 +88,7 @@ impl Drop for Tmux {
     }
 }
 
-fn tmux_present() -> bool {
+pub(super) fn tmux_present() -> bool {
     tool_present("tmux", "-V", "tmux")
 }
 

@@ -156,7 +156,7 @@ fn prefix_eq(a: u128, b: u128, prefix: u8) -> bool {
 
 /// rinetd's glob: `?` matches one character, `*` any run (including none).
 /// ASCII case-insensitive, so `FE80::*` matches `fe80::1`.
-fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+pub fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     // Where the last `*` was, and the text position it currently absorbs up to.
     let mut star: Option<(usize, usize)> = None;

@@ -21,6 +21,14 @@ use std::fmt::Write;
 /// The value in `slot` as the target writes it: `shown`'s text, with
 /// switches as YAML booleans when `yaml`.
 fn value_of(slot: Slot<'_>, value: Value, yaml: bool) -> Option<String> {
+    if let (Slot::List(list), true) = (&slot, yaml) {
+        let items: Vec<String> = list
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|e| quoted(e))
+            .collect();
+        return (!items.is_empty()).then(|| format!("[{}]", items.join(", ")));
+    }
     let text = settings::shown_value(slot, value)?;
     Some(match (yaml, value) {
         (true, Value::Switch | Value::Flag) => (text == "on").to_string(),

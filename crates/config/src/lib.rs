@@ -16,6 +16,7 @@ pub mod acl;
 mod address;
 mod bounded;
 mod bytes;
+pub mod cert_name;
 mod checks;
 pub mod convert;
 pub mod hint;

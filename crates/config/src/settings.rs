@@ -33,7 +33,7 @@ pub fn shown_value(slot: Slot<'_>, value: Value) -> Option<String> {
 pub fn fill_slot(to: Slot<'_>, from: Slot<'_>) {
     layers::fill(to, from)
 }
-pub use table::{RuleOptions, SETTINGS};
+pub use table::{List, RuleOptions, SETTINGS};
 
 use super::{
     Config, Globals, Host, IpFilter, LogFormat, Mptcp, ProxyHeader, SpliceMode, StatusFormat,
@@ -118,6 +118,9 @@ pub enum Value {
     Text(usize),
     /// A TLS server name or `*.` and a domain (`sni=`).
     ServerName,
+    /// A certificate name's attribute and a pattern (`CN=alice*`,
+    /// [`crate::cert_name`]); the option may repeat.
+    CertName,
     /// Something with a shape of its own, described in the doc.
     Other(&'static str),
 }
@@ -182,7 +185,7 @@ pub enum Slot<'a> {
     /// A smaller count.
     Small(&'a mut Option<u32>),
     /// Bytes per second (`rate=`, `rule-rate=`, ...).
-    Rate(&'a mut Option<u64>),
+    Rate(&'a mut Option<std::num::NonZeroU64>),
     /// A switch.
     Switch(&'a mut Option<bool>),
     /// A keyword alone.
@@ -207,9 +210,16 @@ pub enum Slot<'a> {
     Address(&'a mut Option<SocketAddr>),
     /// A path.
     Path(&'a mut Option<PathBuf>),
+    /// A file a rule names (`tls-cert=`, ...): boxed, 16 bytes rather than
+    /// a `PathBuf`'s 24 in every rule's options (16 MiB of rules is 26,000
+    /// of them, each held while `--check` reads them, within 64 MiB).
+    File(&'a mut Option<Box<std::path::Path>>),
     /// Text as written: a name (`user`, `group`), or bytes written with
     /// escapes (`PING\r\n`, [`Value::Text`]), which [`unescape`] gives.
     Text(&'a mut Option<String>),
+    /// Entries of an option that may be repeated, in the order written
+    /// (`tls-allow-subject`): each one adds to the list.
+    List(&'a mut Option<table::List>),
 }
 
 /// Which file format a value is read from: they spell switches and a few
@@ -285,6 +295,10 @@ impl Setting {
             Value::ServerName => {
                 "a host name (www.example.com), or *. and a domain (*.example.com)".into()
             }
+            Value::CertName => "an attribute and a pattern, such as CN=alice* or OU=ops \
+                (attributes: CN, OU, O, L, ST, C, serialNumber, DC, UID, emailAddress; \
+                * and ? as in allow/deny, case ignored); the option may repeat"
+                .into(),
             Value::Other(text) => text.into(),
         }
     }

@@ -10,6 +10,7 @@ use std::io::Write;
 // Tests through the parsers of what modules below them decide: here, above
 // every module, since tests of those modules that parse made each depend on
 // the parsers that use it (an import cycle).
+mod cert_names;
 mod settings_in_files;
 mod shared_listeners;
 mod unix_sides;

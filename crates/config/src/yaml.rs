@@ -447,11 +447,22 @@ impl Mapper {
             let Some(setting) = settings::yaml_rule_option(&format!("{section}.{key}")) else {
                 continue;
             };
-            let (Some(at), Some(text)) = (setting.rule, self.scalar(key, value)) else {
+            let Some(at) = setting.rule else {
                 continue;
             };
-            if let Err(e) = settings::store(setting, at(options), Syntax::Yaml, key, text) {
-                self.error(value, e);
+            // An option that repeats in rinetd.conf is a list here (or one value).
+            let texts = match setting.value {
+                settings::Value::CertName => self.scalars(key, value),
+                _ => self
+                    .scalar(key, value)
+                    .map(|t| (t, value))
+                    .into_iter()
+                    .collect(),
+            };
+            for (text, at_node) in texts {
+                if let Err(e) = settings::store(setting, at(options), Syntax::Yaml, key, text) {
+                    self.error(at_node, e);
+                }
             }
         }
     }

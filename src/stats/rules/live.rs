@@ -95,9 +95,10 @@ pub(crate) struct Conn {
     pub(crate) from_client: AtomicU64,
     /// Bytes to the client so far.
     pub(crate) to_client: AtomicU64,
-    /// The TLS server name it asked for, on a listener shared by server name
-    /// (boxed: one word in the entries of the many connections without one).
-    server_name: OnceLock<Box<Arc<str>>>,
+    /// The TLS server name it asked for, on a listener shared by server
+    /// name, and its client certificate's subject (boxed: one word in the
+    /// entries of the many connections without either).
+    names: OnceLock<Box<crate::stats::tls::ConnNames>>,
     /// What it is.
     kind: ConnKind,
     /// A [`ConnState`] in the low bits, stored by the connection, and `oi
@@ -181,7 +182,14 @@ impl Conn {
             from_client,
             to_client,
             state: ConnState::from_u8(self.state.load(Ordering::Relaxed)),
-            server_name: self.server_name.get().map(|n| n.to_string()),
+            server_name: self
+                .names
+                .get()
+                .and_then(|n| Some(n.server_name.get()?.to_string())),
+            tls_subject: self
+                .names
+                .get()
+                .and_then(|n| Some(n.tls_subject.get()?.to_string())),
         }
     }
 
@@ -239,6 +247,8 @@ pub struct ConnInfo {
     pub state: ConnState,
     /// The TLS server name it was routed by (`[sni=...]` listeners).
     pub server_name: Option<String>,
+    /// The subject of the certificate its client presented (`tls-client-ca`).
+    pub tls_subject: Option<String>,
 }
 
 /// One shard: its entries in slots, and the slots free for reuse. A slot
@@ -361,7 +371,7 @@ impl Live {
             } else {
                 ConnState::Open.to_u8()
             }),
-            server_name: OnceLock::new(),
+            names: OnceLock::new(),
             id: next_id(),
         });
         let slot = conn.rule.live.shards[shard].lock().insert(conn.clone());
@@ -478,7 +488,7 @@ impl Registered {
             started_ms: old.started_ms,
             from_client: AtomicU64::new(from),
             to_client: AtomicU64::new(to),
-            server_name: old.server_name.clone(),
+            names: old.names.clone(),
             kind,
             state: AtomicU8::new(old.state.load(Ordering::Relaxed)),
             id: old.id,
@@ -522,14 +532,26 @@ impl Registered {
 
     /// Records the TLS server name the connection was routed by.
     pub(crate) fn routed_by(&self, name: Arc<str>) {
-        let _ = self.conn.server_name.set(Box::new(name));
+        let names = self.conn.names.get_or_init(Box::default);
+        let _ = names.server_name.set(name);
+    }
+
+    /// Records the subject of the certificate the client presented.
+    pub(crate) fn client_subject(&self, subject: Arc<str>) {
+        let names = self.conn.names.get_or_init(Box::default);
+        let _ = names.tls_subject.set(subject);
+    }
+
+    /// The subject of the certificate the client presented, if it did.
+    pub(crate) fn tls_subject(&self) -> Option<Arc<str>> {
+        self.conn.names.get()?.tls_subject.get().cloned()
     }
 
     /// The TLS server name the connection was routed by, if any: read back
     /// for its log lines rather than kept beside the entry, which every idle
     /// connection would carry.
     pub(crate) fn server_name(&self) -> Option<Arc<str>> {
-        self.conn.server_name.get().map(|n| Arc::clone(n))
+        self.conn.names.get()?.server_name.get().cloned()
     }
 
     /// The client: read back for log lines rather than kept beside the

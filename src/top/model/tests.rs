@@ -124,3 +124,32 @@ fn human_rates() {
     assert_eq!(human_rate(3.0 * 1024.0 * 1024.0), "3.0M/s");
     assert_eq!(human_rate(-5.0), "0B/s");
 }
+
+#[test]
+fn a_tls_rule_gets_a_row_with_both_sides_summed_and_others_none() {
+    let st = serde_json::json!({
+        "rules": [
+            {"name": "0.0.0.0:443/tcp", "oi": {"tls": {
+                "terminates": true, "originates": true, "expires_in_days": 9,
+                "client": {"handshakes": 5, "resumed": 2, "failed": 1},
+                "backend": {"handshakes": 4, "resumed": 0, "failed": 3}}}},
+            {"name": "0.0.0.0:80/tcp", "oi": {}}
+        ]
+    })
+    .to_string();
+    let s = Sample::parse(&st, "[]", 0.0).unwrap();
+    let v = view(None, &s, &ViewOptions::default());
+    assert_eq!(v.tls.len(), 1, "only the TLS rule: {:?}", v.tls);
+    let t = &v.tls[0];
+    assert_eq!(
+        (t.ends, t.handshakes, t.resumed, t.failed),
+        ("both", 9, 2, 4)
+    );
+    assert_eq!(t.expires(), "9d");
+    assert!(t.trouble(), "failures and a certificate under 14 days");
+    let text = text(&v, &ViewOptions::default());
+    assert!(
+        text.contains("HANDSHAKES") && text.contains(" both "),
+        "{text}"
+    );
+}

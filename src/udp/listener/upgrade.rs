@@ -331,6 +331,7 @@ pub(super) async fn serve_kept(
 ) {
     let shared = &counted.0;
     let family = batch::Family::of_socket(socket.get_ref());
+    let mut pace = batch::Pace::default();
     while !assocs.is_empty() {
         let _ = async { socket.readable().await.is_ok() }
             .or(async {
@@ -361,7 +362,7 @@ pub(super) async fn serve_kept(
             };
             // The listener's socket has UDP_GRO on: read through the batch
             // module, which splits coalesced groups at their segment size.
-            match batch::recv_runs(socket.get_ref(), family, each) {
+            match batch::recv_runs(socket.get_ref(), family, &mut pace, each) {
                 Ok(got) => {
                     moved += got.datagrams.max(1);
                     if got.drained {

@@ -72,3 +72,12 @@ pub fn fd_targets() -> Vec<std::path::PathBuf> {
             .collect()
     })
 }
+
+/// VmRSS of process `pid`, in KiB.
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

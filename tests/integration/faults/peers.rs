@@ -9,7 +9,7 @@
 //! checks and reports.
 
 use super::link::Net;
-use crate::common::{pattern, sha256};
+use crate::common::{pattern, sha256, vm_rss_kib};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -195,15 +195,6 @@ pub fn read_for(mut s: TcpStream, len: usize, seed: u64, limit: Duration) -> (u6
         }
     }
     (got as u64, start.elapsed())
-}
-
-/// VmRSS of process `pid`, in KiB.
-pub fn vm_rss_kib(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Samples a process's VmRSS every 20 ms and keeps the peak.

@@ -28,7 +28,9 @@ pub(super) fn fill(to: Slot<'_>, from: Slot<'_>) {
         (Slot::Mode(a), Slot::Mode(b)) => or(a, b),
         (Slot::Address(a), Slot::Address(b)) => or(a, b),
         (Slot::Path(a), Slot::Path(b)) => or(a, b),
+        (Slot::File(a), Slot::File(b)) => or(a, b),
         (Slot::Text(a), Slot::Text(b)) => or(a, b),
+        (Slot::List(a), Slot::List(b)) => or(a, b),
         // A table entry whose fallback is stored differently: the table
         // test (`fallbacks_have_the_options_type`) keeps this from happening.
         _ => {}

@@ -7,8 +7,13 @@ use crate::bounded::Shown;
 use crate::values::{bounded, octal_mode, seconds};
 use crate::{Config, Host, IpFilter, LogFormat, ProxyHeader, StatusFormat};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Most entries of an option that repeats (`tls-allow-subject`) on one
+/// rule: each is checked against every client certificate, so the list
+/// stays short enough to scan per handshake.
+pub const MAX_LIST: usize = 64;
 
 /// Parses `value` (written in `syntax`, named `name` in messages) into
 /// `slot`, within `setting`'s range. Returns whether the slot already held
@@ -45,7 +50,11 @@ pub fn store(
             let n = bounded(name, value, min, max, "")?;
             s.replace(u32::try_from(n).unwrap_or(u32::MAX)).is_some()
         }
-        Slot::Rate(s) => s.replace(rate(name, value, min, max)?).is_some(),
+        Slot::Rate(s) => {
+            let r = rate(name, value, min, max)?;
+            let r = std::num::NonZeroU64::new(r).ok_or_else(|| format!("{name} must not be 0"))?;
+            s.replace(r).is_some()
+        }
         Slot::Switch(s) => s.replace(switch(syntax, name, value)?).is_some(),
         Slot::Flag(s) => {
             let was = *s;
@@ -119,6 +128,22 @@ pub fn store(
                 return Err(format!("{name} must not be empty"));
             }
             s.replace(PathBuf::from(value)).is_some()
+        }
+        Slot::List(s) => {
+            let entry = crate::cert_name::parse(name, value)?;
+            let list = s.get_or_insert_with(Box::default);
+            if list.len() >= MAX_LIST {
+                return Err(format!("{name}: at most {MAX_LIST} entries on one rule"));
+            }
+            list.push(entry);
+            // Repeating it is how a list is written: never a duplicate.
+            false
+        }
+        Slot::File(s) => {
+            if value.is_empty() {
+                return Err(format!("{name} must not be empty"));
+            }
+            s.replace(Path::new(value).into()).is_some()
         }
         Slot::Text(s) => {
             if let Value::Text(max) = setting.value {
@@ -267,7 +292,7 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         }),
         Slot::Count(n) => n.map(|n| n.to_string()),
         Slot::Small(n) => n.map(|n| n.to_string()),
-        Slot::Rate(n) => n.map(rate_text),
+        Slot::Rate(n) => n.map(|n| rate_text(n.get())),
         Slot::Switch(b) => b.map(on),
         Slot::Flag(b) => b.then(|| on(true)),
         Slot::Host(h) => h.as_ref().map(Host::to_string),
@@ -283,7 +308,9 @@ pub(super) fn shown(slot: Slot<'_>, value: Value) -> Option<String> {
         Slot::Mode(m) => m.map(|m| format!("{m:04o}")),
         Slot::Address(a) => a.map(|a| a.to_string()),
         Slot::Path(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        Slot::File(p) => p.as_ref().map(|p| p.to_string_lossy().into_owned()),
         Slot::Text(t) => t.clone(),
+        Slot::List(l) => l.as_ref().map(|l| l.join(", ")),
     }
 }
 
@@ -313,14 +340,26 @@ pub fn globals_set(config: &Config) -> Vec<(String, &'static str)> {
 }
 
 /// The options `o` sets, as `name=value` in table order (what `--check`
-/// prints inside `[...]`).
+/// prints inside `[...]`); an option that repeats, once per entry.
 pub fn written(o: &RuleOptions) -> Vec<String> {
     let mut copy = o.clone();
     SETTINGS
         .iter()
-        .filter_map(|s| {
-            let slot = (s.rule?)(&mut copy);
-            shown(slot, s.value).map(|v| format!("{}={v}", s.name()))
+        .flat_map(|s| {
+            let Some(at) = s.rule else {
+                return Vec::new();
+            };
+            match at(&mut copy) {
+                Slot::List(l) => l
+                    .iter()
+                    .flat_map(|l| l.iter())
+                    .map(|e| format!("{}={e}", s.name()))
+                    .collect(),
+                slot => shown(slot, s.value)
+                    .map(|v| format!("{}={v}", s.name()))
+                    .into_iter()
+                    .collect(),
+            }
         })
         .collect()
 }

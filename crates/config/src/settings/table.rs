@@ -12,7 +12,8 @@ use crate::{
     Host, Mptcp, ProxyHeader, SpliceMode, MAX_ASSOC_LIMIT, MAX_CONNECT_TIMEOUT_SECS,
     MAX_DNS_REFRESH_SECS, MAX_UDP_TIMEOUT_SECS,
 };
-use std::path::PathBuf;
+use std::num::NonZeroU64;
+use std::path::Path;
 use std::time::Duration;
 
 /// The bracketed options after a forwarding rule (YAML: a rule's keys).
@@ -59,18 +60,19 @@ pub struct RuleOptions {
     /// `[check-expect=TEXT]` (oi): what the backend's reply must begin with, as written.
     pub check_expect: Option<String>,
     /// `[rate=10M]` (oi): bytes per second each connection (UDP: association)
-    /// may move in each direction.
-    pub rate: Option<u64>,
+    /// may move in each direction. Non-zero (the range starts at 1), so each
+    /// rate costs 8 bytes, not 16, in every rule's options.
+    pub rate: Option<NonZeroU64>,
     /// `[rate-up=N]` (oi): as `rate`, client to backend only; wins over `rate`.
-    pub rate_up: Option<u64>,
+    pub rate_up: Option<NonZeroU64>,
     /// `[rate-down=N]` (oi): as `rate`, backend to client only; wins over `rate`.
-    pub rate_down: Option<u64>,
+    pub rate_down: Option<NonZeroU64>,
     /// `[rule-rate=N]` (oi): bytes per second all the rule's connections
     /// together may move in each direction.
-    pub rule_rate: Option<u64>,
+    pub rule_rate: Option<NonZeroU64>,
     /// `[client-rate=N]` (oi): bytes per second all of one client address's
     /// connections on the rule together may move in each direction.
-    pub client_rate: Option<u64>,
+    pub client_rate: Option<NonZeroU64>,
     /// `[transparent]` (oi): connect to the backend from the client's own
     /// address (IP_TRANSPARENT), so the backend sees the real client.
     pub transparent: Option<bool>,
@@ -82,12 +84,19 @@ pub struct RuleOptions {
     pub sni: Option<String>,
     /// `[tls-cert=PATH]` (oi): PEM certificate chain the listener presents
     /// when it ends TLS itself.
-    pub tls_cert: Option<PathBuf>,
+    pub tls_cert: Option<Box<Path>>,
     /// `[tls-key=PATH]` (oi): PEM private key of `tls-cert`.
-    pub tls_key: Option<PathBuf>,
+    pub tls_key: Option<Box<Path>>,
     /// `[tls-client-ca=PATH]` (oi): PEM roots a client certificate must chain
     /// to; set, the listener refuses clients without one.
-    pub tls_client_ca: Option<PathBuf>,
+    pub tls_client_ca: Option<Box<Path>>,
+    /// `[tls-allow-subject=CN=alice*]` (oi, repeatable): with
+    /// `tls-client-ca`, only client certificates whose subject matches one
+    /// entry are served. Boxed, as [`List`]: one word in every rule's options.
+    pub tls_allow_subject: Option<List>,
+    /// `[tls-allow-issuer=CN=team-ca]` (oi, repeatable): as
+    /// `tls-allow-subject`, on the issuer's name.
+    pub tls_allow_issuer: Option<List>,
     /// `[tls-alpn=h2:http/1.1]` (oi): application protocols the listener
     /// offers a TLS client, in order of preference.
     pub tls_alpn: Option<String>,
@@ -98,16 +107,26 @@ pub struct RuleOptions {
     pub tls_connect: Option<bool>,
     /// `[tls-ca=PATH|system]` (oi): the roots the backend's certificate must
     /// chain to; `None` and `system` are the system's (/etc/ssl/certs).
-    pub tls_ca: Option<PathBuf>,
+    pub tls_ca: Option<Box<Path>>,
     /// `[tls-name=NAME]` (oi): server name sent to and verified against the
     /// backend; `None` = the backend's host name.
     pub tls_name: Option<String>,
     /// `[tls-insecure]` (oi): accept any backend certificate (no verification).
     pub tls_insecure: Option<bool>,
     /// `[tls-client-cert=PATH]` (oi): PEM certificate oi presents to the backend.
-    pub tls_client_cert: Option<PathBuf>,
+    pub tls_client_cert: Option<Box<Path>>,
     /// `[tls-client-key=PATH]` (oi): PEM private key of `tls-client-cert`.
-    pub tls_client_key: Option<PathBuf>,
+    pub tls_client_key: Option<Box<Path>>,
+    /// `[tls-resumption=on|off]` (oi): whether a client may resume an earlier
+    /// TLS session (and oi one with the backend); off gives every connection
+    /// fresh keys.
+    pub tls_resumption: Option<bool>,
+    /// `[tls-ocsp=PATH]` (oi): a DER OCSP response stapled to the listener's
+    /// certificate.
+    pub tls_ocsp: Option<Box<Path>>,
+    /// `[tls-max-handshakes=N]` (oi): most client TLS handshakes in progress
+    /// at once on one listener of the rule.
+    pub tls_max_handshakes: Option<u32>,
 }
 
 impl RuleOptions {
@@ -142,6 +161,8 @@ impl RuleOptions {
         tls_cert: None,
         tls_key: None,
         tls_client_ca: None,
+        tls_allow_subject: None,
+        tls_allow_issuer: None,
         tls_alpn: None,
         tls_handshake_timeout: None,
         tls_connect: None,
@@ -150,8 +171,18 @@ impl RuleOptions {
         tls_insecure: None,
         tls_client_cert: None,
         tls_client_key: None,
+        tls_resumption: None,
+        tls_ocsp: None,
+        tls_max_handshakes: None,
     };
 }
+
+/// The entries of an option that repeats (`tls-allow-subject`), in the
+/// order written. Boxed: `None` costs one word in every rule's options, not
+/// a `Vec`'s three (`oi --check` of 26,296 rules must stay within 64 MiB,
+/// `shared_host::check_of_any_16_mib_input_runs_within_64_mib`).
+#[allow(clippy::box_collection)]
+pub type List = Box<Vec<String>>;
 
 /// Most bytes `check-send` and `check-expect` may stand for: a probe is a
 /// short exchange, and the expected prefix is what a probe holds in memory.
@@ -600,7 +631,7 @@ pub static SETTINGS: &[Setting] = &[
               the default rule's. --check reads the file, parses it, checks the \
               key matches and warns when it expires within 14 days; SIGHUP \
               reads it again for new handshakes. In YAML: tls: {cert: ..., key: ...}.",
-        rule: Some(|o| Slot::Path(&mut o.tls_cert)),
+        rule: Some(|o| Slot::File(&mut o.tls_cert)),
         ..BASE
     },
     Setting {
@@ -613,7 +644,7 @@ pub static SETTINGS: &[Setting] = &[
               extension). Read at start-up and on SIGHUP, before privileges \
               are dropped, and never logged; --check warns when others may \
               read it.",
-        rule: Some(|o| Slot::Path(&mut o.tls_key)),
+        rule: Some(|o| Slot::File(&mut o.tls_key)),
         ..BASE
     },
     Setting {
@@ -625,7 +656,38 @@ pub static SETTINGS: &[Setting] = &[
         doc: "PEM certificates a client's certificate must chain to (an oi \
               extension, with tls-cert): a client that sends none, or one \
               these do not sign, fails the handshake and is closed.",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_ca)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_ca)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-allow-subject"),
+        yaml: Some("tls.allow_subject"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any certificate tls-client-ca signs"),
+        doc: "Serve only clients whose certificate's subject has this \
+              attribute matching this pattern (an oi extension, with \
+              tls-client-ca): [tls-allow-subject=CN=alice*] admits CN=alice \
+              and CN=alice-laptop. Repeat the option for more entries; a \
+              subject that matches any one is served (YAML: allow_subject: \
+              [\"CN=alice*\", \"OU=ops\"] under tls:). With tls-allow-issuer \
+              too, both must match. A refused client is closed after its \
+              handshake, logged tls-subject-denied, its subject in oi's \
+              diagnostics. --check refuses it without tls-client-ca.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_subject)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-allow-issuer"),
+        yaml: Some("tls.allow_issuer"),
+        value: Value::CertName,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("any issuer tls-client-ca holds"),
+        doc: "As tls-allow-subject, on the name of the certificate's issuer \
+              (an oi extension, with tls-client-ca): with several CAs in \
+              tls-client-ca, [tls-allow-issuer=CN=ops-ca] serves only the \
+              clients ops-ca signed. Repeatable; any one entry admits.",
+        rule: Some(|o| Slot::List(&mut o.tls_allow_issuer)),
         ..BASE
     },
     Setting {
@@ -677,7 +739,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The PEM certificates a backend's certificate must chain to, with \
               tls-connect (an oi extension); system means the system's roots \
               (/etc/ssl/certs, read from disk, no network).",
-        rule: Some(|o| Slot::Path(&mut o.tls_ca)),
+        rule: Some(|o| Slot::File(&mut o.tls_ca)),
         ..BASE
     },
     Setting {
@@ -685,10 +747,12 @@ pub static SETTINGS: &[Setting] = &[
         yaml: Some("tls.name"),
         value: Value::Name,
         applies: &[Applies::TcpBackend],
-        default: Default::Unset("the backend's host name"),
+        default: Default::Unset("each backend's own host name"),
         doc: "The server name oi sends to the backend and checks its \
               certificate against, with tls-connect (an oi extension). Needed \
-              when the backend is written as an address.",
+              when the backend is written as an address. Without it, each \
+              backend of a pool is verified for its own host name as written; \
+              given, it is verified on every backend.",
         rule: Some(|o| Slot::Text(&mut o.tls_name)),
         ..BASE
     },
@@ -713,7 +777,7 @@ pub static SETTINGS: &[Setting] = &[
         default: Default::Unset("none"),
         doc: "A PEM certificate chain oi presents to a backend that asks for \
               one, with tls-connect and tls-client-key (an oi extension).",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_cert)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_cert)),
         ..BASE
     },
     Setting {
@@ -724,7 +788,57 @@ pub static SETTINGS: &[Setting] = &[
         default: Default::Unset("none"),
         doc: "The PEM private key of tls-client-cert (an oi extension); read as \
               tls-key is.",
-        rule: Some(|o| Slot::Path(&mut o.tls_client_key)),
+        rule: Some(|o| Slot::File(&mut o.tls_client_key)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-resumption"),
+        yaml: Some("tls.resumption"),
+        value: Value::Switch,
+        applies: &[Applies::TcpListener, Applies::TcpBackend],
+        default: Default::Is("on"),
+        doc: "Whether TLS sessions may be resumed (an oi extension). On, a \
+              listener with tls-cert gives TLS 1.3 and TLS 1.2 clients session \
+              tickets sealed with keys rustls makes at random and rotates every \
+              6 hours (a ticket stays good up to 12 hours; the keys are never \
+              written anywhere) and remembers the last 256 TLS 1.2 session IDs; \
+              with tls-connect oi resumes its own sessions with the backend \
+              (one server name, at most 8 TLS 1.3 tickets). The tickets and \
+              the cache belong to the rule and survive a reload that keeps its \
+              certificate, key and tls-client-ca; a reload that changes one \
+              of them starts afresh, so no session made under the old \
+              certificate resumes. Off: every connection makes a full \
+              handshake with fresh keys (forward secrecy per connection).",
+        rule: Some(|o| Slot::Switch(&mut o.tls_resumption)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-ocsp"),
+        yaml: Some("tls.ocsp"),
+        value: Value::Path,
+        applies: &[Applies::TcpListener],
+        default: Default::Unset("no OCSP response stapled"),
+        doc: "A DER OCSP response (as openssl ocsp -respout writes it, at most \
+              64 KiB) stapled to tls-cert for clients that ask (an oi \
+              extension). Read with the certificate at start-up and on SIGHUP: \
+              fetch a fresh response before the old one's nextUpdate and \
+              reload. --check fails when it cannot be read or is empty, and \
+              warns when it is not a DER OCSP response or not a successful one.",
+        rule: Some(|o| Slot::File(&mut o.tls_ocsp)),
+        ..BASE
+    },
+    Setting {
+        conf: Some("tls-max-handshakes"),
+        yaml: Some("tls.max_handshakes"),
+        value: Value::Number(1, 1_000_000),
+        applies: &[Applies::TcpListener],
+        default: Default::Is("1024"),
+        doc: "Most client TLS handshakes in progress at once on each listener \
+              of the rule (an oi extension, with tls-cert): one more client is \
+              closed at once, logged tls-handshake-failed. Each costs a socket \
+              and rustls's state until it finishes or tls-handshake-timeout \
+              ends it. The count is carried across a reload.",
+        rule: Some(|o| Slot::Small(&mut o.tls_max_handshakes)),
         ..BASE
     },
     // ---- lines that are neither options nor one-value globals ----
@@ -844,8 +958,9 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The log file's format (an oi extension): tab and common are \
               rinetd's two, byte for byte; json writes one JSON object per \
               connection event: time, id (as oi connections shows it), rule, \
-              bind, connect, client, backend, server_name, bytes each way, \
-              duration_ms and event (rinetd's words). Wins over logcommon.",
+              bind, connect, client, backend, server_name, tls_subject (the \
+              client certificate's subject), bytes each way, duration_ms and \
+              event (rinetd's words). Wins over logcommon.",
         global: Some(|c| Slot::LogFormat(&mut c.globals.log_format)),
         check: Some("the log file's format"),
         ..BASE

@@ -3,6 +3,7 @@
 //! the parsers, in the crate's `tests/settings_in_files.rs`.
 
 use super::*;
+use std::num::NonZeroU64;
 
 #[test]
 fn every_default_parses() {
@@ -80,7 +81,7 @@ fn rates_read_1024_based_suffixes_and_print_them_back() {
     let at = s.rule.expect("stored on a rule");
     let read = |text: &str| {
         let mut o = RuleOptions::default();
-        store(s, at(&mut o), Syntax::Conf, "rate", text).map(|_| o.rate)
+        store(s, at(&mut o), Syntax::Conf, "rate", text).map(|_| o.rate.map(NonZeroU64::get))
     };
     assert_eq!(read("10M"), Ok(Some(10 * 1024 * 1024)));
     assert_eq!(read("1536k"), Ok(Some(1536 * 1024)));
@@ -101,15 +102,15 @@ fn rates_read_1024_based_suffixes_and_print_them_back() {
         assert!(read(bad).is_err(), "{bad:?} was accepted");
     }
     let mut o = RuleOptions {
-        rate: Some(1536 * 1024),
-        rule_rate: Some(1000),
-        client_rate: Some(3 << 30),
+        rate: NonZeroU64::new(1536 * 1024),
+        rule_rate: NonZeroU64::new(1000),
+        client_rate: NonZeroU64::new(3 << 30),
         ..RuleOptions::default()
     };
     assert_eq!(
         written(&o),
         ["rate=1536K", "rule-rate=1000", "client-rate=3G"]
     );
-    o.rate = Some(10 << 20);
+    o.rate = NonZeroU64::new(10 << 20);
     assert_eq!(written(&o)[0], "rate=10M");
 }

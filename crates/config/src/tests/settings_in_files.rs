@@ -22,6 +22,7 @@ fn sample(s: &Setting) -> String {
         Value::Pattern => "10.0.0.*".into(),
         Value::Text(_) => "PING\\r\\n".into(),
         Value::ServerName => "*.example.com".into(),
+        Value::CertName => "CN=alice*".into(),
         Value::Glob | Value::Other(_) => String::new(),
     }
 }

@@ -14,6 +14,7 @@ fn rule() -> Arc<RuleStats> {
         live: Arc::new(Live::new()),
         pool: arc_swap::ArcSwapOption::empty(),
         rates: crate::stats::rate::RuleRates::default(),
+        tls: arc_swap::ArcSwapOption::empty(),
         backends: arc_swap::ArcSwap::from_pointee(Vec::new()),
     })
 }

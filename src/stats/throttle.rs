@@ -2,9 +2,12 @@
 //! the timer it sleeps on until its turn (`rate.rs` holds the buckets and
 //! says how a shared one serves its directions in turn). Only limited
 //! directions have one; an unlimited direction's `Option<Box<Throttle>>` is
-//! `None` and costs one test per step.
+//! `None` and costs one test per step. Both pumps draw on it: the plain one
+//! (`tcp/pump.rs`) and the one of connections oi speaks TLS on
+//! (`tls/pump.rs`), which limits the plaintext it moves.
 
-use crate::stats::rate::Limit;
+use super::rate::Limit;
+use super::RuleStats;
 use oi_runtime::reactor::Timer;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,9 +30,9 @@ pub(crate) struct Throttle {
     /// The next step follows a wait: what it reads was delayed.
     after_wait: bool,
     /// Delayed bytes not yet added to the rule's counters.
-    pub(crate) delayed: u64,
+    delayed: u64,
     /// Time spent waiting not yet added to the counters (whole ms are).
-    pub(crate) waited: Duration,
+    waited: Duration,
 }
 
 impl Throttle {
@@ -109,6 +112,21 @@ impl Throttle {
             self.delayed = self.delayed.saturating_add(read);
         }
         self.limit.moved(read);
+    }
+
+    /// Adds the waits that ended to `stats`' counters (whole milliseconds;
+    /// the rest waits for the next report).
+    pub(crate) fn report(&mut self, stats: &RuleStats) {
+        if self.delayed > 0 {
+            stats.count_by(|c| &c.rate_delayed_bytes, self.delayed);
+            self.delayed = 0;
+        }
+        let ms = self.waited.as_millis();
+        if ms > 0 {
+            let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+            stats.count_by(|c| &c.rate_wait_ms, ms);
+            self.waited = self.waited.saturating_sub(Duration::from_millis(ms));
+        }
     }
 
     /// The direction stopped (its source has nothing now, its destination
