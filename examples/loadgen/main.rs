@@ -5,6 +5,9 @@
 //! cargo run --release --example loadgen -- pingpong 127.0.0.1:9000 --count 20000
 //! cargo run --release --example loadgen -- connrate 127.0.0.1:9000 --secs 5 --conns 8
 //! cargo run --release --example loadgen -- idle 127.0.0.1:9000 --count 10000
+//! cargo run --release --example loadgen -- sink 127.0.0.1:9002
+//! cargo run --release --example loadgen -- tls-handshakes 127.0.0.1:9443 --ca ca.pem --name localhost --resume
+//! cargo run --release --example loadgen -- tls-bulk 127.0.0.1:9444 --ca ca.pem --name localhost --streams 8
 //! ```
 //!
 //! Every client prints a human-readable summary and then one line starting
@@ -17,9 +20,11 @@ mod connrate;
 mod echo;
 mod idle;
 mod pingpong;
+mod tls;
 
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -86,6 +91,54 @@ enum Command {
         #[arg(long, default_value_t = 60.0)]
         open_secs: f64,
     },
+    /// Reads `u` and a length (8 bytes, big-endian) and that many bytes, then
+    /// answers `k`; or `d` and a length, and sends that many; the backend of
+    /// `tls-bulk`.
+    Sink {
+        /// Address to listen on.
+        bind: SocketAddr,
+    },
+    /// Concurrent TLS clients doing connect, handshake, one byte echoed,
+    /// close; prints handshakes/s and the fraction resumed.
+    TlsHandshakes {
+        /// Address to connect to (a TLS forwarder to an echo server).
+        addr: SocketAddr,
+        /// PEM file of the CA that signed the forwarder's certificate.
+        #[arg(long)]
+        ca: PathBuf,
+        /// Server name to ask for and verify.
+        #[arg(long, default_value = "localhost")]
+        name: String,
+        /// How long to run.
+        #[arg(long, default_value_t = 5.0)]
+        secs: f64,
+        /// Concurrent workers (threads), each with one connection at a time.
+        #[arg(long, default_value_t = 8)]
+        conns: usize,
+        /// Offer the tickets the server gave (each worker its own store).
+        #[arg(long)]
+        resume: bool,
+    },
+    /// Concurrent TLS uploads to the sink (or downloads); prints Gbit/s of plaintext.
+    TlsBulk {
+        /// Address to connect to (a TLS forwarder to a sink).
+        addr: SocketAddr,
+        /// PEM file of the CA that signed the forwarder's certificate.
+        #[arg(long)]
+        ca: PathBuf,
+        /// Server name to ask for and verify.
+        #[arg(long, default_value = "localhost")]
+        name: String,
+        /// Plaintext bytes per stream.
+        #[arg(long, default_value_t = 1 << 30)]
+        bytes: u64,
+        /// Streams at once.
+        #[arg(long, default_value_t = 1)]
+        streams: usize,
+        /// Download from the sink instead of uploading to it.
+        #[arg(long)]
+        down: bool,
+    },
 }
 
 /// How long any single connect or read may take before it counts as an error;
@@ -124,6 +177,30 @@ fn main() -> ExitCode {
             !no_ping,
             Duration::from_secs_f64(open_secs.max(0.1)),
         ),
+        Command::Sink { bind } => tls::sink(bind),
+        Command::TlsHandshakes {
+            addr,
+            ca,
+            name,
+            secs,
+            conns,
+            resume,
+        } => tls::handshakes(
+            addr,
+            &ca,
+            &name,
+            Duration::from_secs_f64(secs.max(0.1)),
+            conns.max(1),
+            resume,
+        ),
+        Command::TlsBulk {
+            addr,
+            ca,
+            name,
+            bytes,
+            streams,
+            down,
+        } => tls::bulk(addr, &ca, &name, bytes, streams.max(1), down),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

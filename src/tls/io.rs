@@ -8,7 +8,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, Connection, DigitallySignedStruct, SignatureScheme};
 use std::future::poll_fn;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -42,14 +42,46 @@ impl Read for Polled<'_, '_> {
     }
 }
 
+/// Passes of [`Polled::write_vectored`] before it lets other tasks run:
+/// each pass takes a readiness edge, so more than two mean the socket keeps
+/// saying writable and refusing (never seen; bounded all the same).
+const WRITE_PASSES: usize = 4;
+
 impl Write for Polled<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut socket = self.socket;
-        ready(futures_lite::AsyncWrite::poll_write(
-            Pin::new(&mut socket),
-            self.cx,
-            buf,
-        ))
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    /// Every record rustls holds in one sendmsg(2): a server's first flight
+    /// (ServerHello to Finished, four records) and its two session tickets
+    /// each go out in one call instead of one call per record (std's default
+    /// writes only the first slice). MSG_NOSIGNAL: a peer gone is an error,
+    /// not SIGPIPE, as `tcp::copy`'s send.
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        for _ in 0..WRITE_PASSES {
+            let sent = rustix::net::sendmsg(
+                self.socket.get_ref(),
+                bufs,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                rustix::net::SendFlags::NOSIGNAL,
+            );
+            match sent {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) if e == rustix::io::Errno::AGAIN => {
+                    // Full: wait for room, or try again at once if room came.
+                    match self.socket.poll_writable(self.cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Err(e),
+                        Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Budget spent: run again after the others.
+        self.cx.waker().wake_by_ref();
+        Err(io::ErrorKind::WouldBlock.into())
     }
 
     fn flush(&mut self) -> io::Result<()> {

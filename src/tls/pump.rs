@@ -27,10 +27,15 @@ use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// A direction's buffer: one TLS record's plaintext (16 KiB), so a read
-/// from a TLS source takes a whole record and a write to a TLS sink makes
-/// one full record.
+/// A direction's buffer when it writes to a TLS sink: one TLS record's
+/// plaintext (16 KiB), so a write to a TLS sink makes one full record.
 const RECORD: usize = 16 * 1024;
+
+/// A direction's buffer when it reads from a TLS source and writes to a
+/// plain socket: four records' plaintext, gathered before one send, so the
+/// plain side takes a quarter of the sends (and its peer a quarter of the
+/// wake-ups) of a send per record.
+const BATCH: usize = 4 * RECORD;
 
 /// Passes of one direction's loop in one poll before it lets other tasks
 /// run (and wakes itself): 16 records, 256 KiB.
@@ -92,19 +97,30 @@ struct Direction {
     notified: bool,
     /// The bandwidth limit, when the rule sets one for this direction.
     throttle: Option<Box<Throttle>>,
+    /// A TLS source's socket had nothing (EAGAIN) when last read: the next
+    /// read waits for the reactor's edge instead of asking the kernel again.
+    /// Without it, a batch sent because the socket was empty cost a second
+    /// failed recvfrom right after it (one more call a record).
+    drained: bool,
 }
 
 impl Direction {
-    /// A direction with its buffer, drawing from `limit` when it has one.
-    fn new(limit: Option<Limit>) -> Self {
+    /// A direction from `from` to `to`, its buffer sized for them, drawing
+    /// from `limit` when it has one.
+    fn new(from: &End<'_>, to: &End<'_>, limit: Option<Limit>) -> Self {
+        let size = match (&from.tls, &to.tls) {
+            (Some(_), None) => BATCH,
+            _ => RECORD,
+        };
         Direction {
-            buf: vec![0; RECORD].into_boxed_slice(),
+            buf: vec![0; size].into_boxed_slice(),
             start: 0,
             end: 0,
             state: State::Running,
             bytes: 0,
             notified: false,
             throttle: limit.map(|l| Box::new(Throttle::new(l))),
+            drained: false,
         }
     }
 
@@ -167,11 +183,17 @@ impl Direction {
                             }
                         }
                         Some(conn) => {
+                            // Records gather in rustls until its buffer is
+                            // full (64 KiB, four records) or the source has
+                            // no more (below): then one sendmsg takes them
+                            // all, a quarter of the sends of one per record.
                             let n = conn.writer().write(pending)?;
-                            let flushed = poll_flush(conn, to.socket, cx)?;
-                            if n == 0 && flushed.is_pending() {
-                                self.release();
-                                return Poll::Pending;
+                            if n < pending.len() {
+                                let flushed = poll_flush(conn, to.socket, cx)?;
+                                if n == 0 && flushed.is_pending() {
+                                    self.release();
+                                    return Poll::Pending;
+                                }
                             }
                             n
                         }
@@ -179,25 +201,29 @@ impl Direction {
                     self.start += n;
                 }
                 State::Running => {
-                    // A TLS sink sends what it holds before more is read.
-                    if let Some(conn) = to.tls.as_deref_mut() {
-                        if poll_flush(conn, to.socket, cx)?.is_pending() {
-                            self.release();
-                            return Poll::Pending;
-                        }
-                    }
                     // Under a limit, a read takes what the turn allows;
                     // before its turn the direction sleeps on the timer,
                     // keeping its place in the buckets' queue.
                     let room = match &mut self.throttle {
-                        None => RECORD,
+                        None => self.buf.len(),
                         Some(t) => match t.admit(cx, RECORD, false) {
                             Some(allowed) => allowed.clamp(1, RECORD),
-                            None => return Poll::Pending,
+                            None => {
+                                // What a TLS sink holds goes out before the wait.
+                                if let Some(conn) = to.tls.as_deref_mut() {
+                                    let _ = poll_flush(conn, to.socket, cx)?;
+                                }
+                                return Poll::Pending;
+                            }
                         },
                     };
                     match self.read(from, cx, room)? {
                         Poll::Pending => {
+                            // The source has no more for now: a TLS sink
+                            // sends what it holds before the task waits.
+                            if let Some(conn) = to.tls.as_deref_mut() {
+                                let _ = poll_flush(conn, to.socket, cx)?;
+                            }
                             self.release();
                             return Poll::Pending;
                         }
@@ -221,15 +247,16 @@ impl Direction {
         Poll::Pending
     }
 
-    /// Reads at most `room` bytes (1 to [`RECORD`]) from `from` into the
-    /// (empty) buffer.
+    /// Reads at most `room` bytes (1 to the buffer's length) from `from`
+    /// into the (empty) buffer.
     fn read(
         &mut self,
         from: &mut End<'_>,
         cx: &mut Context<'_>,
         room: usize,
     ) -> io::Result<Poll<Read_>> {
-        let buf = &mut self.buf[..room.clamp(1, RECORD)];
+        let len = self.buf.len();
+        let buf = &mut self.buf[..room.clamp(1, len)];
         let Some(conn) = from.tls.as_deref_mut() else {
             let mut socket = from.socket;
             return match futures_lite::AsyncRead::poll_read(Pin::new(&mut socket), cx, buf) {
@@ -239,13 +266,27 @@ impl Direction {
                 Poll::Pending => Ok(Poll::Pending),
             };
         };
-        // Bounded: each pass takes plaintext, or a record from the socket, or returns.
+        // Plaintext gathered so far: records are taken until `buf` is full
+        // or the socket has no more, then written in one go.
+        let mut got = 0;
+        // Bounded: each pass takes plaintext (`buf` fills), or a record
+        // from the socket, or returns.
         loop {
-            match conn.reader().read(buf) {
+            match conn.reader().read(&mut buf[got..]) {
+                Ok(0) if got > 0 => return Ok(Poll::Ready(Read_::Bytes(got))),
                 Ok(0) => return Ok(Poll::Ready(Read_::End)),
-                Ok(n) => return Ok(Poll::Ready(Read_::Bytes(n))),
+                Ok(n) => {
+                    got += n;
+                    if got == buf.len() {
+                        return Ok(Poll::Ready(Read_::Bytes(got)));
+                    }
+                    continue;
+                }
                 // The TCP end without close_notify: an end all the same,
                 // as stunnel takes it (HTTP/1.0 servers close so).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && got > 0 => {
+                    return Ok(Poll::Ready(Read_::Bytes(got)))
+                }
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return Ok(Poll::Ready(Read_::End))
                 }
@@ -254,7 +295,20 @@ impl Direction {
             }
             // Answers rustls owes the peer (a key update) go out first.
             let _ = poll_flush(conn, from.socket, cx)?;
-            match poll_fill(conn, from.socket, cx)? {
+            let filled = match self.drained {
+                // Read only once the socket has signalled bytes since.
+                true => match from.socket.poll_readable(cx) {
+                    Poll::Ready(Ok(())) => poll_fill(conn, from.socket, cx)?,
+                    Poll::Ready(Err(e)) => return Err(e),
+                    Poll::Pending => Poll::Pending,
+                },
+                false => poll_fill(conn, from.socket, cx)?,
+            };
+            self.drained = filled.is_pending();
+            match filled {
+                // The socket has no more for now: what was gathered goes
+                // out (the waker stays registered for the rest).
+                Poll::Pending if got > 0 => return Ok(Poll::Ready(Read_::Bytes(got))),
                 Poll::Pending => return Ok(Poll::Pending),
                 Poll::Ready(true) => {}
                 Poll::Ready(false) => {}
@@ -273,8 +327,8 @@ pub(crate) async fn run(
     limits: (Option<Limit>, Option<Limit>),
     stats: &RuleStats,
 ) -> Outcome {
-    let mut up = Direction::new(limits.0);
-    let mut down = Direction::new(limits.1);
+    let mut up = Direction::new(&client, &backend, limits.0);
+    let mut down = Direction::new(&backend, &client, limits.1);
     let mut client_first = None;
     let error = poll_fn(|cx| {
         let polled = up.poll(&mut client, &mut backend, cx);

@@ -378,3 +378,108 @@ fn a_dripped_client_hello_is_peeked_twice_not_once_a_segment() {
     );
     let _ = oi.stop();
 }
+
+/// oi ending TLS (a test CA's leaf for `localhost`) in front of
+/// `backend`; oi and its listening port.
+fn tls_to(dir: &Path, backend: u16) -> (OiProcess, u16, PathBuf) {
+    let ca = crate::tls::ca(dir, "ca");
+    let leaf = crate::tls::leaf(dir, &ca, "localhost", 30);
+    let port = free_port();
+    let rule = format!(
+        "127.0.0.1 {port} 127.0.0.1 {backend} [tls-cert={},tls-key={}]\n",
+        leaf.cert.display(),
+        leaf.key.display()
+    );
+    (start_oi(dir, &rule), port, ca.cert)
+}
+
+/// MiB moved each way by the TLS bulk test.
+const TLS_MIB: usize = 8;
+
+#[test]
+fn tls_bulk_goes_four_records_a_send_each_way() {
+    if !strace_present() || !crate::tls::openssl_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The backend reads the whole upload, then sends the download.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let backend = listener.local_addr().expect("addr").port();
+    let pattern: Vec<u8> = (0..TLS_MIB << 20).map(|i| (i % 251) as u8).collect();
+    let upload = pattern.clone();
+    let served = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().expect("accept");
+        let mut got = vec![0u8; upload.len()];
+        c.read_exact(&mut got).expect("the upload through oi");
+        assert!(got == upload, "the upload reached the backend changed");
+        c.write_all(&upload).expect("the download");
+    });
+    let (oi, port, ca) = tls_to(dir.path(), backend);
+    let mut client = crate::tls::rustls_client(port, &ca, "localhost");
+    while client.conn.is_handshaking() {
+        client
+            .conn
+            .complete_io(&mut client.sock)
+            .expect("handshake with oi");
+    }
+    let traced = Traced::attach(oi.child.id(), dir.path());
+    client.write_all(&pattern).expect("upload through oi");
+    client.flush().expect("upload through oi");
+    let mut down = vec![0u8; pattern.len()];
+    client.read_exact(&mut down).expect("download through oi");
+    let calls = traced.finish();
+    assert!(down == pattern, "the download reached the client changed");
+    served.join().expect("backend");
+    // Up: oi decrypts records (16 KiB of plaintext each) and gathers four
+    // before a send to the backend; down: it encrypts what it reads and
+    // lets rustls hold four records before one sendmsg. 64 sends a MiB each
+    // way before (one a record); 16 now when the bytes queue, as they do
+    // with strace slowing oi. The bound, 32 a MiB each way, allows a
+    // short batch in two.
+    let sends = per(&calls, "sendto", TLS_MIB) + per(&calls, "sendmsg", TLS_MIB);
+    assert!(
+        sends <= 64.0,
+        "{sends:.1} sends a MiB (both ways), over 64:\n{}",
+        table(&calls, TLS_MIB)
+    );
+    let _ = oi.stop();
+}
+
+#[test]
+fn a_tls_handshake_sends_its_tickets_in_one_call() {
+    if !strace_present() || !crate::tls::openssl_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let echo = echo_backend("127.0.0.1:0");
+    let (oi, port, ca) = tls_to(dir.path(), echo.port());
+    let exchange = || {
+        let mut client = crate::tls::rustls_client(port, &ca, "localhost");
+        client.write_all(b"x").expect("write through oi");
+        let mut got = [0u8; 1];
+        client.read_exact(&mut got).expect("echo through oi");
+        assert_eq!(&got, b"x");
+        client.conn.send_close_notify();
+        let _ = client.conn.complete_io(&mut client.sock);
+    };
+    exchange();
+    let pid = oi.child.id();
+    wait_until("oi closes the warm-up connection", || connections(pid) == 0);
+    let traced = Traced::attach(pid, dir.path());
+    for _ in 0..CONNECTIONS / 4 {
+        exchange();
+    }
+    wait_until("oi closes every connection", || connections(pid) == 0);
+    let calls = traced.finish();
+    // To the client: the server's flight, its two session tickets, the
+    // echoed byte, close_notify; to the backend: the byte. Five; seven
+    // before, when rustls's records went out one write each.
+    let units = CONNECTIONS / 4;
+    let sends = per(&calls, "sendto", units) + per(&calls, "sendmsg", units);
+    assert!(
+        sends <= 5.05,
+        "{sends:.2} sends a TLS connection, over 5:\n{}",
+        table(&calls, units)
+    );
+    let _ = oi.stop();
+}
