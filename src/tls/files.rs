@@ -104,6 +104,13 @@ pub(crate) fn certified(
     key_path: &Path,
 ) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
     let chain = certs(cert, "certificate")?;
+    let ders: Vec<&[u8]> = chain.iter().map(|c| c.as_ref()).collect();
+    if let Some(why) = super::subject::chain_out_of_order(&ders) {
+        return Err(format!(
+            "certificate {}: {why}: write the chain leaf first, each certificate followed by its issuer",
+            cert.display()
+        ));
+    }
     let key = key(key_path, "private key")?;
     let provider = rustls::crypto::ring::default_provider();
     let certified = rustls::sign::CertifiedKey::from_der(chain, key, &provider).map_err(|e| {

@@ -26,6 +26,32 @@ pub(crate) fn subject_of(der: &[u8]) -> Option<String> {
     Some(rfc4514(cert.subject()))
 }
 
+/// Where the chain `ders` (as the file gives it, leaf first) is out of
+/// order: the first certificate whose issuer is not the subject of the one
+/// after it, as "certificate N (subject ..., issuer ...) is followed by
+/// ... (subject ...)". A client that gets a chain out of order may fail to
+/// build a path to its roots; rustls sends the chain as given. A
+/// certificate that does not parse is left to rustls's own error.
+pub(crate) fn chain_out_of_order(ders: &[&[u8]]) -> Option<String> {
+    let parsed: Vec<X509Certificate<'_>> = ders
+        .iter()
+        .map(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
+        .collect::<Option<_>>()?;
+    parsed.windows(2).enumerate().find_map(|(i, pair)| {
+        (pair[0].issuer().as_raw() != pair[1].subject().as_raw()).then(|| {
+            format!(
+                "certificate {} (subject '{}', issuer '{}') is followed by one it was not issued by \
+                 (certificate {}, subject '{}')",
+                i + 1,
+                Shown(&rfc4514(pair[0].subject())),
+                Shown(&rfc4514(pair[0].issuer())),
+                i + 2,
+                Shown(&rfc4514(pair[1].subject())),
+            )
+        })
+    })
+}
+
 /// Whether the rule's lists admit the client certificate `der`: `Ok` when
 /// every list given (`subjects`, `issuers`; empty: not given) has an entry
 /// its name matches; else its subject and issuer (RFC 4514, cut, escaped)

@@ -54,6 +54,7 @@ mod splice_resets;
 mod startup;
 mod status_page;
 mod tls;
+mod tls_chain;
 mod tls_pools;
 mod tls_rate;
 mod tls_resume;
