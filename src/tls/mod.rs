@@ -4,7 +4,7 @@
 //! A stage on the connection's road: after the client is admitted and
 //! routed (`route/`, `[sni=]` included: the peeked ClientHello has already
 //! chosen the rule, so the rule's own certificate is the one presented),
-//! `tcp::open` runs the client's handshake ([`handshake`]) before it dials
+//! `tcp::open` runs the client's handshake ([`accept`]) before it dials
 //! the backend, and the backend's after the connect; then
 //! [`pump`] moves plaintext both ways instead of the plain pump.
 //!
