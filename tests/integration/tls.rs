@@ -134,6 +134,23 @@ pub(super) fn signed(dir: &Path, ca: &Pair, stem: &str, subj: &str, san: &str, d
     pair
 }
 
+/// `--check` on `text` (written as `dir`/oi.conf): whether it passed, and
+/// what it printed.
+pub(super) fn check(dir: &Path, text: &str) -> (bool, String) {
+    let conf = dir.join("oi.conf");
+    write_atomic(&conf, text);
+    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .arg("--check")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .expect("oi --check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `openssl s_client` to 127.0.0.1:`port` with `extra` arguments, sending
 /// `input` and waiting for the server to close; all it printed.
 pub(super) fn s_client(port: u16, extra: &[&str], input: &[u8]) -> String {
@@ -589,19 +606,7 @@ fn check_lists_every_bad_tls_file_at_its_line_and_warns() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let conf = dir.path().join("oi.conf");
-    let run = |text: &str| {
-        write_atomic(&conf, text);
-        let out = Command::new(env!("CARGO_BIN_EXE_oi"))
-            .arg("--check")
-            .arg("-c")
-            .arg(&conf)
-            .output()
-            .expect("oi --check");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |text: &str| check(dir.path(), text);
     let (ok, stderr) = run(&format!(
         "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n\
          127.0.0.1 3 127.0.0.1 2 [tls-cert={},tls-key={}]\n\

@@ -6,10 +6,9 @@
 //! the past) in a tempdir.
 
 use crate::common::*;
-use crate::tls::{ca, leaf, openssl, openssl_present, p, start, Pair};
+use crate::tls::{ca, check, leaf, openssl, openssl_present, p, start, Pair};
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::Command;
 
 /// A leaf for `cn` that `ca` signed, valid only on 1 January 2020.
 fn expired(dir: &Path, ca: &Pair, cn: &str) -> Pair {
@@ -145,38 +144,31 @@ fn check_refuses_a_chain_out_of_order_at_its_line_and_takes_one_in_order() {
     let reversed = dir.path().join("reversed.pem");
     std::fs::write(&reversed, read(&root.cert) + &read(&site.cert)).expect("chain");
     let conf = dir.path().join("oi.conf");
-    let check = |text: &str| {
-        write_atomic(&conf, text);
-        let out = Command::new(env!("CARGO_BIN_EXE_oi"))
-            .arg("--check")
-            .arg("-c")
-            .arg(&conf)
-            .output()
-            .expect("oi --check");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (ok, stderr) = check(&format!(
-        "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n",
-        p(&in_order),
-        p(&site.key)
-    ));
+    let (ok, stderr) = check(
+        dir.path(),
+        &format!(
+            "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n",
+            p(&in_order),
+            p(&site.key)
+        ),
+    );
     assert!(
         ok,
         "a chain leaf first, then its issuer, is taken: {stderr}"
     );
     // The reversed file's first certificate is the CA, whose key is not the
     // site's: put the CA's key with it, so only the order is wrong.
-    let (ok, stderr) = check(&format!(
-        "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n\
+    let (ok, stderr) = check(
+        dir.path(),
+        &format!(
+            "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={}]\n\
          127.0.0.1 3 127.0.0.1 2 [tls-cert={},tls-key={}]\n",
-        p(&in_order),
-        p(&site.key),
-        p(&reversed),
-        p(&root.key)
-    ));
+            p(&in_order),
+            p(&site.key),
+            p(&reversed),
+            p(&root.key)
+        ),
+    );
     assert!(!ok, "{stderr}");
     let at = format!("{}:2: ", p(&conf));
     assert!(

@@ -5,7 +5,7 @@
 //! openssl each test says so and passes, unless OI_REQUIRE_TOOLS is set.
 
 use crate::common::*;
-use crate::tls::{ca, leaf, openssl, openssl_present, p, s_client, start, Pair};
+use crate::tls::{ca, check, leaf, openssl, openssl_present, p, s_client, start, Pair};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -313,40 +313,33 @@ fn check_refuses_an_empty_ocsp_file_and_warns_about_one_that_is_not_der() {
     std::fs::write(&garbage, "-----BEGIN OCSP RESPONSE-----\n").expect("garbage");
     ocsp_response(dir.path(), &root, &edge.cert, 1, &good);
     let conf = dir.path().join("oi.conf");
-    let check = |ocsp: &Path| {
-        write_atomic(
-            &conf,
+    let check_ocsp = |ocsp: &Path| {
+        check(
+            dir.path(),
             &format!(
                 "127.0.0.1 1 127.0.0.1 2 [tls-cert={},tls-key={},tls-ocsp={}]\n",
                 p(&edge.cert),
                 p(&edge.key),
                 p(ocsp)
             ),
-        );
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
-            .args(["--check", "-c"])
-            .arg(&conf)
-            .output()
-            .expect("oi --check");
-        let text = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.success(), text)
+        )
     };
     let file = p(&conf);
-    let (ok, text) = check(&empty);
+    let (ok, text) = check_ocsp(&empty);
     assert!(
         !ok && text.contains(&format!("{file}:1: OCSP response")),
         "{text}"
     );
     assert!(text.contains("is empty"), "{text}");
-    let (ok, text) = check(&dir.path().join("missing.der"));
+    let (ok, text) = check_ocsp(&dir.path().join("missing.der"));
     assert!(!ok && text.contains("cannot read OCSP response"), "{text}");
-    let (ok, text) = check(&garbage);
+    let (ok, text) = check_ocsp(&garbage);
     assert!(ok, "garbage is stapled as it is, with a warning: {text}");
     assert!(
         text.contains(&format!("{file}:1: warning: tls-ocsp")) && text.contains("not a DER OCSP"),
         "{text}"
     );
-    let (ok, text) = check(&good);
+    let (ok, text) = check_ocsp(&good);
     assert!(ok && !text.contains("tls-ocsp"), "{text}");
 }
 

@@ -7,10 +7,9 @@
 //! `tls-client-ca` file; `--check` refuses either without `tls-client-ca`.
 
 use crate::common::*;
-use crate::tls::{ca, leaf, line_echo_backend, openssl_present, p, s_client, signed, Pair};
+use crate::tls::{ca, check, leaf, line_echo_backend, openssl_present, p, s_client, signed, Pair};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Command;
 
 /// A rustls client of 127.0.0.1:`port` trusting `ca` for `name`, presenting
 /// `client`'s certificate, its handshake done (on the client's side).
@@ -48,23 +47,6 @@ fn rustls_with_certificate(
         s.conn.complete_io(&mut s.sock).expect("handshake");
     }
     s
-}
-
-/// `--check` on `text` (written as `dir`/oi.conf): whether it passed, and
-/// what it printed.
-fn check(dir: &Path, text: &str) -> (bool, String) {
-    let conf = dir.join("oi.conf");
-    write_atomic(&conf, text);
-    let out = Command::new(env!("CARGO_BIN_EXE_oi"))
-        .arg("--check")
-        .arg("-c")
-        .arg(&conf)
-        .output()
-        .expect("oi --check");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
