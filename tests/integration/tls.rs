@@ -82,6 +82,26 @@ pub(super) fn leaf(dir: &Path, ca: &Pair, cn: &str, days: u32) -> Pair {
     )
 }
 
+/// A new P-256 key at `key` and a signing request for subject `subj`
+/// (openssl's `/CN=a/OU=b` form) at `csr`.
+pub(super) fn key_and_request(key: &Path, csr: &Path, subj: &str) {
+    let s = |p: &Path| p.display().to_string();
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        subj,
+        "-keyout",
+        &s(key),
+        "-out",
+        &s(csr),
+    ]);
+}
+
 /// A leaf with subject `subj` (openssl's `/CN=a/OU=b` form) and
 /// subjectAltName `san` (`DNS:name`, `IP:127.0.0.1`) that `ca` signs,
 /// valid `days`, as `stem`.pem and `stem`.key in `dir`.
@@ -98,20 +118,7 @@ pub(super) fn signed(dir: &Path, ca: &Pair, stem: &str, subj: &str, san: &str, d
     )
     .expect("ext");
     let s = |p: &Path| p.display().to_string();
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        subj,
-        "-keyout",
-        &s(&pair.key),
-        "-out",
-        &s(&csr),
-    ]);
+    key_and_request(&pair.key, &csr, subj);
     openssl(&[
         "x509",
         "-req",

@@ -6,7 +6,7 @@
 //! the past) in a tempdir.
 
 use crate::common::*;
-use crate::tls::{ca, check, leaf, openssl, openssl_present, p, start, Pair};
+use crate::tls::{ca, check, key_and_request, leaf, openssl, openssl_present, p, start, Pair};
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -18,20 +18,7 @@ fn expired(dir: &Path, ca: &Pair, cn: &str) -> Pair {
     };
     let s = |p: &Path| p.display().to_string();
     let csr = dir.join(format!("{cn}.expired.csr"));
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        &format!("/CN={cn}"),
-        "-keyout",
-        &s(&pair.key),
-        "-out",
-        &s(&csr),
-    ]);
+    key_and_request(&pair.key, &csr, &format!("/CN={cn}"));
     let db = dir.join("ca-db");
     std::fs::create_dir_all(&db).expect("ca db");
     std::fs::write(db.join("index.txt"), "").expect("index");
